@@ -1,0 +1,37 @@
+"""Shared fixtures: real jobs that are always reaped, and a ptrace check."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import JobFactory
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[JobFactory]:
+    """Start jobs with ``jobs.torchrun(...)`` / ``jobs.python(...)``; all are reaped at teardown."""
+    factory = JobFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pyspy_works() -> str:
+    """Fail loudly (not skip) when py-spy cannot attach here: the suite needs ptrace."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        out = subprocess.run([exe, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30)
+    finally:
+        child.kill()
+        child.wait(timeout=5)
+    assert out.returncode == 0, f"py-spy cannot attach here (ptrace not allowed?): {out.stderr}"
+    return exe

@@ -1,0 +1,142 @@
+"""Start real multi-rank jobs for tests, wait on readiness files, always reap.
+
+Test programs signal readiness by creating ``$RANKSCOPE_TEST_READY/<name>``
+(see ``mark_ready`` in tests/programs/_common.py). Nothing here sleeps a fixed
+time: waits poll a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rankscope.proctree import descendants, reap_tree
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``cond`` until true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a CPU gloo job on loopback, light on the 2-core machine."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "MASTER_ADDR": "127.0.0.1",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(PROGRAMS) + os.pathsep + env.get("PYTHONPATH", ""),
+        }
+    )
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass
+class RunningJob:
+    """A job started by a test. ``pid`` is the launcher (torchrun or the spawn parent)."""
+
+    proc: subprocess.Popen[bytes]
+    ready_dir: Path
+    log_path: Path
+    nproc: int
+    port: int
+    extra_pids: list[int] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ready_names(self) -> list[str]:
+        return sorted(p.name for p in self.ready_dir.iterdir())
+
+    def wait_ready(self, names: Sequence[str] | int | None = None, timeout: float = 60.0) -> None:
+        """Wait until the named readiness files exist (an int: that many files)."""
+        want = self.nproc if names is None else names
+
+        def ok() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"job exited with {self.proc.returncode} before ready:\n{self.output()}")
+            have = set(self.ready_names())
+            return len(have) >= want if isinstance(want, int) else set(want) <= have
+
+        wait_for(ok, timeout, f"readiness files {want} in {self.ready_dir}")
+
+    def rank_pids(self) -> list[int]:
+        return descendants(self.pid)
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        reap_tree(self.proc, grace=3.0)
+
+
+class JobFactory:
+    """Starts jobs and reaps every one of them at teardown, pass or fail."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.jobs: list[RunningJob] = []
+
+    def _start(self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None, tag: str) -> RunningJob:
+        ready = self.tmp / f"ready-{tag}-{len(self.jobs)}"
+        ready.mkdir()
+        log = self.tmp / f"job-{tag}-{len(self.jobs)}.log"
+        full_env = job_env({"RANKSCOPE_TEST_READY": str(ready), "MASTER_PORT": str(port), **(env or {})})
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(
+                argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                start_new_session=True, cwd=str(PROGRAMS),
+            )
+        job = RunningJob(proc=proc, ready_dir=ready, log_path=log, nproc=nproc, port=port)
+        self.jobs.append(job)
+        return job
+
+    def torchrun(self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None) -> RunningJob:
+        """``python -m torch.distributed.run --nproc_per_node=N tests/programs/<program> args``."""
+        port = free_port()
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1", f"--master_port={port}", "--monitor_interval=0.2",
+            str(PROGRAMS / program), *args,
+        ]
+        return self._start(argv, nproc, port, env, "torchrun")
+
+    def python(self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None) -> RunningJob:
+        """``python tests/programs/<program> args`` for programs that launch ranks themselves (mp.spawn)."""
+        port = free_port()
+        argv = [sys.executable, str(PROGRAMS / program), *args]
+        return self._start(argv, nproc, port, {"WORLD_SIZE_HINT": str(nproc), **(env or {})}, "python")
+
+    def cleanup(self) -> None:
+        for job in self.jobs:
+            job.stop()

@@ -1,0 +1,5 @@
+"""One module per CLI subcommand, each a ``Command`` subclass (memray style).
+
+Command modules must import cheaply: heavy work (torch, mcp, py-spy) is
+imported inside ``run``. ``rankscope.cli`` lists them in ``COMMAND_MODULES``.
+"""

@@ -1,0 +1,54 @@
+"""The Command base class and output helpers shared by every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import TextIO
+
+from pydantic import BaseModel
+
+
+class Command:
+    """A subcommand: declares its arguments and runs with parsed values.
+
+    ``run`` unpacks the Namespace into plain arguments for the library call, so
+    no argparse object ever reaches library code.
+    """
+
+    name: str = ""
+    help: str = ""
+    description: str | None = None
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover - overridden
+        pass
+
+    def run(self, args: argparse.Namespace) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON (the same model the MCP tool returns)")
+
+
+def emit(
+    model: BaseModel,
+    as_json: bool,
+    render: Callable[[BaseModel], Iterable[str]] | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Print a model as JSON or through a line renderer; the only printing layer."""
+    out = out or sys.stdout
+    if as_json or render is None:
+        out.write(model.model_dump_json(indent=2))
+        out.write("\n")
+        return
+    for line in render(model):
+        out.write(line)
+        out.write("\n")
+
+
+def print_json(data: object, out: TextIO | None = None) -> None:
+    (out or sys.stdout).write(json.dumps(data, indent=2) + "\n")

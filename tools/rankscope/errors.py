@@ -1,0 +1,98 @@
+"""One error hierarchy, each error carrying the fix.
+
+Library code raises these; only the faces turn them into exit codes (CLI) or
+``ToolError`` (MCP). Each error says what went wrong *and what to do*, because
+the reader is an engineer or an agent in the middle of an incident.
+"""
+
+from __future__ import annotations
+
+
+class RankscopeError(Exception):
+    """Base of every error rankscope reports to a user.
+
+    ``fix`` is the concrete next action. ``exit_code`` is what the CLI returns.
+    """
+
+    exit_code: int = 2
+    default_fix: str = ""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix if fix is not None else self.default_fix
+
+    def __str__(self) -> str:
+        return self.message
+
+    def render(self) -> str:
+        """The message and its fix, as one text for a person or an agent."""
+        if self.fix:
+            return f"{self.message}\nFix: {self.fix}"
+        return self.message
+
+
+class InvalidInput(RankscopeError):
+    """Arguments or files that cannot be used as given."""
+
+    default_fix = "Check the arguments; `rankscope <command> --help` lists them."
+
+
+class ProcessNotFound(RankscopeError):
+    """The pid names no running process."""
+
+    default_fix = "Run `rankscope ps` to list the distributed jobs on this host and pick a pid from there."
+
+
+class NotADistributedJob(RankscopeError):
+    """The process exists but is not part of a distributed PyTorch job."""
+
+    default_fix = (
+        "Pass the pid of a rank or of its launcher (torchrun, torch.multiprocessing.spawn, srun, mpirun); "
+        "`rankscope ps` lists the jobs it recognises."
+    )
+
+
+class NoJobsFound(RankscopeError):
+    """Nothing on this host looks like a distributed PyTorch job."""
+
+    default_fix = (
+        "Check that the job runs on this host and as a user you can inspect (same user or root). "
+        "On another node, use `rankscope stacks --hosts ...`; for a job that already died, use "
+        "`rankscope triage` on its logs or `rankscope fr` on flight-recorder dumps."
+    )
+
+
+class PermissionDenied(RankscopeError):
+    """ptrace or /proc access was refused."""
+
+    default_fix = (
+        "Run rankscope as the job's user or as root. ptrace also needs CAP_SYS_PTRACE "
+        "(containers: `docker run --cap-add SYS_PTRACE`, Kubernetes: securityContext.capabilities.add: "
+        "[SYS_PTRACE]) and, for a non-root user, `sysctl kernel.yama.ptrace_scope=0`."
+    )
+
+
+class PySpyNotFound(RankscopeError):
+    """The py-spy binary is missing."""
+
+    default_fix = "Install it into the environment that runs rankscope: `pip install py-spy`."
+
+
+class TorchMissing(RankscopeError):
+    """A feature that needs torch ran where torch cannot be imported."""
+
+    default_fix = (
+        "Run this in the Python environment of the training job (the one with torch installed), "
+        "or install a torch build that matches your CUDA version."
+    )
+
+
+class ToolTimeout(RankscopeError):
+    """An external command did not finish in time."""
+
+    default_fix = "Retry with a longer --timeout; a process stuck in the kernel (state D) cannot be sampled."
+
+
+class ExternalToolFailed(RankscopeError):
+    """An external command (py-spy, nvidia-smi, ssh, ...) failed."""

@@ -1,0 +1,54 @@
+"""``rankscope mcp``: the MCP server (stdio, no network port).
+
+Tools are registered by the adapter modules in ``rankscope.mcp_tools``; each
+exposes ``register(server)``. Logging goes to stderr only: stdout carries the
+protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+from rankscope import __version__
+
+# Adapter modules under rankscope.mcp_tools, registered in this order.
+TOOL_MODULES: tuple[str, ...] = (
+    "jobs",  # list_jobs, dump_stacks
+    "run",  # run_all_ranks
+    "env",  # collect_env
+    "logs",  # triage_logs
+    "consistency",  # check_tensor_consistency, inspect_placements
+    "repro",  # generate_repro
+    "flight",  # analyze_flight_recorder
+    "memory",  # inspect_memory
+    "skill",  # resources and prompts
+)
+
+INSTRUCTIONS = (
+    "rankscope diagnoses distributed PyTorch jobs (DDP, FSDP, DTensor) that hang, crash, compute "
+    "different results on different ranks, or run out of memory. Start with list_jobs, then dump_stacks "
+    "for a hang; read the verdict's kind and suspect_ranks and follow its next_steps. The skill "
+    "(resource rankscope://skill/SKILL.md) holds the full decision procedure."
+)
+
+
+def build_server() -> MCPServer:
+    server: MCPServer = MCPServer(name="rankscope", version=__version__, instructions=INSTRUCTIONS)
+    for name in TOOL_MODULES:
+        try:
+            mod = importlib.import_module(f"rankscope.mcp_tools.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"rankscope.mcp_tools.{name}":
+                continue  # capability not built yet
+            raise
+        mod.register(server)
+    return server
+
+
+def serve() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="rankscope-mcp: %(levelname)s %(message)s")
+    build_server().run("stdio")

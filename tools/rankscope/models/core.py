@@ -1,0 +1,204 @@
+"""The ground vocabulary: processes, jobs, stacks, verdicts and findings.
+
+These are stable JSON contracts (``--json``, MCP structured content). Add
+fields with defaults; never rename or remove one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Severity = Literal["info", "warning", "error", "critical"]
+
+LauncherKind = Literal["torchrun", "mp_spawn", "slurm", "mpi", "env", "unknown"]
+"""How a rank was started: ``env`` means a launcher that only set RANK/WORLD_SIZE
+(accelerate, deepspeed, a shell script)."""
+
+ProcState = Literal["running", "sleeping", "disk_sleep", "stopped", "tracing_stop", "zombie", "dead", "idle", "unknown"]
+
+VerdictKind = Literal[
+    "mismatched_collectives",
+    "divergent_ranks",
+    "missing_ranks",
+    "all_in_same_collective",
+    "no_collective",
+    "inconclusive",
+]
+
+
+class Model(BaseModel):
+    """Base for all rankscope models: forbid typos in field names at construction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class NextStep(Model):
+    """One concrete thing to do next, pointing into the skill and the tools."""
+
+    action: str = Field(description="What to do, in one sentence.")
+    tool: str | None = Field(default=None, description="MCP tool / CLI command to call next, e.g. 'dump_stacks'.")
+    skill_section: str | None = Field(
+        default=None, description="Playbook section that explains it, e.g. 'skill/hangs.md#mismatched-collectives'."
+    )
+
+
+class LocalVar(Model):
+    """A local variable of a frame, as py-spy reports it (already redacted)."""
+
+    name: str
+    repr: str | None = None
+    arg: bool = False
+
+
+class Frame(Model):
+    """One stack frame; stacks are stored innermost first, as py-spy prints them."""
+
+    function: str
+    file: str
+    line: int | None = None
+    module: str | None = None
+    native: bool = Field(default=False, description="True for C/C++ frames (py-spy --native).")
+    locals: list[LocalVar] | None = None
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+class ThreadStack(Model):
+    """One thread of one process."""
+
+    thread_id: int
+    os_thread_id: int | None = None
+    name: str | None = None
+    active: bool | None = None
+    owns_gil: bool | None = None
+    is_main: bool = False
+    frames: list[Frame] = Field(default_factory=list)
+
+
+class RankProcess(Model):
+    """A process that is one rank of a job, found on this host."""
+
+    rank: int | None = Field(description="Global rank; None when it could not be determined.")
+    local_rank: int | None = None
+    pid: int
+    host: str
+    state: ProcState = "unknown"
+    launcher: LauncherKind = "unknown"
+    rank_source: str = Field(default="", description="Where the rank number came from, e.g. 'env:RANK', 'spawn_index'.")
+    cmdline: list[str] = Field(default_factory=list, description="Redacted command line.")
+    python: str | None = Field(default=None, description="Interpreter executable (/proc/PID/exe).")
+    children: list[int] = Field(default_factory=list, description="Pids of this rank's children (DataLoader workers, ...).")
+
+
+class Job(Model):
+    """A distributed job as seen from this host."""
+
+    job_id: str = Field(description="TORCHELASTIC_RUN_ID, SLURM job id, launcher pid, or MASTER_ADDR:PORT.")
+    launcher: LauncherKind = "unknown"
+    launcher_pid: int | None = None
+    world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    hosts: list[str] = Field(default_factory=list)
+    ranks: list[RankProcess] = Field(default_factory=list)
+    missing_ranks: list[int] = Field(
+        default_factory=list, description="Ranks of the world not found here (on another host, or exited)."
+    )
+    exited_ranks: list[int] = Field(default_factory=list, description="Ranks known to have exited (zombies, gone).")
+    notes: list[str] = Field(default_factory=list)
+
+
+class JobList(Model):
+    """Answer of `rankscope ps` / MCP `list_jobs`."""
+
+    host: str
+    jobs: list[Job] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+class CallSite(Model):
+    """Innermost frame in user code (outside torch, site-packages and the stdlib)."""
+
+    file: str
+    line: int | None = None
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}" if self.line is not None else f"{self.file} in {self.function}"
+
+
+class RankError(Model):
+    """Why one rank's capture failed; never hides the other ranks' results."""
+
+    rank: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    kind: str = Field(description="permission_denied | pyspy_missing | process_exited | timeout | unsupported | failed | unreachable")
+    message: str
+    fix: str = ""
+
+
+class RankStack(Model):
+    """Everything captured for one rank."""
+
+    rank: int | None
+    pid: int
+    host: str
+    state: ProcState = "unknown"
+    threads: list[ThreadStack] = Field(default_factory=list)
+    op: str | None = Field(default=None, description="torch.distributed operation the rank is blocked in, if any.")
+    op_evidence: str | None = Field(default=None, description="The frame(s) the op was read from.")
+    call_site: CallSite | None = None
+    error: RankError | None = None
+
+
+class Group(Model):
+    """Ranks that share (operation, user call site)."""
+
+    ranks: list[int]
+    op: str | None = None
+    call_site: CallSite | None = None
+    state: ProcState | None = Field(default=None, description="Set when the group is formed by a process state (stopped, zombie).")
+    frames: list[Frame] = Field(default_factory=list, description="Representative main-thread stack, innermost first (bounded).")
+
+
+class Verdict(Model):
+    """What the evidence says, in a stable shape."""
+
+    kind: VerdictKind
+    suspect_ranks: list[int] = Field(default_factory=list)
+    summary: str
+    evidence: list[str] = Field(default_factory=list)
+    next_steps: list[NextStep] = Field(default_factory=list)
+
+
+class StacksReport(Model):
+    """Answer of `rankscope stacks` / MCP `dump_stacks`."""
+
+    job: Job
+    groups: list[Group] = Field(default_factory=list, description="By (op, call site).")
+    stack_groups: list[Group] = Field(default_factory=list, description="By whole main-thread stack, for display.")
+    verdict: Verdict
+    stacks: list[RankStack] = Field(default_factory=list, description="Per-rank stacks; may be omitted in bounded answers.")
+    errors: list[RankError] = Field(default_factory=list)
+    truncated: bool = False
+    hint: str | None = Field(default=None, description="How to get what a bounded answer left out.")
+
+
+class Finding(Model):
+    """One recognised event or check result (log triage, env checks, ...)."""
+
+    kind: str = Field(description="Stable identifier, e.g. 'collective_timeout', 'peer_closed'.")
+    severity: Severity = "error"
+    ranks: list[int] = Field(default_factory=list)
+    message: str
+    explanation: str = ""
+    fix: str = ""
+    source: str | None = Field(default=None, description="File (and host) the evidence came from.")
+    line_numbers: list[int] = Field(default_factory=list)
+    excerpt: str = ""
+    facts: dict[str, Any] = Field(default_factory=dict)
+    next_steps: list[NextStep] = Field(default_factory=list)

@@ -1,0 +1,112 @@
+"""Process trees from /proc, and reaping what rankscope started.
+
+torchrun starts each worker in its own session, so killing torchrun's process
+group does not reach the ranks. To leave no orphans, rankscope snapshots the
+whole tree of the pid *it started* (by parent links, never by name), signals
+each process group in it, waits a bounded time, then SIGKILLs what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid from /proc/PID/stat, or None when the process is gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def children_map() -> dict[int, list[int]]:
+    """Map every pid to its direct children, from one pass over /proc."""
+    kids: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        ppid = parent_of(pid)
+        if ppid is not None:
+            kids.setdefault(ppid, []).append(pid)
+    return kids
+
+
+def descendants(pid: int, kids: dict[int, list[int]] | None = None) -> list[int]:
+    """All descendants of ``pid`` (breadth first), not including ``pid``."""
+    kids = children_map() if kids is None else kids
+    out: list[int] = []
+    todo = list(kids.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _signal_tree(pids: list[int], sig: int) -> None:
+    groups: set[int] = set()
+    for p in pids:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(p))
+    own = os.getpgrp()
+    for g in groups:
+        if g != own:
+            with contextlib.suppress(OSError):
+                os.killpg(g, sig)
+    for p in pids:
+        with contextlib.suppress(OSError):
+            os.kill(p, sig)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return state[state.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+
+def reap_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | int, grace: float = 5.0) -> list[int]:
+    """Terminate a process we started and every descendant; return the pids signalled.
+
+    SIGTERM first (torchrun forwards it and lets ranks clean up), SIGKILL after
+    ``grace`` seconds for whatever is left. Bounded: never waits longer than
+    ``grace`` + 2 s.
+    """
+    root = proc if isinstance(proc, int) else proc.pid
+    tree = [root, *descendants(root)]
+    live = [p for p in tree if _alive(p)]
+    if live:
+        _signal_tree(live, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            # re-scan: a launcher may have spawned more children meanwhile
+            tree = list(dict.fromkeys([*tree, *descendants(root)]))
+            live = [p for p in tree if _alive(p)]
+            if not live:
+                break
+            if not isinstance(proc, int):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.05)
+            else:
+                time.sleep(0.05)
+        if live:
+            _signal_tree(live, signal.SIGKILL)
+    if not isinstance(proc, int):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+    return tree

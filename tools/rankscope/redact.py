@@ -38,8 +38,13 @@ _KNOWN_TOKENS = re.compile(
     r"\b(ghp_[A-Za-z0-9]{20,}|gho_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}|"
     r"xox[baprs]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|wandb_[A-Za-z0-9]{20,})\b"
 )
-_INLINE_ASSIGN = re.compile(
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>\s*[=:]\s*|=)(?P<quote>['\"]?)(?P<val>[^\s'\",;}]+)(?P=quote)"
+# ``name=value`` first, then ``name: value``: a colon pass alone would read
+# "set: api_key=X" as the key "set" with the value "api_key=X".
+_INLINE_ASSIGNS = tuple(
+    re.compile(
+        r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>\s*" + sep + r"\s*)(?P<quote>['\"]?)(?P<val>[^\s'\",;}]+)(?P=quote)"
+    )
+    for sep in ("=", ":")
 )
 
 
@@ -85,7 +90,8 @@ class Redactor:
         text = _QUERY_SECRET.sub(lambda m: f"{m['key']}={MASK}", text)
         text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
         text = _KNOWN_TOKENS.sub(MASK, text)
-        text = _INLINE_ASSIGN.sub(self._inline, text)
+        for pattern in _INLINE_ASSIGNS:
+            text = pattern.sub(self._inline, text)
         return text
 
     @staticmethod

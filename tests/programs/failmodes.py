@@ -1,0 +1,101 @@
+"""Real failures under torchrun on CPU/gloo, for log triage tests.
+
+``python failmodes.py MODE`` where MODE is one of: timeout, exit_early,
+unused_params, dl_worker_kill, sigkill, ok. Rank 1 is the culprit in each.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from _common import mark_ready
+
+
+def _init(timeout_s: float = 60.0) -> tuple[int, int]:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def timeout() -> None:
+    rank, _ = _init(timeout_s=3.0)
+    t = torch.ones(4)
+    dist.all_reduce(t)  # seq 1 on both ranks
+    if rank == 1:
+        # The culprit: never joins the second all_reduce; stays alive past the peers' timeout.
+        mark_ready("culprit")
+        time.sleep(12)
+        os._exit(0)
+    dist.all_reduce(t)
+
+
+def exit_early() -> None:
+    rank, _ = _init()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        raise SystemExit(3)
+    dist.all_reduce(t)
+
+
+def unused_params() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = torch.nn.Linear(4, 4)
+            self.unused = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    _init()
+    model = DDP(Net())
+    for _ in range(2):
+        model(torch.ones(2, 4)).sum().backward()
+
+
+class _KillingDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if int(os.environ["RANK"]) == 1 and i == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.ones(2)
+
+
+def dl_worker_kill() -> None:
+    _init()
+    loader = torch.utils.data.DataLoader(_KillingDataset(), batch_size=1, num_workers=1)
+    for batch in loader:
+        dist.all_reduce(batch)
+
+
+def sigkill() -> None:
+    rank, _ = _init()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(t)
+
+
+def ok() -> None:
+    _init()
+    dist.all_reduce(torch.ones(1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    globals()[mode]()
+    if dist.is_initialized():
+        dist.destroy_process_group()

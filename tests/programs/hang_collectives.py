@@ -1,0 +1,103 @@
+"""A small training loop that hangs in a chosen way (torchrun, gloo, CPU).
+
+Modes (``--mode``):
+  mismatch   rank ``--odd`` calls barrier() inside a helper while the others all_reduce in a nested module
+  divergent  rank ``--odd`` blocks on a queue.get() the others never feed; ``--stop`` rank SIGSTOPs itself
+  early      rank ``--odd`` leaves the loop early and waits in its own code; the others all_reduce
+  same       every rank waits in recv() from its right neighbour: all in the same op at the same line
+  idle       no rank communicates: every rank waits on an Event (compute/data-loading stand-in)
+  partial    mark ready, then init_process_group: with fewer ranks started than WORLD_SIZE every
+             rank waits there for the ones that never came (see hang_envlaunch.py)
+
+``--loader`` gives rank 0 a live DataLoader worker (a child that inherited RANK: not a rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from _common import mark_ready
+
+
+class Reducer(torch.nn.Module):
+    """A nested module whose forward issues the collective (a shape seen in real code)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x)
+        return x
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sync = Reducer()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sync(x * 2)
+
+
+def sync_metrics() -> None:
+    dist.barrier()
+
+
+def heartbeat(stop: threading.Event) -> None:
+    """A background thread that must not be mistaken for the main thread."""
+    while not stop.wait(timeout=3600):
+        pass
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", required=True)
+    p.add_argument("--odd", type=int, default=-1)
+    p.add_argument("--stop", type=int, default=-1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--loader", action="store_true")
+    a = p.parse_args()
+    if a.mode == "partial":
+        mark_ready(f"rank{os.environ['RANK']}")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    batches = None
+    if a.loader and rank == 0:
+        data = torch.utils.data.TensorDataset(torch.ones(64, 4))
+        loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=1, persistent_workers=True)
+        batches = iter(loader)
+        next(batches)  # the worker process is alive from here on
+    stop = threading.Event()
+    threading.Thread(target=heartbeat, args=(stop,), name="heartbeat", daemon=True).start()
+    model = Model()
+    for step in range(a.steps):
+        x = torch.ones(4)
+        last = step == a.steps - 1
+        if not last:
+            model(x)
+            continue
+        mark_ready(f"rank{rank}")
+        if rank == a.stop:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if a.mode == "mismatch" and rank == a.odd:
+            sync_metrics()
+        elif a.mode == "divergent" and rank == a.odd:
+            queue.Queue().get()
+        elif a.mode == "early" and rank == a.odd:
+            threading.Event().wait()
+        elif a.mode == "same":
+            buf = torch.zeros(4)
+            dist.recv(buf, src=(rank + 1) % world)
+        elif a.mode == "idle":
+            threading.Event().wait()
+        else:
+            model(x)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Flight recorder: real gloo hangs dumped through the probe, NCCL-layout dumps, bad files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import signal
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rankscope import api
+from rankscope.cli import main as cli_main
+from rankscope.errors import InvalidInput
+from rankscope.flight import analyze_flight_recorder
+from rankscope.models.core import Job, StacksReport, Verdict
+from rankscope.models.flight import FlightReport
+from tests.jobs import JobFactory, wait_for
+
+DATA = Path(__file__).resolve().parent / "data" / "flight"
+
+
+def _signal_until_dumped(pids: list[int], dump: Path, nranks: int, timeout: float = 60.0) -> None:
+    """SIGUSR1 every rank, then wait for every rank's trace (re-signal a slow starter every 5 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR1)
+        try:
+            wait_for(
+                lambda: all(
+                    (dump / f"fr_trace_rank_{r}").exists() and (dump / f"stacks_rank_{r}.txt").exists()
+                    for r in range(nranks)
+                ),
+                timeout=min(5.0, max(0.1, deadline - time.monotonic())),
+                what="flight-recorder dumps",
+            )
+            return
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def _rank_pids(job: object) -> list[int]:
+    pids = []
+    for pid in job.rank_pids():  # type: ignore[attr-defined]
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"fr_hang.py" in cmd:
+            pids.append(pid)
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "kind", "mismatch", "stuck_rank"),
+    [
+        ("skip", "divergent_ranks", "not_entered", 0),
+        ("swap", "mismatched_collectives", "op_mismatch", 0),
+        ("shape", "mismatched_collectives", "size_mismatch", None),
+    ],
+)
+def test_real_gloo_hang_dumped_by_probe(
+    jobs: JobFactory, tmp_path: Path, mode: str, kind: str, mismatch: str, stuck_rank: int | None
+) -> None:
+    dump = tmp_path / "dump"
+    job = jobs.torchrun("fr_hang.py", nproc=2, args=[mode, str(dump)])
+    job.wait_ready(["rank0", "rank1"], timeout=90)
+    pids = _rank_pids(job)
+    assert len(pids) == 2, job.output()
+    _signal_until_dumped(pids, dump, 2)
+    assert job.proc.poll() is None, "SIGUSR1 must not kill the ranks"
+
+    if stuck_rank is not None:
+        # The dump was written while this rank's main thread sat inside the gloo all_reduce:
+        # the proof that the wakeup-fd thread works where a Python signal handler cannot run.
+        sections = (dump / f"stacks_rank_{stuck_rank}.txt").read_text().split("\n\n")
+        main_thread = next(sec for sec in sections if "fr_hang.py" in sec and " in main" in sec)
+        assert not main_thread.lstrip().startswith("Current thread"), main_thread
+        assert "distributed_c10d.py" in main_thread and " in all_reduce" in main_thread, main_thread
+
+    report = analyze_flight_recorder([str(dump)])
+    assert report.ranks == [0, 1] and report.errors == []
+    assert report.verdict.kind == kind
+    assert report.verdict.suspect_ranks == [1]
+    assert report.first_mismatch is not None
+    assert report.first_mismatch.kind == mismatch
+    assert report.first_mismatch.seq_id == 3
+    # Gloo's pg_config has an empty name: repaired from the entries.
+    assert any("empty name" in r for d in report.dumps for r in d.repaired)
+    sites = {e.call_site.file for e in report.first_mismatch.entries if e.call_site}
+    assert sites and all(s.endswith("fr_hang.py") for s in sites)
+
+
+def test_gloo_skip_from_captured_dumps() -> None:
+    report = analyze_flight_recorder([str(DATA / "gloo_skip")])
+    assert report.verdict.kind == "divergent_ranks"
+    assert report.verdict.suspect_ranks == [1]
+    assert "rank 1 never entered gloo:all_reduce #3" in report.verdict.summary
+    progress = {p.rank: p for p in report.process_groups[0].progress}
+    assert progress[0].pending_op == "gloo:all_reduce #3"
+    assert progress[1].last_entered == 2 and progress[1].pending_op is None
+
+
+def test_gloo_swap_uses_torchfrtrace_matcher() -> None:
+    report = analyze_flight_recorder([str(DATA / "gloo_swap")])
+    assert report.first_mismatch is not None
+    assert report.first_mismatch.torchfrtrace is not None
+    assert report.first_mismatch.torchfrtrace.startswith("COLLECTIVE_TYPE_MISMATCH")
+    plain = analyze_flight_recorder([str(DATA / "gloo_swap")], use_torchfrtrace=False)
+    assert plain.first_mismatch is not None and plain.first_mismatch.torchfrtrace is None
+    assert plain.verdict.kind == report.verdict.kind == "mismatched_collectives"
+
+
+def test_nccl_layout_dtype_mismatch_names_the_odd_rank() -> None:
+    report = analyze_flight_recorder([str(DATA / "nccl_dtype")])
+    assert report.world_size == 4 and report.missing_ranks == []
+    assert report.verdict.kind == "mismatched_collectives"
+    assert report.verdict.suspect_ranks == [2]
+    m = report.first_mismatch
+    assert m is not None and m.kind == "dtype_mismatch" and m.seq_id == 7
+    odd = next(e for e in m.entries if e.rank == 2)
+    assert odd.input_dtypes == ["BFloat16"] and odd.state == "started" and not odd.completed
+    assert odd.call_site is not None and (odd.call_site.file, odd.call_site.line) == (
+        "/home/alice/train.py",
+        91,
+    )
+    assert report.dumps[0].repaired == []  # NCCL's pg_config needs no repair
+
+
+def test_nccl_partial_rank_set_and_ring_buffer_window() -> None:
+    report = analyze_flight_recorder([str(DATA / "nccl_partial")])
+    assert report.ranks == [0, 1]
+    assert report.missing_ranks == [2, 3]
+    assert report.verdict.kind == "missing_ranks"
+    assert report.verdict.suspect_ranks == [2, 3]
+    pg = report.process_groups[0]
+    assert (pg.aligned_from, pg.aligned_to) == (5, 10)  # rank 1's buffer no longer holds #3, #4
+
+
+def test_json_dumps_and_single_files(tmp_path: Path) -> None:
+    for r in (0, 1):
+        data = pickle.loads((DATA / "gloo_skip" / f"fr_trace_rank_{r}").read_bytes())
+        (tmp_path / f"trace_{r}.json").write_text(json.dumps(data))
+    report = analyze_flight_recorder([str(tmp_path / "trace_0.json"), str(tmp_path / "trace_1.json")])
+    assert [d.format for d in report.dumps] == ["json", "json"]
+    assert report.verdict.kind == "divergent_ranks" and report.verdict.suspect_ranks == [1]
+
+
+def test_corrupted_and_hostile_files_are_per_file_errors(tmp_path: Path) -> None:
+    shutil.copytree(DATA / "nccl_dtype", tmp_path / "d")
+    good = (tmp_path / "d" / "nccl_trace_rank_1").read_bytes()
+    (tmp_path / "d" / "nccl_trace_rank_1").write_bytes(good[: len(good) // 2])  # died while writing
+
+    class Boom:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    (tmp_path / "d" / "nccl_trace_rank_3").write_bytes(pickle.dumps({"entries": [], "x": Boom()}))
+    report = analyze_flight_recorder([str(tmp_path / "d")])
+    assert not (tmp_path / "pwned").exists(), "a dump must never run code"
+    assert sorted(e.rank for e in report.errors if e.rank is not None) == [1, 3]
+    assert all(e.kind == "corrupt_dump" and e.fix for e in report.errors)
+    assert any("refusing to load" in e.message for e in report.errors)
+    assert report.ranks == [0, 2] and report.missing_ranks == [1, 3]
+    # the two readable ranks still disagree on #7's dtype
+    assert report.verdict.kind == "mismatched_collectives"
+    assert "no readable dump for ranks 1,3" in report.verdict.evidence
+
+
+def test_nothing_readable_is_inconclusive(tmp_path: Path) -> None:
+    (tmp_path / "fr_trace_rank_0").write_bytes(b"garbage")
+    (tmp_path / "notes").write_text("{}")
+    report = analyze_flight_recorder([str(tmp_path)])
+    assert report.verdict.kind == "inconclusive"
+    kinds = sorted(e.kind for e in report.errors)
+    assert kinds == ["bad_name", "corrupt_dump"]
+
+
+def test_bad_paths_raise_with_fix(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        analyze_flight_recorder([str(tmp_path / "nope")])
+    assert "TORCH_FR_DUMP_TEMP_FILE" in exc.value.fix
+    with pytest.raises(InvalidInput):
+        analyze_flight_recorder([str(tmp_path)])  # empty directory
+    (tmp_path / "stacks.json").write_text("{}")
+    with pytest.raises(InvalidInput) as exc2:
+        analyze_flight_recorder([str(DATA / "gloo_skip")], stacks_report=str(tmp_path / "stacks.json"))
+    assert "rankscope stacks --json" in exc2.value.fix
+
+
+def _stacks_report(kind: str, suspects: list[int]) -> StacksReport:
+    return StacksReport(
+        job=Job(job_id="j", world_size=4),
+        verdict=Verdict(kind=kind, suspect_ranks=suspects, summary=f"live: {kind}"),  # type: ignore[arg-type]
+    )
+
+
+def test_merge_with_live_stacks(tmp_path: Path) -> None:
+    live = tmp_path / "live.json"
+    live.write_text(_stacks_report("divergent_ranks", [3]).model_dump_json())
+    # the recorder alone says missing ranks 2,3 ... the live stacks are more specific
+    merged = analyze_flight_recorder([str(DATA / "nccl_partial")], stacks_report=str(live))
+    assert merged.stacks_verdict is not None and merged.stacks_verdict.kind == "divergent_ranks"
+    assert merged.verdict.kind == "missing_ranks"  # both specific: the recorder's answer stays
+    live.write_text(_stacks_report("mismatched_collectives", [2]).model_dump_json())
+    agree = analyze_flight_recorder([str(DATA / "nccl_dtype")], stacks_report=str(live))
+    assert any("agree on rank 2" in e for e in agree.verdict.evidence)
+    # the recorder saw nothing specific (all completed): the live verdict takes over
+    done = tmp_path / "done"
+    done.mkdir()
+    for r in (0, 1):
+        data = pickle.loads((DATA / "gloo_skip" / f"fr_trace_rank_{r}").read_bytes())
+        data["entries"] = data["entries"][:2]
+        (done / f"fr_trace_rank_{r}").write_bytes(pickle.dumps(data))
+    live.write_text(_stacks_report("divergent_ranks", [1]).model_dump_json())
+    taken = analyze_flight_recorder([str(done)], stacks_report=str(live))
+    assert taken.verdict.kind == "divergent_ranks" and taken.verdict.suspect_ranks == [1]
+    assert "from live stacks" in taken.verdict.summary
+
+
+def test_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = cli_main(["fr", str(DATA / "nccl_dtype"), "--json"])
+    assert rc == 0
+    report = FlightReport.model_validate_json(buf.getvalue())
+    assert report.verdict.suspect_ranks == [2]
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert cli_main(["fr", str(DATA / "gloo_swap")]) == 0
+    text = buf.getvalue()
+    assert "Verdict: mismatched_collectives  suspects: 1" in text
+    assert "recorded stack of rank 1" in text
+    assert cli_main(["fr", "/nonexistent/dumps"]) == 2
+    assert "Fix:" in capsys.readouterr().err
+
+
+def test_api_and_mcp_tool() -> None:
+    from rankscope.mcp_tools.flight import analyze_flight_recorder as tool
+
+    assert api.analyze_flight_recorder is analyze_flight_recorder
+    report = anyio.run(lambda: tool([str(DATA / "gloo_shape")]))
+    assert isinstance(report, FlightReport)
+    assert report.first_mismatch is not None and report.first_mismatch.kind == "size_mismatch"
+
+
+def test_enable_flight_recorder_rejects_bad_buffer(tmp_path: Path) -> None:
+    from rankscope.probe.flight import enable_flight_recorder
+
+    with pytest.raises(InvalidInput):
+        enable_flight_recorder(str(tmp_path), buffer_size=0)

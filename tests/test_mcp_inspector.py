@@ -1,0 +1,83 @@
+"""The MCP Inspector CLI (npm @modelcontextprotocol/inspector, pinned in tests/inspector)
+as an independent client of `rankscope mcp`: another implementation of the protocol
+must see the same tools, schemas, resources and prompts as the Python SDK does.
+
+`.ci/setup` runs `npm install` in tests/inspector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+INSPECTOR_DIR = Path(__file__).resolve().parent / "inspector"
+INSPECTOR = INSPECTOR_DIR / "node_modules" / ".bin" / "mcp-inspector"
+RANKSCOPE = str(Path(sys.executable).parent / "rankscope")
+
+
+@pytest.fixture(scope="module")
+def inspector(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    assert INSPECTOR.exists(), (
+        f"{INSPECTOR} is missing: run `.ci/setup` (or `npm install` in {INSPECTOR_DIR}) to install the pinned Inspector"
+    )
+    home = tmp_path_factory.mktemp("inspector-home")
+
+    def run(*args: str) -> dict[str, Any]:
+        env = {**os.environ, "HOME": str(home), "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run(
+            [str(INSPECTOR), "--cli", RANKSCOPE, "mcp", *args],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+            cwd=str(INSPECTOR_DIR),
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, (
+            f"inspector {args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}"
+        )
+        data: dict[str, Any] = json.loads(proc.stdout)
+        return data
+
+    return run
+
+
+def test_inspector_tools_list(inspector: Any) -> None:
+    tools = {t["name"]: t for t in inspector("--method", "tools/list")["tools"]}
+    for name in ("list_jobs", "dump_stacks"):
+        tool = tools[name]
+        assert tool["annotations"]["readOnlyHint"] is True
+        assert tool["annotations"]["destructiveHint"] is False
+        assert tool["annotations"]["openWorldHint"] is False
+        assert tool["outputSchema"]["type"] == "object"
+    assert "verdict" in tools["dump_stacks"]["outputSchema"]["required"]
+    assert "full_ranks" in tools["dump_stacks"]["inputSchema"]["properties"]
+
+
+def test_inspector_tools_call(inspector: Any) -> None:
+    result = inspector("--method", "tools/call", "--tool-name", "list_jobs")
+    assert result["isError"] is False
+    structured = result["structuredContent"]
+    assert set(structured) == {"host", "jobs", "errors"}
+    assert json.loads(result["content"][0]["text"]) == structured  # the text block mirrors the structure
+
+
+def test_inspector_resource_read(inspector: Any) -> None:
+    result = inspector("--method", "resources/read", "--uri", "rankscope://skill/hangs.md")
+    (content,) = result["contents"]
+    assert content["mimeType"] == "text/markdown"
+    assert content["text"].startswith("# Hangs")
+
+
+def test_inspector_prompt_get(inspector: Any) -> None:
+    result = inspector(
+        "--method", "prompts/get", "--prompt-name", "diagnose_hang", "--prompt-args", "pid=31337"
+    )
+    text = result["messages"][0]["content"]["text"]
+    assert "dump_stacks on pid=31337" in text

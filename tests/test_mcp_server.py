@@ -1,0 +1,267 @@
+"""The MCP server in process, through the SDK's own Client: tools, errors, resources, prompts.
+
+One real hung gloo job serves the live calls; the error paths use real processes too
+(a pid that does not exist, a non-Python process, a Python process outside any job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+
+from rankscope.mcp_server import build_server
+from rankscope.resources import playbooks_dir, skill_md
+from tests.jobs import JobFactory
+
+T = TypeVar("T")
+
+MY_TOOLS = ("list_jobs", "dump_stacks")
+PROMPTS = ("diagnose_hang", "diagnose_crash", "diagnose_wrong_results", "diagnose_oom")
+
+
+def with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with Client(build_server()) as client:
+            return await fn(client)
+
+    return anyio.run(main)
+
+
+def call(name: str, args: dict[str, Any]) -> CallToolResult:
+    return with_client(lambda c: c.call_tool(name, args))
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error, f"expected an error, got {result.structured_content}"
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+@pytest.fixture
+def idle_children() -> Iterator[dict[str, int]]:
+    """A non-Python process and a Python process that belong to no distributed job."""
+    sleeper = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+    python = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={"PATH": os.environ["PATH"]},
+    )
+    try:
+        yield {"sleep": sleeper.pid, "python": python.pid}
+    finally:
+        for proc in (sleeper, python):
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait(timeout=10)
+    return proc.pid
+
+
+# -- discovery of the server's surface ---------------------------------------------------------
+
+
+def test_tools_list_names_annotations_and_output_schemas() -> None:
+    tools = {t.name: t for t in with_client(lambda c: c.list_tools()).tools}
+    for name in MY_TOOLS:
+        tool = tools[name]
+        assert tool.title and tool.description and len(tool.description) > 80
+        ann = tool.annotations
+        assert ann is not None
+        assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
+            True,
+            False,
+            True,
+            False,
+        )
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+    assert {"host", "jobs", "errors"} <= set(tools["list_jobs"].output_schema["properties"])
+    out = tools["dump_stacks"].output_schema
+    assert {"job", "groups", "verdict", "stacks", "truncated", "hint"} <= set(out["properties"])
+    # the verdict kinds the skill documents are the schema's enum
+    kinds = set(out["$defs"]["Verdict"]["properties"]["kind"]["enum"])
+    assert kinds == {
+        "mismatched_collectives",
+        "divergent_ranks",
+        "missing_ranks",
+        "all_in_same_collective",
+        "no_collective",
+        "inconclusive",
+    }
+    params = set(tools["dump_stacks"].input_schema["properties"])
+    assert params == {
+        "pid",
+        "native",
+        "locals",
+        "nonblocking",
+        "full_ranks",
+        "hosts",
+        "via",
+        "job",
+        "namespace",
+        "timeout",
+    }
+    assert "ctx" not in tools["list_jobs"].input_schema["properties"]
+
+
+def test_resources_serve_skill_md_and_every_playbook() -> None:
+    async def read_all(c: Client) -> tuple[list[str], dict[str, str]]:
+        listed = [str(r.uri) for r in (await c.list_resources()).resources]
+        texts: dict[str, str] = {}
+        for uri in listed:
+            res = await c.read_resource(uri)
+            block = res.contents[0]
+            texts[uri] = getattr(block, "text", "")
+            assert block.mime_type == "text/markdown"
+        return listed, texts
+
+    listed, texts = with_client(read_all)
+    expected = ["rankscope://skill/SKILL.md"] + [
+        f"rankscope://skill/{p.name}" for p in sorted(playbooks_dir().glob("*.md"))
+    ]
+    assert sorted(listed) == sorted(expected)
+    assert "rankscope://skill/hangs.md" in listed
+    assert texts["rankscope://skill/SKILL.md"] == skill_md().read_text(encoding="utf-8")
+    assert "## Mismatched collectives" in texts["rankscope://skill/hangs.md"]
+
+
+def test_prompts_for_the_main_procedures() -> None:
+    async def get(c: Client) -> tuple[list[str], str, str]:
+        names = [p.name for p in (await c.list_prompts()).prompts]
+        hang = await c.get_prompt("diagnose_hang", {"pid": "4242"})
+        oom = await c.get_prompt("diagnose_oom", {"snapshot_dir": "/data/snaps"})
+        h, o = hang.messages[0].content, oom.messages[0].content
+        assert isinstance(h, TextContent) and isinstance(o, TextContent)
+        return names, h.text, o.text
+
+    names, hang, oom = with_client(get)
+    assert set(PROMPTS) <= set(names)
+    assert "dump_stacks on pid=4242" in hang and "list_jobs" in hang
+    for kind in (
+        "mismatched_collectives",
+        "divergent_ranks",
+        "missing_ranks",
+        "all_in_same_collective",
+        "no_collective",
+    ):
+        assert kind in hang
+    assert "Root cause" in hang and "rankscope://skill/hangs.md" in hang
+    assert "/data/snaps" in oom and "inspect_memory" in oom and "empty_cache" in oom
+
+
+# -- error paths: every one is a ToolError whose text carries the fix ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "expected"),
+    [
+        (
+            "list_jobs",
+            {"pid": -1},
+            "pid must be a positive process id, got -1. Fix: Call list_jobs without arguments",
+        ),
+        ("dump_stacks", {"pid": 0}, "pid must be a positive process id, got 0. Fix:"),
+        ("dump_stacks", {"timeout": 0}, "timeout must be positive, got 0.0. Fix: Pass a timeout in seconds"),
+        ("dump_stacks", {"full_ranks": [-2]}, "full_ranks must hold rank numbers (0 and up), got [-2]. Fix:"),
+        ("dump_stacks", {"hosts": []}, "hosts is empty. Fix: Leave hosts out for this host"),
+        ("dump_stacks", {"job": "1234"}, "job and namespace only apply with hosts"),
+        ("dump_stacks", {"pid": "abc"}, "Error executing tool dump_stacks"),
+    ],
+)
+def test_bad_arguments_are_tool_errors_with_the_fix(tool: str, args: dict[str, Any], expected: str) -> None:
+    text = error_text(call(tool, args))
+    assert expected in text
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("tool", MY_TOOLS)
+def test_pid_that_does_not_exist(tool: str) -> None:
+    pid = _dead_pid()
+    text = error_text(call(tool, {"pid": pid}))
+    assert f"No process with pid {pid} on this host" in text
+    assert "Fix: Run `rankscope ps`" in text
+
+
+@pytest.mark.parametrize("tool", MY_TOOLS)
+def test_pid_outside_any_job(tool: str, idle_children: dict[str, int]) -> None:
+    sleep_pid, py_pid = idle_children["sleep"], idle_children["python"]
+    text = error_text(call(tool, {"pid": sleep_pid}))
+    assert f"Process {sleep_pid} (sleep 300) is not a Python process" in text
+    assert "Fix: Pass the pid of a rank or of its launcher" in text
+    text = error_text(call(tool, {"pid": py_pid}))
+    assert "is a Python process but not part of a distributed PyTorch job" in text
+    assert "Fix: Pass the pid of a rank or of its launcher" in text
+
+
+# -- a live hung job ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun("mcp_hang.py", nproc=2, args=["--mode", "divergent"])
+    job.wait_ready(["rank0", "rank1"])
+    ranks = job.rank_pids()
+
+    async def session(c: Client) -> dict[str, Any]:
+        listed = await c.call_tool("list_jobs", {"pid": job.pid})
+        assert not listed.is_error, listed.content
+        progress: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, total, message))
+
+        # rank 0 marks itself ready just before all_reduce: poll until it is inside it
+        report: dict[str, Any] = {}
+        with anyio.fail_after(60):
+            while report.get("verdict", {}).get("kind") != "divergent_ranks":
+                progress.clear()
+                res = await c.call_tool("dump_stacks", {"pid": job.pid}, progress_callback=on_progress)
+                assert not res.is_error, res.content
+                report = res.structured_content or {}
+        full = await c.call_tool("dump_stacks", {"pid": ranks[0], "full_ranks": [1]})
+        assert not full.is_error, full.content
+        return {
+            "listed": listed.structured_content,
+            "report": report,
+            "size": len(json.dumps(report)),
+            "progress": list(progress),
+            "full": full.structured_content,
+        }
+
+    out = with_client(session)
+    listed = out["listed"]
+    (found,) = listed["jobs"]
+    assert found["launcher"] == "torchrun" and found["launcher_pid"] == job.pid and found["world_size"] == 2
+    assert {r["rank"]: r["pid"] for r in found["ranks"]}.keys() == {0, 1}
+    assert {r["pid"] for r in found["ranks"]} <= set(ranks)
+
+    report = out["report"]
+    verdict = report["verdict"]
+    assert verdict["suspect_ranks"] == [1]
+    assert "rank 1" in verdict["summary"] and "all_reduce" in verdict["summary"]
+    assert any(s["skill_section"] == "skill/hangs.md#divergent-ranks" for s in verdict["next_steps"])
+    # bounded: groups and verdict, no per-rank stacks unless asked, and a hint saying how to get them
+    assert out["size"] <= 16_000
+    assert report["truncated"] is True and "full_ranks" in report["hint"]
+    assert [(s["rank"], s["threads"]) for s in report["stacks"]] == [(1, [])]  # the suspect, without its stack
+    ops = {g["op"] for g in report["groups"]}
+    assert "all_reduce" in ops
+    assert [p[0] for p in out["progress"]] == [0, 1, 2, 3]
+    assert out["progress"][-1][2] == "verdict: divergent_ranks"
+
+    full = out["full"]
+    assert [s["rank"] for s in full["stacks"]] == [1]
+    frames = [f["function"] for t in full["stacks"][0]["threads"] for f in t["frames"]]
+    assert "wait_for_config_reload" in frames

@@ -1,0 +1,122 @@
+"""Bounded answers: every group and the suspects, without every rank's full stack.
+
+An agent's context is the scarce resource. A 64-rank dump with native frames is hundreds
+of kilobytes of near-identical stacks; what the agent needs is the list of groups, who
+the suspects are, and the frames where the groups differ. Full stacks of named ranks
+come only on request (``full_ranks``).
+"""
+
+from __future__ import annotations
+
+from rankscope.analysis.collectives import classify_native_frame
+from rankscope.analysis.ranges import rank_ranges
+from rankscope.models.core import Frame, Group, RankProcess, RankStack, StacksReport
+
+_FRAME_STEPS = (16, 8, 4, 2)
+_MAX_ERRORS = 20
+_MAX_GROUPS = 32
+
+
+def _key(frame: Frame) -> tuple[str, str, int]:
+    return (frame.function, frame.file, frame.line or 0)
+
+
+def _common_outer(groups: list[Group]) -> int:
+    """How many outermost frames all groups share (py-spy order is innermost first)."""
+    stacks = [g.frames for g in groups if g.frames]
+    if len(stacks) < 2:
+        return 0
+    n = 0
+    while all(len(s) > n for s in stacks) and len({_key(s[-1 - n]) for s in stacks}) == 1:
+        n += 1
+    return n
+
+
+def _trim(frames: list[Frame], common: int, limit: int) -> list[Frame]:
+    """Frames down to where this group joins the others (plus one shared frame for context).
+
+    Native frames are kept only when they carry communication meaning (c10d, gloo, NCCL).
+    """
+    keep_until = len(frames) - common + 1 if common else len(frames)
+    out: list[Frame] = []
+    for frame in frames[: max(keep_until, 1)]:
+        if frame.native and classify_native_frame(frame.function) is None:
+            continue
+        out.append(frame.model_copy(update={"locals": None}) if frame.locals else frame)
+    if len(out) > limit:
+        out = [*out[: limit - 1], out[-1]]
+    return out
+
+
+def _bounded_groups(groups: list[Group], limit: int) -> list[Group]:
+    common = _common_outer(groups)
+    return [g.model_copy(update={"frames": _trim(g.frames, common, limit)}) for g in groups[:_MAX_GROUPS]]
+
+
+def _stub(stack: RankStack) -> RankStack:
+    return stack.model_copy(update={"threads": []})
+
+
+def _slim_rank(proc: RankProcess) -> RankProcess:
+    return proc.model_copy(update={"cmdline": proc.cmdline[:4]})
+
+
+def bound_report(
+    report: StacksReport, max_bytes: int = 16_000, full_ranks: list[int] | None = None
+) -> StacksReport:
+    """The report an MCP client gets by default: groups, suspects, differing frames, bounded.
+
+    Per-rank stacks are kept only for ``full_ranks``; suspects keep their op and call site
+    without threads. ``truncated`` and ``hint`` say how to get the rest.
+    """
+    wanted = set(full_ranks or [])
+    suspects = set(report.verdict.suspect_ranks)
+    stacks = [
+        s if s.rank in wanted else _stub(s) for s in report.stacks if s.rank in wanted or s.rank in suspects
+    ]
+    ranks_all = report.job.ranks
+    keep_ranks = [
+        r if r.rank in wanted or r is ranks_all[0] else _slim_rank(r)
+        for r in ranks_all
+        if r is ranks_all[0] or r.rank in wanted or r.rank in suspects
+    ]
+    notes = list(report.job.notes)
+    if len(keep_ranks) < len(ranks_all):
+        by_host: dict[str, list[int]] = {}
+        for r in ranks_all:
+            if r.rank is not None:
+                by_host.setdefault(r.host, []).append(r.rank)
+        pids = sorted(r.pid for r in ranks_all)
+        notes.append(
+            "job.ranks lists only the first rank, the suspects and full_ranks; found: "
+            + "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
+            + f" (pids {rank_ranges(pids)})"
+        )
+    job = report.job.model_copy(update={"ranks": keep_ranks, "notes": notes})
+    errors = report.errors[:_MAX_ERRORS]
+    left = len(report.errors) - len(errors)
+    hint = (
+        "Per-rank stacks are omitted: pass full_ranks=[N, ...] (CLI: `rankscope stacks --json --rank N`) "
+        "for the full stacks of named ranks."
+    )
+    if left:
+        hint += f" {left} more capture errors were left out."
+    if len(report.groups) > _MAX_GROUPS or len(report.stack_groups) > _MAX_GROUPS:
+        hint += f" Only the {_MAX_GROUPS} largest groups are listed."
+    out = report
+    for limit in _FRAME_STEPS:
+        out = report.model_copy(
+            update={
+                "job": job,
+                "groups": _bounded_groups(report.groups, limit),
+                "stack_groups": _bounded_groups(report.stack_groups, limit),
+                "stacks": stacks,
+                "errors": errors,
+                "truncated": True,
+                "hint": hint,
+            }
+        )
+        if len(out.model_dump_json()) <= max_bytes:
+            return out
+    # Still too big (thousands of distinct groups): drop the display groups, keep the op groups.
+    return out.model_copy(update={"stack_groups": [], "hint": hint + " Whole-stack groups were left out."})

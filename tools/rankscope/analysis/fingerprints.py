@@ -1,0 +1,300 @@
+"""Compare per-rank tensor fingerprints: which tensors differ on which ranks.
+
+Pure: takes the fingerprints every rank computed and returns a
+``ConsistencyReport``. Each tensor is compared within its *replica group*:
+ranks that hold the same (shard of the) tensor. For a plain tensor that is
+every rank; for a DTensor it is the ranks whose mesh coordinates agree on all
+non-Replicate dims (``Fingerprint.shard_key``), so shards that legitimately
+differ are never compared with each other.
+
+Within a group the reference is the majority value (exact checksum, or the
+float summaries within atol/rtol when a tolerance is given). Ties — two ranks
+that disagree, or every rank different — are broken in favour of the group
+holding the lowest rank, and marked ``tie``, because with no majority the
+data cannot say which side is right.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from rankscope.models.core import NextStep
+from rankscope.models.probe import (
+    ConsistencyReport,
+    DivergentTensor,
+    Fingerprint,
+    KeyPresence,
+    NonFinite,
+    RankFingerprints,
+    RankValue,
+)
+
+NO_GRAD = "none"
+"""dtype of the fingerprint of a parameter whose .grad is None on that rank."""
+
+
+def _close(a: float | None, b: float | None, atol: float, rtol: float) -> bool:
+    if a is None or b is None:
+        return a is b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def _same(a: Fingerprint, b: Fingerprint, atol: float, rtol: float) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if atol == 0 and rtol == 0:
+        return a.checksum == b.checksum
+    return (
+        a.checksum == b.checksum
+        or (_close(a.sum, b.sum, atol, rtol) and _close(a.abs_max, b.abs_max, atol, rtol) and a.nan == b.nan and a.inf == b.inf)
+    )
+
+
+def _reference(ranks: list[int], fps: Mapping[int, Fingerprint], atol: float, rtol: float) -> tuple[list[int], bool]:
+    """Ranks agreeing with the majority value, and whether that was a tie."""
+    best: list[int] = []
+    tie = False
+    for r in ranks:  # ascending: on equal support the lowest rank's cluster wins
+        cluster = [o for o in ranks if _same(fps[o], fps[r], atol, rtol)]
+        if len(cluster) > len(best):
+            best, tie = cluster, False
+        elif len(cluster) == len(best) and set(cluster) != set(best):
+            tie = True
+    return best, tie
+
+
+def _reason(ref: Fingerprint, other: Fingerprint) -> str:
+    if NO_GRAD in (ref.dtype, other.dtype):
+        return "no_grad"
+    if ref.shape != other.shape:
+        return "shape"
+    if ref.dtype != other.dtype:
+        return "dtype"
+    if (ref.nan or ref.inf) != (other.nan or other.inf):
+        return "nonfinite"
+    return "values"
+
+
+def _value(rank: int, fp: Fingerprint) -> RankValue:
+    return RankValue(
+        rank=rank, checksum=fp.checksum, shape=fp.shape, dtype=fp.dtype, sum=fp.sum, abs_max=fp.abs_max, nan=fp.nan, inf=fp.inf
+    )
+
+
+def _ordered_names(per_rank: Mapping[int, Sequence[Fingerprint]]) -> list[str]:
+    """Module order: the lowest rank's order, then names only other ranks have, in their order."""
+    seen: dict[str, None] = {}
+    for r in sorted(per_rank):
+        for fp in per_rank[r]:
+            seen.setdefault(fp.name, None)
+    return list(seen)
+
+
+def compare_fingerprints(
+    per_rank: Mapping[int, RankFingerprints],
+    *,
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    problems: Sequence[str] = (),
+) -> ConsistencyReport:
+    """Compare the fingerprints of every rank; the same input gives the same report on every rank."""
+    ranks = sorted(per_rank)
+    by_rank: dict[int, dict[str, Fingerprint]] = {r: {fp.name: fp for fp in per_rank[r].fingerprints} for r in ranks}
+    names = _ordered_names({r: per_rank[r].fingerprints for r in ranks})
+    worlds = sorted({per_rank[r].world_size for r in ranks})
+    job_ids = sorted({per_rank[r].job_id for r in ranks if per_rank[r].job_id})
+    whiches = sorted({per_rank[r].which for r in ranks})
+    all_problems = list(problems)
+    if len(worlds) > 1:
+        all_problems.append(f"ranks report different world sizes {worlds}: the files come from different runs")
+    if len(job_ids) > 1:
+        all_problems.append(f"fingerprints come from {len(job_ids)} different jobs ({', '.join(job_ids)}): compare files of one run")
+    if len(whiches) > 1:
+        all_problems.append(f"ranks fingerprinted different things ({', '.join(whiches)})")
+    world = worlds[-1] if worlds else None
+    if world is not None and ranks and len(ranks) < world:
+        missing = sorted(set(range(world)) - set(ranks))
+        all_problems.append(f"no fingerprints for ranks {missing} of a world of {world}")
+
+    divergent: list[DivergentTensor] = []
+    nonfinite: list[NonFinite] = []
+    missing_keys: list[KeyPresence] = []
+    partial: list[str] = []
+    compared = 0
+    single = 0
+    for name in names:
+        holders = [r for r in ranks if name in by_rank[r]]
+        if len(holders) < len(ranks):
+            missing_keys.append(
+                KeyPresence(name=name, present_on=holders, missing_on=[r for r in ranks if r not in holders])
+            )
+        fps = {r: by_rank[r][name] for r in holders}
+        for r in holders:
+            if fps[r].nan or fps[r].inf:
+                nonfinite.append(NonFinite(name=name, rank=r, nan=fps[r].nan, inf=fps[r].inf))
+        if any(fp.partial for fp in fps.values()):
+            partial.append(name)
+        groups: dict[str | None, list[int]] = {}
+        for r in holders:
+            groups.setdefault(fps[r].shard_key, []).append(r)
+        if len(holders) > 1 and all(len(m) < 2 for m in groups.values()):
+            single += 1
+        for key, members in groups.items():
+            if len(members) < 2:
+                continue
+            compared += 1
+            ref, tie = _reference(members, fps, atol, rtol)
+            odd = [r for r in members if r not in ref]
+            if not odd:
+                continue
+            ref_fp = fps[ref[0]]
+            divergent.append(
+                DivergentTensor(
+                    name=name,
+                    ranks=odd,
+                    reference_ranks=ref,
+                    tie=tie,
+                    reason=_reason(ref_fp, fps[odd[0]]),  # type: ignore[arg-type]
+                    replica_group=members,
+                    shard_key=key,
+                    values=[_value(ref[0], ref_fp)] + [_value(r, fps[r]) for r in odd],
+                )
+            )
+
+    consistent = not divergent and not missing_keys and not nonfinite and not all_problems
+    report = ConsistencyReport(
+        consistent=consistent,
+        world_size=world,
+        ranks=ranks,
+        which=whiches[0] if len(whiches) == 1 else None,
+        job_ids=job_ids,
+        tensors=len(names),
+        compared=compared,
+        sharded_not_compared=single,
+        divergent=divergent,
+        first_divergent=divergent[0].name if divergent else None,
+        nonfinite=nonfinite,
+        missing_keys=missing_keys,
+        partial=partial,
+        problems=all_problems,
+        notes=list(dict.fromkeys(n for r in ranks for n in per_rank[r].notes)),
+    )
+    report.summary = summarize(report)
+    report.next_steps = next_steps(report)
+    return report
+
+
+def summarize(report: ConsistencyReport) -> str:
+    """One sentence a person or an agent can act on."""
+    if not report.ranks:
+        return "no fingerprints to compare"
+    if len(report.ranks) == 1 and report.consistent:
+        return f"one rank only: {report.tensors} tensors fingerprinted, no NaN/Inf, nothing to compare across ranks"
+    if report.consistent and not report.compared:
+        return (
+            f"nothing to compare across ranks {_ranks(report.ranks)}: the {report.sharded_not_compared} tensors are "
+            "shards held by one rank each; no NaN/Inf"
+        )
+    partial = f"; {len(report.partial)} DTensors hold unreduced Partial values ({report.partial[0]})" if report.partial else ""
+    if report.consistent:
+        return f"all {report.compared} compared tensors are identical across ranks {_ranks(report.ranks)}{partial}"
+    parts: list[str] = []
+    if report.divergent:
+        odd = sorted({r for d in report.divergent for r in d.ranks})
+        parts.append(
+            f"{len(report.divergent)} of {report.compared} compared tensors differ (ranks {_ranks(odd)}); "
+            f"first in module order: {report.first_divergent}"
+        )
+    if report.nonfinite:
+        bad = sorted({n.rank for n in report.nonfinite})
+        parts.append(f"NaN/Inf in {len({n.name for n in report.nonfinite})} tensors on ranks {_ranks(bad)}")
+    if report.missing_keys:
+        parts.append(f"{len(report.missing_keys)} tensors present on some ranks only")
+    if report.problems:
+        parts.append(report.problems[0])
+    return "; ".join(parts) + partial
+
+
+def next_steps(report: ConsistencyReport) -> list[NextStep]:
+    steps: list[NextStep] = []
+    pb = "skill/wrong-results.md"
+    if report.nonfinite:
+        steps.append(
+            NextStep(
+                action="Find where the NaN/Inf first appears on the named rank: check its inputs for that step and "
+                "run with torch.autograd.set_detect_anomaly(True) on a small repro.",
+                skill_section=f"{pb}#nan-on-one-rank",
+            )
+        )
+    no_grad = [d for d in report.divergent if d.reason == "no_grad"]
+    if no_grad:
+        d = no_grad[0]
+        steps.append(
+            NextStep(
+                action=f"{d.name} has no gradient on ranks {_ranks(d.ranks)}: the parameter was not used in forward there. "
+                "Make every rank use every parameter, or wrap with DDP(find_unused_parameters=True).",
+                skill_section=f"{pb}#unused-parameters",
+            )
+        )
+    if report.divergent:
+        kinds = {d.name.rsplit(".", 1)[-1] for d in report.divergent}
+        if kinds & {"running_mean", "running_var", "num_batches_tracked"} and len(kinds) <= 3:
+            steps.append(
+                NextStep(
+                    action="Only BatchNorm statistics differ: convert with torch.nn.SyncBatchNorm.convert_sync_batchnorm "
+                    "or keep DDP's broadcast_buffers=True.",
+                    skill_section=f"{pb}#batchnorm",
+                )
+            )
+        elif report.compared and len(report.divergent) == report.compared:
+            steps.append(
+                NextStep(
+                    action="Every compared tensor differs: the ranks started from different weights. Seed identically "
+                    "or broadcast the initial state from rank 0 before training.",
+                    skill_section=f"{pb}#missing-broadcast",
+                )
+            )
+        else:
+            steps.append(
+                NextStep(
+                    action="Check the first divergent tensor: unused parameters on one rank, rank-dependent code paths, "
+                    "or a missing all-reduce of its gradient.",
+                    skill_section=f"{pb}#read-the-report",
+                )
+            )
+    if report.partial:
+        steps.append(
+            NextStep(
+                action="DTensors with a Partial placement hold unreduced values: call .redistribute(placements=[Replicate()]) "
+                "or .full_tensor() before using them.",
+                skill_section=f"{pb}#dtensor-partial",
+            )
+        )
+    if report.missing_keys:
+        steps.append(
+            NextStep(
+                action="Ranks hold different sets of tensors: the model was built differently per rank "
+                "(rank-dependent config or code path).",
+                skill_section=f"{pb}#read-the-report",
+            )
+        )
+    return steps
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """Compact rank list: 0-3,6."""
+    out: list[str] = []
+    rs = sorted(set(ranks))
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)

@@ -1,0 +1,682 @@
+"""Log triage, pure: lines in, findings and a root-cause verdict out.
+
+``LogScanner`` consumes lines one at a time (with their source, line number and
+a rank hint from the file name) and keeps only bounded state: one accumulating
+finding per (kind, rank, source), torchrun's failure table, and a pid→rank map
+from NCCL's init lines. ``conclude`` reasons across the findings: ranks that
+report a closed peer or wait in a timed-out collective are victims; the rank
+that lags, stays silent, runs out of memory or is killed is the suspect.
+torchrun's "first observed failure" is only evidence: the first rank to fail is
+often a victim that timed out first.
+
+No I/O here: the shell (``rankscope.triage``) reads files and passes lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.analysis.log_rules import ALL_NEEDLES, RULES, SECTIONS, SIGNAL_MEANING, XID_MEANING, Role, Rule
+from rankscope.models.core import Finding, NextStep, Severity
+from rankscope.models.logs import FailureRecord
+
+_RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:")
+_NCCL_COMM = re.compile(
+    r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
+)
+_NCCL_LINE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] (?:\S+:\d+ )?NCCL ")
+_TORCHRUN_FAILED = re.compile(
+    r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"
+)
+_SPAWN_EXIT = re.compile(r"process (?P<rank>\d+) terminated with exit code (?P<exitcode>-?\d+)")
+_CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG\w+)")
+_TABLE_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
+_TABLE_RANK = re.compile(r"(?P<rank>-?\d+|<N/A>)(?: \(local_rank: (?P<local_rank>-?\d+|<N/A>)\))?")
+_TABLE_EXIT = re.compile(r"(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<signal>SIG\w+)\))?")
+_SIZE = re.compile(r"([\d.]+) ([KMGTP]?)i?B")
+_SIGNUM = {
+    "SIGHUP": 1,
+    "SIGINT": 2,
+    "SIGQUIT": 3,
+    "SIGILL": 4,
+    "SIGABRT": 6,
+    "SIGBUS": 7,
+    "SIGFPE": 8,
+    "SIGKILL": 9,
+    "SIGSEGV": 11,
+    "SIGPIPE": 13,
+    "SIGALRM": 14,
+    "SIGTERM": 15,
+}
+_SIGNAME = {v: k for k, v in _SIGNUM.items()}
+
+TABLE_NEEDLES: tuple[str, ...] = (
+    "Root Cause (first observed failure)",
+    "Failures:",
+    "time      :",
+    "host      :",
+    "rank      :",
+    "exitcode  :",
+    "error_file:",
+    "traceback :",
+    "failed (exitcode:",
+    "closing signal",
+    "terminated with exit code",
+    " NCCL INFO comm ",
+)
+NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(ALL_NEEDLES + TABLE_NEEDLES))
+"""Every literal that can make a line interesting; lines without any are skipped."""
+TABLE_END = "====="
+SHELL_NEEDLES: tuple[str, ...] = (*NEEDLES, TABLE_END)
+"""What a shell pre-filtering lines must pass to ``feed``: the needles and the end of torchrun's table."""
+
+_SEVERITY_ORDER: dict[str, int] = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+_ROLE_ORDER: dict[str, int] = {"cause": 0, "context": 1, "victim": 2}
+_MAX_LINES_PER_FINDING = 8
+_EXCERPT_CHARS = 600
+
+
+def parse_size(text: str) -> int | None:
+    """'2.00 GiB' -> bytes (PyTorch prints binary units)."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        return None
+    return int(float(m.group(1)) * 1024 ** " KMGTP".index(m.group(2) or " "))
+
+
+def _facts_from(m: re.Match[str]) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for key, value in m.groupdict().items():
+        if value is None:
+            continue
+        value = value.strip()
+        if re.fullmatch(r"-?\d+", value) and key not in ("pci", "pg_guid", "nccl_version"):
+            facts[key] = int(value)
+        else:
+            facts[key] = value
+    return facts
+
+
+@dataclass
+class _Acc:
+    """A finding being accumulated from one or more lines."""
+
+    kind: str
+    severity: Severity
+    role: Role
+    rank: int | None
+    source: str
+    message: str
+    explanation: str
+    fix: str
+    next_steps: list[NextStep]
+    first_line: int
+    order: int
+    lines: list[int] = field(default_factory=list)
+    excerpt: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+
+
+@dataclass
+class _Table:
+    """torchrun's ChildFailedError table while it is being read."""
+
+    source: str
+    first_observed: bool = False
+    current: dict[str, str] = field(default_factory=dict)
+    line: int = 0
+
+
+class LogScanner:
+    """Streaming rule engine: ``feed`` lines, then ``findings()`` and ``failures()``."""
+
+    def __init__(self, redact: Callable[[str], str] | None = None) -> None:
+        self._redact = redact or (lambda s: s)
+        self._accs: dict[tuple[str, int | None, str], _Acc] = {}
+        self._order = 0
+        self._table: _Table | None = None
+        self._records: list[tuple[FailureRecord, str, int]] = []
+        self._torchrun_failed: list[tuple[FailureRecord, str, int]] = []
+        self._sigterm_pids: set[int] = set()
+        self._pid_rank: dict[tuple[str, int], tuple[int, int]] = {}
+        self.seen_ranks: set[int] = set()
+        self.world_size: int | None = None
+
+    # -- input -----------------------------------------------------------------------------------------
+    def feed(self, line: str, line_no: int, source: str, rank_hint: int | None = None) -> None:
+        """Consume one line (without its newline). Lines without any needle cost one scan."""
+        if self._table is not None and TABLE_END in line and line.strip().startswith(TABLE_END):
+            self._close_table()
+            return
+        if not any(n in line for n in NEEDLES):
+            return
+        rank = rank_hint
+        text = line
+        m = _RANK_PREFIX.match(line)
+        if m:
+            rank = int(m.group(1))
+            text = line[m.end() :]
+        if rank is not None:
+            self.seen_ranks.add(rank)
+        if self._table_line(text, line_no, source):
+            return
+        if self._torchrun_line(text, line_no, source):
+            return
+        nm = _NCCL_LINE.search(text)
+        if nm and rank is None:
+            known = self._pid_rank.get((nm["host"], int(nm["pid"])))
+            if known:
+                rank = known[0]
+        for rule in RULES:
+            if any(n in text for n in rule.needles):
+                self._apply(rule, text, line_no, source, rank)
+
+    def add_failure(self, record: FailureRecord, source: str, line_no: int = 0) -> None:
+        """A failure record read from a torchelastic error.json by the shell."""
+        self._records.append((record, source, line_no))
+        if record.rank is not None:
+            self.seen_ranks.add(record.rank)
+
+    def _apply(self, rule: Rule, text: str, line_no: int, source: str, rank: int | None) -> None:
+        if rule.kind == "rendezvous_failure" and "EADDRINUSE" in text:
+            return  # the port is taken: address_in_use says it better
+        facts: dict[str, Any] = {}
+        if rule.pattern is not None:
+            m = rule.pattern.search(text)
+            if m is None and rule.require_match:
+                return
+            if m is not None:
+                facts = _facts_from(m)
+        if rank is None and isinstance(facts.get("rank"), int):
+            rank = facts["rank"]
+        if rank is not None:
+            self.seen_ranks.add(rank)
+        if isinstance(facts.get("other_rank"), int):
+            self.seen_ranks.add(facts["other_rank"])
+        facts.pop("rank", None)
+        severity: Severity = rule.severity
+        explanation, fix = rule.explanation, rule.fix
+        message = rule.message
+        if rule.kind == "killed_by_signal":
+            sig = facts.pop("signal2", None) or facts.get("signal")
+            crash = facts.pop("crash", None)
+            if crash:
+                sig = "SIGSEGV" if crash.startswith("Seg") else "SIGBUS"
+            if facts.get("oom_pid"):
+                sig = "SIGKILL"
+                facts["oom_killer"] = True
+            if sig:
+                facts["signal"] = sig
+                severity, explanation, fix = SIGNAL_MEANING.get(sig, (severity, explanation, fix))
+                message = f"killed by {sig}"
+        elif rule.kind == "gpu_xid" and isinstance(facts.get("xid"), int):
+            facts["meaning"] = XID_MEANING.get(facts["xid"], "See NVIDIA's Xid catalog for this code.")
+            message = f"GPU Xid {facts['xid']}"
+        elif rule.kind == "cuda_oom":
+            for key in (
+                "requested",
+                "total_capacity",
+                "free",
+                "allocated_by_pytorch",
+                "reserved_unallocated",
+            ):
+                if isinstance(facts.get(key), str):
+                    size = parse_size(facts[key])
+                    if size is not None:
+                        facts[f"{key}_bytes"] = size
+        elif rule.kind == "nccl_error" and "warning" in facts:
+            warning = str(facts["warning"])
+            if "Cuda failure" in warning or "cuda" in warning.lower():
+                message = "NCCL warning: CUDA failure"
+        self._add(
+            rule.kind,
+            severity,
+            rule.role,
+            rank,
+            source,
+            line_no,
+            text,
+            message,
+            explanation,
+            fix,
+            list(rule.next_steps),
+            facts,
+        )
+
+    def _add(
+        self,
+        kind: str,
+        severity: Severity,
+        role: Role,
+        rank: int | None,
+        source: str,
+        line_no: int,
+        text: str,
+        message: str,
+        explanation: str,
+        fix: str,
+        next_steps: list[NextStep],
+        facts: dict[str, Any],
+    ) -> None:
+        key = (kind, rank, source)
+        acc = self._accs.get(key)
+        if acc is None:
+            self._order += 1
+            acc = _Acc(
+                kind=kind,
+                severity=severity,
+                role=role,
+                rank=rank,
+                source=source,
+                message=message,
+                explanation=explanation,
+                fix=fix,
+                next_steps=next_steps,
+                first_line=line_no,
+                order=self._order,
+            )
+            self._accs[key] = acc
+        elif _SEVERITY_ORDER[severity] < _SEVERITY_ORDER[acc.severity]:
+            acc.severity, acc.explanation, acc.fix, acc.message = severity, explanation, fix, message
+        acc.count += 1
+        for k, v in facts.items():
+            acc.facts.setdefault(k, v)
+        if len(acc.lines) < _MAX_LINES_PER_FINDING:
+            acc.lines.append(line_no)
+            if sum(len(e) for e in acc.excerpt) < _EXCERPT_CHARS:
+                acc.excerpt.append(self._redact(text.strip())[:_EXCERPT_CHARS])
+
+    # -- torchrun's own lines ------------------------------------------------------------------------------
+    def _table_line(self, text: str, line_no: int, source: str) -> bool:
+        stripped = text.strip()
+        if stripped.startswith("Root Cause (first observed failure)") or stripped == "Failures:":
+            self._flush_entry()
+            if self._table is None or self._table.source != source:
+                self._table = _Table(source=source)
+            self._table.first_observed = stripped.startswith("Root Cause")
+            return True
+        if self._table is None:
+            return False
+        m = _TABLE_FIELD.match(text)
+        if m is None:
+            return False
+        if m["key"] == "time":
+            self._flush_entry()
+            self._table.line = line_no
+        self._table.current[m["key"]] = m["value"].strip()
+        if m["key"] == "traceback":
+            self._flush_entry()
+        return True
+
+    def _flush_entry(self) -> None:
+        table = self._table
+        if table is None or not table.current:
+            return
+        cur, table.current = table.current, {}
+        rec = FailureRecord(
+            first_observed=table.first_observed,
+            time=cur.get("time"),
+            host=cur.get("host"),
+            error_file=cur.get("error_file"),
+            message=self._redact(cur.get("traceback", ""))[:_EXCERPT_CHARS],
+        )
+        rm = _TABLE_RANK.match(cur.get("rank", ""))
+        if rm:
+            rec.rank = int(rm["rank"]) if rm["rank"].lstrip("-").isdigit() else None
+            lr = rm["local_rank"]
+            rec.local_rank = int(lr) if lr and lr.lstrip("-").isdigit() else None
+        em = _TABLE_EXIT.match(cur.get("exitcode", ""))
+        if em:
+            rec.exitcode = int(em["exitcode"])
+            rec.pid = int(em["pid"])
+            rec.signal = em["signal"] or (_SIGNAME.get(-rec.exitcode) if rec.exitcode < 0 else None)
+        self._records.append((rec, table.source, table.line))
+        if rec.rank is not None:
+            self.seen_ranks.add(rec.rank)
+
+    def _close_table(self) -> None:
+        self._flush_entry()
+        self._table = None
+
+    def _torchrun_line(self, text: str, line_no: int, source: str) -> bool:
+        m = _TORCHRUN_FAILED.search(text)
+        if m:
+            code = int(m["exitcode"])
+            rec = FailureRecord(
+                rank=None,
+                local_rank=int(m["local_rank"]),
+                pid=int(m["pid"]),
+                exitcode=code,
+                signal=_SIGNAME.get(-code) if code < 0 else None,
+                message=self._redact(text.strip())[:300],
+            )
+            self._torchrun_failed.append((rec, source, line_no))
+            return True
+        m = _CLOSING.search(text)
+        if m:
+            self._sigterm_pids.add(int(m["pid"]))
+            return True
+        m = _SPAWN_EXIT.search(text)
+        if m:
+            rec = FailureRecord(
+                rank=int(m["rank"]), exitcode=int(m["exitcode"]), message=self._redact(text.strip())[:300]
+            )
+            self._records.append((rec, source, line_no))
+            self.seen_ranks.add(rec.rank or 0)
+            return True
+        m = _NCCL_COMM.search(text)
+        if m:
+            key = (m["host"], int(m["pid"]))
+            rank, nranks = int(m["rank"]), int(m["nranks"])
+            old = self._pid_rank.get(key)
+            if old is None or nranks > old[1]:
+                self._pid_rank[key] = (rank, nranks)
+            self.world_size = max(self.world_size or 0, nranks)
+            return True
+        return False
+
+    # -- output ----------------------------------------------------------------------------------------------
+    def failures(self) -> list[FailureRecord]:
+        self._close_table()
+        records = [r for r, _, _ in self._records]
+        if not any(r.exitcode is not None and r.rank is not None for r in records):
+            # No table (log cut short): fall back to torchrun's "failed (exitcode...)" lines; on one node the
+            # local rank is the global rank.
+            for rec, _, _ in self._torchrun_failed:
+                records.append(rec.model_copy(update={"rank": rec.local_rank}))
+        return records
+
+    def findings(self) -> list[Finding]:
+        """Every accumulated finding, plus those derived from failure records; most important first."""
+        self._close_table()
+        records = list(self._records)
+        if not any(r.exitcode is not None and r.rank is not None for r, _, _ in records):
+            records += [
+                (r.model_copy(update={"rank": r.local_rank}), s, n) for r, s, n in self._torchrun_failed
+            ]
+        self._derive_from_records(records)
+        accs = sorted(
+            self._accs.values(), key=lambda a: (_ROLE_ORDER[a.role], _SEVERITY_ORDER[a.severity], a.order)
+        )
+        out: list[Finding] = []
+        for a in accs:
+            facts = dict(a.facts)
+            if a.count > 1:
+                facts["occurrences"] = a.count
+            out.append(
+                Finding(
+                    kind=a.kind,
+                    severity=a.severity,
+                    ranks=[a.rank] if a.rank is not None else [],
+                    message=a.message,
+                    explanation=a.explanation,
+                    fix=a.fix,
+                    source=a.source,
+                    line_numbers=a.lines,
+                    excerpt="\n".join(a.excerpt),
+                    facts=facts,
+                    next_steps=a.next_steps,
+                )
+            )
+        return out
+
+    def _derive_from_records(self, records: list[tuple[FailureRecord, str, int]]) -> None:
+        failed = [(r, s, n) for r, s, n in records if r.exitcode not in (None, 0) or r.message]
+        if not failed:
+            return
+        first = next((r for r, _, _ in failed if r.first_observed), None)
+        src = failed[0][1]
+        line = failed[0][2]
+        table = [r.model_dump(exclude_defaults=True) for r, _, _ in failed]
+        ranks = sorted({r.rank for r, _, _ in failed if r.rank is not None})
+        msg = "launcher reported failed ranks"
+        if first is not None:
+            msg += f"; first observed failure: rank {first.rank} (exitcode {first.exitcode})"
+        self._add(
+            "child_failed",
+            "error",
+            "context",
+            None,
+            src,
+            line,
+            msg,
+            msg,
+            "torchrun (or the spawn parent) lists every failed local worker and calls the earliest one the "
+            "'Root Cause (first observed failure)'. It is only the first to exit: a rank that timed out waiting "
+            "for a stuck peer exits first and gets named, while the stuck rank is stopped later with SIGTERM.",
+            "Read the findings of each rank; trust suspect_ranks over the first observed failure.",
+            [
+                NextStep(
+                    action="Compare the failed ranks' own errors.", skill_section=SECTIONS["child_failed"]
+                )
+            ],
+            {
+                "failures": table,
+                "failed_ranks": ranks,
+                **(
+                    {"first_observed_rank": first.rank, "first_observed_exitcode": first.exitcode}
+                    if first
+                    else {}
+                ),
+            },
+        )
+        for rec, source, line_no in failed:
+            sig = rec.signal
+            if (
+                not sig
+                and rec.exitcode is not None
+                and rec.exitcode > 128
+                and _SIGNAME.get(rec.exitcode - 128)
+            ):
+                sig = _SIGNAME[rec.exitcode - 128]
+            if not sig:
+                continue
+            severity, explanation, fix = SIGNAL_MEANING.get(
+                sig, ("error", f"The process died from {sig}.", "")
+            )
+            facts: dict[str, Any] = {"signal": sig, "exitcode": rec.exitcode, "pid": rec.pid}
+            if sig == "SIGTERM" and rec.pid in self._sigterm_pids:
+                facts["sent_by_launcher"] = True
+            role: Role = "victim" if sig in ("SIGTERM", "SIGINT") else "cause"
+            self._add(
+                "killed_by_signal",
+                severity,
+                role,
+                rec.rank,
+                source,
+                line_no,
+                f"rank {rec.rank} exitcode {rec.exitcode} ({sig})",
+                f"killed by {sig}",
+                explanation,
+                fix,
+                [
+                    NextStep(
+                        action="Check the kernel log and memory limits.",
+                        tool="collect_env",
+                        skill_section=SECTIONS["killed_by_signal"],
+                    )
+                ],
+                {k: v for k, v in facts.items() if v is not None},
+            )
+
+
+# -- reasoning across findings --------------------------------------------------------------------------------
+
+_CAUSE_KINDS = (
+    "gpu_xid",
+    "cuda_oom",
+    "cuda_error",
+    "killed_by_signal",
+    "dataloader_worker_killed",
+    "shm_exhausted",
+    "nccl_error",
+    "collective_mismatch",
+    "unused_parameters",
+)
+
+
+@dataclass
+class Conclusion:
+    suspect_ranks: list[int]
+    victim_ranks: list[int]
+    summary: str
+    evidence: list[str]
+    next_steps: list[NextStep]
+
+
+def _by_rank(findings: Iterable[Finding], kind: str) -> dict[int, Finding]:
+    out: dict[int, Finding] = {}
+    for f in findings:
+        if f.kind == kind:
+            for r in f.ranks:
+                out.setdefault(r, f)
+    return out
+
+
+def conclude(
+    findings: list[Finding],
+    failures: list[FailureRecord],
+    seen_ranks: Iterable[int],
+    world_size: int | None = None,
+) -> Conclusion:
+    """Name the suspect ranks and the victims, with the evidence, from all findings together."""
+    seen = set(seen_ranks)
+    if world_size:
+        seen |= set(range(world_size))
+    evidence: list[str] = []
+    suspects: list[int] = []
+    victims: set[int] = set()
+
+    def suspect(rank: int, why: str) -> None:
+        if rank not in suspects:
+            suspects.append(rank)
+        evidence.append(f"rank {rank}: {why}")
+
+    peer = _by_rank(findings, "peer_closed")
+    for r in sorted(peer):
+        victims.add(r)
+        evidence.append(f"rank {r}: saw its peer's connection close (a victim)")
+    for f in findings:
+        if f.kind == "killed_by_signal" and f.facts.get("signal") in ("SIGTERM", "SIGINT"):
+            victims.update(f.ranks)
+
+    for kind in _CAUSE_KINDS:
+        for f in findings:
+            if f.kind != kind or not f.ranks:
+                continue
+            if kind == "killed_by_signal" and f.facts.get("signal") in ("SIGTERM", "SIGINT"):
+                continue
+            if kind == "nccl_error" and f.severity == "warning":
+                continue
+            for r in f.ranks:
+                if kind == "collective_mismatch":
+                    suspect(r, f"called a different collective than rank {f.facts.get('other_rank')}")
+                else:
+                    suspect(r, f.message)
+                victims.discard(r)
+
+    timeouts = _by_rank(findings, "collective_timeout")
+    if timeouts:
+        enq = {r: f.facts.get("last_enqueued", f.facts.get("seq")) for r, f in timeouts.items()}
+        known = {r: v for r, v in enq.items() if isinstance(v, int)}
+        if len(known) >= 2 and len(set(known.values())) > 1:
+            top = max(known.values())
+            for r, v in sorted(known.items()):
+                if v < top:
+                    suspect(
+                        r, f"its last enqueued collective is #{v} while others reached #{top}: it fell behind"
+                    )
+        silent = sorted(seen - set(timeouts) - set(peer))
+        for r in silent:
+            suspect(r, "reported no collective timeout while its peers waited for it")
+        for r in timeouts:
+            if r not in suspects:
+                victims.add(r)
+                evidence.append(f"rank {r}: timed out waiting in a collective (a victim)")
+
+    first = next((rec for rec in failures if rec.first_observed), None)
+    if first is not None and first.rank is not None:
+        if first.rank in victims:
+            evidence.append(
+                f"torchrun named rank {first.rank} as the first observed failure, but that rank was a victim: "
+                "it exited first because it gave up waiting"
+            )
+        else:
+            evidence.append(
+                f"torchrun named rank {first.rank} as the first observed failure (exitcode {first.exitcode})"
+            )
+            if not suspects:
+                suspect(first.rank, f"first observed failure with exitcode {first.exitcode}")
+    if not suspects and victims:
+        for r in sorted(seen - victims):
+            suspect(r, "the only rank that is not a victim")
+
+    kinds = {f.kind for f in findings}
+    summary = _summary(findings, kinds, suspects, sorted(victims - set(suspects)))
+    steps: list[NextStep] = []
+    seen_steps: set[tuple[str | None, str | None]] = set()
+    for f in findings:
+        if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
+            continue
+        for s in f.next_steps:
+            if (s.tool, s.skill_section) not in seen_steps:
+                seen_steps.add((s.tool, s.skill_section))
+                steps.append(s)
+    return Conclusion(
+        suspect_ranks=suspects,
+        victim_ranks=sorted(victims - set(suspects)),
+        summary=summary,
+        evidence=evidence,
+        next_steps=steps[:6],
+    )
+
+
+def _summary(findings: list[Finding], kinds: set[str], suspects: list[int], victims: list[int]) -> str:
+    if not findings:
+        return "No known failure pattern found in the logs."
+    parts: list[str] = []
+    if "unused_parameters" in kinds:
+        parts.append(
+            "DDP found parameters that received no gradient: a model/loss bug present on every rank, "
+            "fixed with find_unused_parameters=True or by using every parameter."
+        )
+    if "address_in_use" in kinds:
+        parts.append(
+            "The master port was already taken, so the job never started: pick another --master_port."
+        )
+    if "rendezvous_failure" in kinds:
+        parts.append(
+            "Rendezvous failed: not all nodes joined in time (check that every node started with the same "
+            "nnodes/rdzv_id/endpoint and can reach it)."
+        )
+    if "collective_mismatch" in kinds:
+        parts.append("Ranks issued different collectives (or shapes) at the same step.")
+    if "cuda_oom" in kinds:
+        parts.append("A rank ran out of GPU memory.")
+    sig = {str(f.facts.get("signal")) for f in findings if f.kind == "killed_by_signal"}
+    if "SIGKILL" in sig:
+        parts.append(
+            "A rank was killed with SIGKILL (exit -9/137): most likely the host's OOM killer; check dmesg."
+        )
+    if "dataloader_worker_killed" in kinds:
+        parts.append("A DataLoader worker died, taking its rank down.")
+    if "shm_exhausted" in kinds:
+        parts.append("Shared memory (/dev/shm) ran out.")
+    if "gpu_xid" in kinds:
+        parts.append("The kernel log shows GPU Xid errors: check the hardware before anything else.")
+    if "collective_timeout" in kinds:
+        parts.append(
+            "Collectives timed out: the ranks that waited are victims of the rank that did not arrive."
+        )
+    if suspects:
+        parts.append(f"Suspect rank(s): {', '.join(map(str, suspects))}.")
+    if victims:
+        parts.append(f"Victims (failed because of another rank): {', '.join(map(str, victims))}.")
+    if not parts:
+        top = findings[0]
+        parts.append(f"Most significant event: {top.message}.")
+    return " ".join(parts)

@@ -1,0 +1,132 @@
+"""The human view of a StacksReport: yields lines, the command prints them.
+
+Identical main-thread stacks are collapsed with their rank list ("ranks 0-2,4"); in the
+other groups the frames that differ from the largest group are marked with ``>`` and the
+frames they share are folded, so the odd ranks stand out. The verdict and next steps
+come last, where the eye lands.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from rankscope.analysis.collectives import classify_native_frame
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
+from rankscope.models.core import Frame, Group, StacksReport
+
+_STATE_NOTE = {
+    "stopped": "process stopped (T): not sampled",
+    "tracing_stop": "process stopped by a tracer (t): not sampled",
+    "disk_sleep": "process in uninterruptible sleep (D)",
+    "zombie": "process exited (zombie)",
+    "dead": "process gone",
+}
+
+
+def _frame_text(frame: Frame) -> str:
+    if frame.native:
+        lib = os.path.basename(frame.module or frame.file)
+        return f"{frame.function[:120]} [{lib}]"
+    path = frame.file
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return (
+        f"{frame.function} ({path}:{frame.line})" if frame.line is not None else f"{frame.function} ({path})"
+    )
+
+
+def _key(frame: Frame) -> tuple[str, str, int]:
+    return (frame.function, frame.file, frame.line or 0)
+
+
+def _visible(frames: list[Frame]) -> list[Frame]:
+    """Python frames plus the native frames that say something about communication."""
+    return [f for f in frames if not f.native or classify_native_frame(f.function) is not None]
+
+
+def _group_lines(group: Group, reference: Group | None, suspects: set[int]) -> Iterator[str]:
+    mark = "  <- suspect" if suspects & set(group.ranks) else ""
+    what = f"{group.op} at " if group.op else "no collective, at "
+    site = str(group.call_site) if group.call_site else "unknown site"
+    yield f"== {ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{site}{mark}"
+    frames = _visible(group.frames)
+    if reference is None or reference is group:
+        for frame in frames:
+            yield f"     {_frame_text(frame)}"
+        return
+    ref = {_key(f) for f in _visible(reference.frames)}
+    shared_tail = 0
+    for frame in reversed(frames):
+        if _key(frame) not in ref:
+            break
+        shared_tail += 1
+    head = frames[: len(frames) - shared_tail]
+    for frame in head:
+        yield f"   > {_frame_text(frame)}"
+    if shared_tail:
+        yield f"     ... {shared_tail} outer frame(s) shared with {ranks_phrase(reference.ranks)}"
+
+
+def render_stacks(report: StacksReport) -> Iterator[str]:
+    """Lines for a terminal: job, collapsed stack groups, stuck ranks, errors, verdict."""
+    job = report.job
+    here = sorted(r.rank for r in job.ranks if r.rank is not None)
+    launcher = f"{job.launcher}" + (f" pid {job.launcher_pid}" if job.launcher_pid else "")
+    yield (
+        f"job {job.job_id} ({launcher}), world size {job.world_size if job.world_size else '?'}, "
+        f"host(s) {', '.join(job.hosts) or '?'}"
+    )
+    line = f"ranks found: {rank_ranges(here)}"
+    if job.missing_ranks:
+        line += f"; missing: {rank_ranges(job.missing_ranks)}"
+    if job.exited_ranks:
+        line += f"; exited: {rank_ranges(job.exited_ranks)}"
+    yield line
+    for note in job.notes:
+        yield f"note: {note}"
+    yield ""
+    suspects = set(report.verdict.suspect_ranks)
+    groups = report.stack_groups
+    reference = groups[0] if groups else None
+    for group in groups:
+        yield from _group_lines(group, reference, suspects)
+        others = _other_threads(report, group.ranks[0])
+        if others:
+            yield f"     (+ {others} other thread(s) per rank; --json has them all)"
+        yield ""
+    for group in report.groups:
+        if group.state is not None:
+            mark = "  <- suspect" if suspects & set(group.ranks) else ""
+            yield f"== {ranks_phrase(group.ranks)}: {_STATE_NOTE.get(group.state, group.state)}{mark}"
+            yield ""
+    for err in report.errors:
+        who = f"rank {err.rank}" if err.rank is not None else f"pid {err.pid}"
+        yield f"error: {who} (pid {err.pid}): {err.kind}: {err.message}"
+        if err.fix:
+            yield f"       fix: {err.fix}"
+    if report.errors:
+        yield ""
+    verdict = report.verdict
+    yield f"verdict: {verdict.kind}" + (
+        f" (suspects: {ranks_phrase(verdict.suspect_ranks)})" if verdict.suspect_ranks else ""
+    )
+    yield f"  {verdict.summary}"
+    if verdict.next_steps:
+        yield "next steps:"
+        for i, step in enumerate(verdict.next_steps, 1):
+            refs = ", ".join(
+                x for x in (f"tool: {step.tool}" if step.tool else "", step.skill_section or "") if x
+            )
+            yield f"  {i}. {step.action}" + (f" [{refs}]" if refs else "")
+    if report.truncated and report.hint:
+        yield f"(truncated: {report.hint})"
+
+
+def _other_threads(report: StacksReport, rank: int) -> int:
+    for stack in report.stacks:
+        if stack.rank == rank:
+            return max(len(stack.threads) - 1, 0)
+    return 0

@@ -1,0 +1,610 @@
+"""Pure hang analysis: which operation each rank waits in, who diverged, what next.
+
+Input is what the shell captured (the job, per-rank stacks, per-rank errors), possibly
+merged from several hosts; output is a :class:`StacksReport` whose ``verdict`` is a
+stable JSON contract. No I/O here: this module is tested against captured py-spy output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from rankscope.analysis.bound import bound_report
+from rankscope.analysis.collectives import (
+    BACKWARD_FRAMES,
+    NATIVE_STRONG,
+    classify_native_frame,
+    classify_python_frame,
+)
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
+from rankscope.models.core import (
+    CallSite,
+    Frame,
+    Group,
+    Job,
+    NextStep,
+    ProcState,
+    RankError,
+    RankStack,
+    StacksReport,
+    ThreadStack,
+    Verdict,
+)
+
+MAX_GROUP_FRAMES = 60
+"""Representative frames kept per group (innermost first)."""
+
+STUCK_STATES: frozenset[str] = frozenset({"stopped", "tracing_stop", "disk_sleep"})
+GONE_STATES: frozenset[str] = frozenset({"zombie", "dead"})
+
+DDP_BACKWARD_OP = "ddp.gradient_all_reduce"
+BACKWARD_OP = "autograd.backward"
+"""A rank inside backward with no communication frame seen: with DDP, the gradient
+all-reduce waits in C++ at the end of backward, invisible to Python frames."""
+
+_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
+_THIRD_PARTY = ("/site-packages/", "/dist-packages/", "/torch/", "/rankscope/")
+
+_PLAYBOOK = "skill/hangs.md"
+
+
+# -- frames ------------------------------------------------------------------------------------
+
+
+def is_user_frame(frame: Frame) -> bool:
+    """True for a Python frame in the job's own code (not torch, site-packages, the stdlib)."""
+    if frame.native:
+        return False
+    path = frame.file.replace("\\", "/")
+    if not path or path.startswith("<"):
+        return False
+    if any(part in path for part in _THIRD_PARTY):
+        return False
+    return not _STDLIB.search(path)
+
+
+def main_thread(stack: RankStack) -> ThreadStack | None:
+    """The thread the analysis starts from: py-spy's main thread, else MainThread by name."""
+    if not stack.threads:
+        return None
+    for pick in (
+        lambda t: t.is_main,
+        lambda t: t.os_thread_id is not None and t.os_thread_id == stack.pid,
+        lambda t: t.name == "MainThread",
+    ):
+        for thread in stack.threads:
+            if pick(thread):
+                return thread
+    return stack.threads[0]
+
+
+def find_call_site(frames: Iterable[Frame]) -> CallSite | None:
+    """The innermost user frame: where the job's own code called into the library."""
+    for frame in frames:
+        if is_user_frame(frame):
+            return CallSite(file=frame.file, line=frame.line, function=frame.function)
+    return None
+
+
+def lib_where(frame: Frame) -> str:
+    """``torch/distributed/distributed_c10d.py:3252``: a library frame without the install prefix."""
+    path = frame.file.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    else:
+        path = os.path.basename(path) or path
+    return f"{path}:{frame.line}" if frame.line is not None else path
+
+
+def blocked_in(frames: list[Frame]) -> str | None:
+    """The innermost Python frame, when it is not user code: what an idle rank waits on."""
+    for frame in frames:
+        if frame.native:
+            continue
+        if is_user_frame(frame):
+            return None
+        return f"{frame.function} ({lib_where(frame)})"
+    return None
+
+
+def short_site(site: CallSite | None) -> str:
+    """``train.py:21`` (basename and line) for summaries."""
+    if site is None:
+        return "an unknown site"
+    base = os.path.basename(site.file) or site.file
+    return f"{base}:{site.line}" if site.line is not None else base
+
+
+def _ddp_in_use(stacks: list[RankStack]) -> str | None:
+    """Evidence that the job uses DDP, from any frame, native frame or local of any rank."""
+    for stack in stacks:
+        for thread in stack.threads:
+            for frame in thread.frames:
+                if "c10d::Reducer" in frame.function:
+                    return f"native frame {frame.function} on rank {stack.rank}"
+                if "DistributedDataParallel" in frame.function:
+                    return f"frame {frame.function} on rank {stack.rank}"
+                for local in frame.locals or ():
+                    if local.repr and "DistributedDataParallel" in local.repr:
+                        return f"local {local.name!r} holds a DistributedDataParallel on rank {stack.rank}"
+    return None
+
+
+def recognise_op(frames: list[Frame], ddp_evidence: str | None = None) -> tuple[str | None, str | None]:
+    """The torch.distributed operation a main thread is blocked in, and the frames that say so.
+
+    Python frames are read innermost first: the first c10d / functional-collective frame
+    names the op; an enclosing FSDP/FSDP2/DTensor/DDP frame is reported as its context.
+    Native frames (``--native``) fill in what Python frames cannot show (Work.wait,
+    the DDP Reducer). Returns ``(None, None)`` when no communication is in sight.
+    """
+    op: str | None = None
+    where: Frame | None = None
+    context: list[str] = []
+    native_marks: list[tuple[str, Frame]] = []
+    backward: Frame | None = None
+    for frame in frames:
+        if frame.native:
+            mark = classify_native_frame(frame.function)
+            if mark:
+                native_marks.append((mark, frame))
+            continue
+        kind = classify_python_frame(frame.function, frame.file)
+        if kind.op and op is None:
+            op, where = kind.op, frame
+        elif kind.framework and f"{kind.framework} {kind.phase}" not in context:
+            context.append(f"{kind.framework} {kind.phase}")
+        if backward is None and frame.function in BACKWARD_FRAMES and "torch/" in frame.file:
+            backward = frame
+    ctx = f" (inside {', '.join(context)})" if context else ""
+    if op is not None and where is not None:
+        return op, f"{where.function} at {lib_where(where)}{ctx}"
+    strong = [(m, f) for m, f in native_marks if m in NATIVE_STRONG]
+    if strong:
+        mark, frame = strong[0]
+        if mark == "Work.wait" and any(m == DDP_BACKWARD_OP for m, _ in native_marks):
+            mark, frame = next((m, f) for m, f in native_marks if m == DDP_BACKWARD_OP)
+        if mark == "Work.wait" and backward is not None and ddp_evidence:
+            mark = DDP_BACKWARD_OP
+        return mark, f"native frame {frame.function}{ctx}"
+    if context:
+        first = context[0].split(" ")
+        fw, phase = first[0], first[1]
+        if fw != "DDP" or phase != "forward":
+            return f"{fw.lower()}.{phase}", f"{context[0]} frames{ctx}"
+    if backward is not None:
+        if native_marks:
+            mark, frame = native_marks[0]
+            return DDP_BACKWARD_OP, f"{backward.function} with native {mark} frame {frame.function}"
+        if ddp_evidence:
+            return (
+                DDP_BACKWARD_OP,
+                f"{backward.function} at {lib_where(backward)}: DDP is in use ({ddp_evidence}), so this is most "
+                "likely the Reducer's gradient all-reduce; Python frames alone cannot show it (use --native)",
+            )
+        return (
+            BACKWARD_OP,
+            f"{backward.function} at {lib_where(backward)}: inside backward with no communication frame; with DDP "
+            "this is the gradient all-reduce, otherwise compute (uncertain: rerun with --native)",
+        )
+    if native_marks:
+        mark, frame = native_marks[0]
+        if mark in ("gloo", "nccl"):
+            return f"{mark}.wait", f"native frame {frame.function}"
+    return None, None
+
+
+def annotate(stack: RankStack, ddp_evidence: str | None = None) -> RankStack:
+    """A copy of ``stack`` with ``op``, ``op_evidence`` and ``call_site`` filled in."""
+    thread = main_thread(stack)
+    if thread is None:
+        return stack
+    op, evidence = recognise_op(thread.frames, ddp_evidence)
+    return stack.model_copy(
+        update={"op": op, "op_evidence": evidence, "call_site": find_call_site(thread.frames)}
+    )
+
+
+# -- grouping ------------------------------------------------------------------------------------
+
+
+def _site_key(site: CallSite | None) -> tuple[str, int, str]:
+    return (site.file, site.line or 0, site.function) if site else ("", 0, "")
+
+
+def _frame_key(frame: Frame) -> tuple[str, str, int]:
+    return (frame.function, frame.file, frame.line or 0)
+
+
+def group_by_op(stacks: list[RankStack]) -> list[Group]:
+    """Ranks sharing (operation, call site); stopped/stuck/zombie ranks grouped by state."""
+    buckets: dict[tuple[object, ...], list[RankStack]] = defaultdict(list)
+    for s in stacks:
+        if s.rank is None:
+            continue
+        if not s.threads and s.state in STUCK_STATES | GONE_STATES:
+            buckets[("state", s.state)].append(s)
+        elif s.threads:
+            buckets[("op", s.op or "", *_site_key(s.call_site))].append(s)
+    groups: list[Group] = []
+    for key, members in buckets.items():
+        first = members[0]
+        thread = main_thread(first)
+        state: ProcState | None = first.state if key[0] == "state" else None
+        groups.append(
+            Group(
+                ranks=sorted(m.rank for m in members if m.rank is not None),
+                op=first.op if state is None else None,
+                call_site=first.call_site if state is None else None,
+                state=state,
+                frames=_strip(thread.frames[:MAX_GROUP_FRAMES]) if thread else [],
+            )
+        )
+    groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0] if g.ranks else 0))
+    return groups
+
+
+def _strip(frames: list[Frame]) -> list[Frame]:
+    """Frames without locals (groups are shared by many ranks; locals are per rank)."""
+    return [f.model_copy(update={"locals": None}) if f.locals else f for f in frames]
+
+
+def group_by_stack(stacks: list[RankStack]) -> list[Group]:
+    """Ranks whose whole main-thread stacks are identical, for the collapsed display."""
+    buckets: dict[tuple[tuple[str, str, int], ...], list[RankStack]] = defaultdict(list)
+    for s in stacks:
+        thread = main_thread(s)
+        if s.rank is None or thread is None:
+            continue
+        buckets[tuple(_frame_key(f) for f in thread.frames)].append(s)
+    groups: list[Group] = []
+    for members in buckets.values():
+        first = members[0]
+        thread = main_thread(first)
+        groups.append(
+            Group(
+                ranks=sorted(m.rank for m in members if m.rank is not None),
+                op=first.op,
+                call_site=first.call_site,
+                frames=_strip(thread.frames[:MAX_GROUP_FRAMES]) if thread else [],
+            )
+        )
+    groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0] if g.ranks else 0))
+    return groups
+
+
+# -- verdict -------------------------------------------------------------------------------------
+
+
+def _describe(group: Group, verb: str = "wait") -> str:
+    who = ranks_phrase(group.ranks)
+    plural = len(group.ranks) > 1
+    if group.op:
+        return f"{who} {verb if plural else verb + 's'} in {group.op} at {short_site(group.call_site)}"
+    be = "are" if plural else "is"
+    inner = blocked_in(group.frames)
+    return f"{who} {be} in no collective, at {short_site(group.call_site)}" + (
+        f" blocked in {inner}" if inner else ""
+    )
+
+
+_STATE_WORDS: dict[str, str] = {
+    "stopped": "stopped (state T: SIGSTOP, Ctrl-Z or a debugger)",
+    "tracing_stop": "stopped by a tracer (state t: a debugger is attached)",
+    "disk_sleep": "in uninterruptible sleep (state D: stuck in the kernel, often I/O or a driver)",
+    "zombie": "a zombie (exited, not yet reaped)",
+    "dead": "dead",
+}
+
+
+def _step(action: str, tool: str | None, section: str) -> NextStep:
+    return NextStep(action=action, tool=tool, skill_section=f"{_PLAYBOOK}#{section}")
+
+
+def _verdict(
+    job: Job,
+    annotated: list[RankStack],
+    groups: list[Group],
+    errors: list[RankError],
+    missing: list[int],
+    exited: list[int],
+) -> Verdict:
+    live = [s for s in annotated if s.threads and s.rank is not None]
+    in_coll = [s for s in live if s.op]
+    idle = [s for s in live if not s.op]
+    stuck = [s for s in annotated if not s.threads and s.state in STUCK_STATES and s.rank is not None]
+    op_groups = [g for g in groups if g.state is None and g.op]
+    none_groups = [g for g in groups if g.state is None and not g.op]
+    evidence: list[str] = []
+    for g in groups:
+        if g.state is not None:
+            evidence.append(f"{ranks_phrase(g.ranks)}: process {_STATE_WORDS.get(g.state, g.state)}")
+        else:
+            lead = next((s for s in annotated if s.rank == g.ranks[0]), None)
+            why = f" [{lead.op_evidence}]" if lead and lead.op_evidence else ""
+            evidence.append(_describe(g) + why)
+    for e in errors:
+        evidence.append(
+            f"rank {e.rank if e.rank is not None else '?'} (pid {e.pid}): capture failed: {e.kind}: {e.message}"
+        )
+    if missing:
+        evidence.append(
+            f"{ranks_phrase(missing)} of world size {job.world_size} not found on {', '.join(job.hosts) or 'this host'}"
+        )
+    if exited:
+        evidence.append(f"{ranks_phrase(exited)} exited")
+    if any(s.op == BACKWARD_OP for s in live):
+        evidence.append(
+            "some ranks are inside autograd backward with no communication frame visible; if the model is wrapped "
+            "in DDP they wait for the gradient all-reduce (confirm with --native)"
+        )
+
+    if not live and not stuck:
+        return Verdict(
+            kind="inconclusive",
+            summary="no rank's stack could be captured"
+            + (f" ({len(errors)} capture error(s): {errors[0].kind})" if errors else ""),
+            evidence=evidence,
+            next_steps=[
+                _step(
+                    "Fix the capture errors listed in `errors` and run dump_stacks again.",
+                    "dump_stacks",
+                    "inconclusive",
+                ),
+                _step(
+                    "Check that the job is still alive and which ranks run here.", "list_jobs", "inconclusive"
+                ),
+                _step("If the job already died, read its logs.", "triage_logs", "inconclusive"),
+            ],
+        )
+
+    # Stopped / D-state ranks, or ranks in no collective, among peers waiting in one.
+    if in_coll and (idle or stuck):
+        suspects = sorted(
+            {s.rank for s in idle if s.rank is not None} | {s.rank for s in stuck if s.rank is not None}
+        )
+        parts: list[str] = []
+        for g in groups:
+            if g.state in STUCK_STATES:
+                parts.append(
+                    f"{ranks_phrase(g.ranks)} {'are' if len(g.ranks) > 1 else 'is'} {_STATE_WORDS[g.state]}"
+                )
+        parts.extend(_describe(g) for g in none_groups)
+        waiting = "; ".join(_describe(g) for g in op_groups)
+        summary = (
+            f"{'; '.join(parts)} while {waiting}: "
+            f"{ranks_phrase(suspects)} never reached the collective the others wait in"
+        )
+        steps = []
+        if stuck:
+            steps.append(
+                _step(
+                    f"Find out why {ranks_phrase([s.rank for s in stuck if s.rank is not None])} is not running "
+                    "(SIGCONT a stopped process, detach a debugger, check the kernel/driver for D state).",
+                    None,
+                    "stopped-ranks",
+                )
+            )
+        if idle:
+            steps.append(
+                _step(
+                    "Read the suspects' call sites: a rank-dependent branch, an early exit from the loop, an exception "
+                    "caught and swallowed, or a blocking wait (queue, lock, I/O) that only some ranks reach.",
+                    None,
+                    "divergent-ranks",
+                )
+            )
+            steps.append(
+                _step(
+                    "Dump again with native frames and locals for the suspects to see what they wait on.",
+                    "dump_stacks",
+                    "divergent-ranks",
+                )
+            )
+        steps.append(
+            _step(
+                "Reduce it to a minimal repro once the cause is known.", "generate_repro", "divergent-ranks"
+            )
+        )
+        return Verdict(
+            kind="divergent_ranks",
+            suspect_ranks=suspects,
+            summary=summary,
+            evidence=evidence,
+            next_steps=steps,
+        )
+
+    if len(op_groups) > 1:
+        sizes = Counter(len(g.ranks) for g in op_groups)
+        largest = max(len(g.ranks) for g in op_groups)
+        if sizes[largest] == 1:
+            majority = next(g for g in op_groups if len(g.ranks) == largest)
+            minority = [g for g in op_groups if g is not majority]
+            suspects = sorted(r for g in minority for r in g.ranks)
+            summary = (
+                f"{'; '.join(_describe(g) for g in minority)} while {_describe(majority)}: "
+                f"{ranks_phrase(suspects)} {'are' if len(suspects) > 1 else 'is'} in a different collective than the "
+                "others (a collective skipped, added or reordered on those ranks)"
+            )
+        else:
+            suspects = sorted(r for g in op_groups for r in g.ranks)
+            summary = (
+                f"{'; '.join(_describe(g) for g in op_groups)}: the ranks split evenly between different collectives, so "
+                "no majority names the culprit; compare the call sites for a rank-dependent branch"
+            )
+        return Verdict(
+            kind="mismatched_collectives",
+            suspect_ranks=suspects,
+            summary=summary,
+            evidence=evidence,
+            next_steps=[
+                _step(
+                    "Open the suspects' call site: look for a collective inside a rank- or data-dependent branch, "
+                    "an early `continue`/`break`, or collectives issued in a different order on some ranks.",
+                    None,
+                    "mismatched-collectives",
+                ),
+                _step(
+                    "On NCCL jobs, confirm with the flight recorder which collective sequence number diverged.",
+                    "analyze_flight_recorder",
+                    "mismatched-collectives",
+                ),
+                _step(
+                    "Write a minimal repro of the mismatch to verify the fix.",
+                    "generate_repro",
+                    "mismatched-collectives",
+                ),
+            ],
+        )
+
+    gone = sorted(set(missing) | set(exited))
+    if gone:
+        here = f"{ranks_phrase(sorted({s.rank for s in live if s.rank is not None}))}"
+        what = (
+            _describe(op_groups[0])
+            if op_groups
+            else f"{here} {'are' if len(live) > 1 else 'is'} in no collective"
+        )
+        exited_part = f"{ranks_phrase(exited)} exited" if exited else ""
+        away = sorted(set(missing) - set(exited))
+        away_part = f"{ranks_phrase(away)} not found on this host" if away else ""
+        summary = f"{what}; {'; '.join(p for p in (exited_part, away_part) if p)}: the missing ranks are the suspects"
+        steps = []
+        if exited:
+            steps.append(
+                _step(
+                    "Read the logs of the exited ranks for their exception or exit code.",
+                    "triage_logs",
+                    "missing-ranks",
+                )
+            )
+        if away:
+            steps.append(
+                _step(
+                    "Collect stacks from the other hosts (rankscope stacks --hosts ... / dump_stacks with hosts).",
+                    "dump_stacks",
+                    "missing-ranks",
+                )
+            )
+        steps.append(_step("Check which jobs and ranks run on this host.", "list_jobs", "missing-ranks"))
+        return Verdict(
+            kind="missing_ranks", suspect_ranks=gone, summary=summary, evidence=evidence, next_steps=steps
+        )
+
+    if len(op_groups) == 1 and not idle:
+        g = op_groups[0]
+        summary = (
+            f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}: the ranks agree, so the hang is "
+            "elsewhere (a rank on another host, the network or NCCL transport, or a GPU)"
+        )
+        return Verdict(
+            kind="all_in_same_collective",
+            suspect_ranks=[],
+            summary=summary,
+            evidence=evidence,
+            next_steps=[
+                _step(
+                    "If the job spans hosts, collect the other hosts' ranks too.",
+                    "dump_stacks",
+                    "all-in-same-collective",
+                ),
+                _step(
+                    "Check the communication environment (NCCL/Gloo variables, interfaces, versions).",
+                    "collect_env",
+                    "all-in-same-collective",
+                ),
+                _step(
+                    "Read the flight recorder dumps (NCCL) to see which rank did not complete the collective.",
+                    "analyze_flight_recorder",
+                    "all-in-same-collective",
+                ),
+                _step(
+                    "Search the logs for NCCL/Gloo transport errors and watchdog messages.",
+                    "triage_logs",
+                    "all-in-same-collective",
+                ),
+            ],
+        )
+
+    sites = "; ".join(_describe(g) for g in none_groups) or "no rank is in a collective"
+    return Verdict(
+        kind="no_collective",
+        suspect_ranks=[],
+        summary=f"{sites}: no rank waits in a collective, so the job is stuck (or slow) in its own code: "
+        "compute, data loading, a lock, a queue or I/O",
+        evidence=evidence,
+        next_steps=[
+            _step(
+                "Dump again in a few seconds: if the stacks move, the job is slow, not hung.",
+                "dump_stacks",
+                "no-collective",
+            ),
+            _step(
+                "Dump with --native and --locals to see what the main thread waits on (DataLoader workers, locks).",
+                "dump_stacks",
+                "no-collective",
+            ),
+            _step(
+                "Check the memory of the ranks if they may be swapping or near OOM.",
+                "inspect_memory",
+                "no-collective",
+            ),
+        ],
+    )
+
+
+def analyze(job: Job, stacks: list[RankStack], errors: list[RankError]) -> StacksReport:
+    """Annotate every rank's stack, group the ranks and reach a verdict.
+
+    ``job`` and ``stacks`` may be merged from several hosts: any rank of the world that no
+    host reported is counted as missing.
+    """
+    ddp = _ddp_in_use(stacks)
+    annotated = [annotate(s, ddp) for s in stacks]
+    annotated.sort(key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.host, s.pid))
+
+    seen = {r.rank for r in job.ranks if r.rank is not None} | {
+        s.rank for s in annotated if s.rank is not None
+    }
+    exited = set(job.exited_ranks) | {
+        s.rank for s in annotated if s.rank is not None and s.state in GONE_STATES
+    }
+    exited |= {e.rank for e in errors if e.rank is not None and e.kind == "process_exited"}
+    if job.world_size:
+        missing = set(range(job.world_size)) - seen
+        missing |= {r for r in job.missing_ranks if r not in seen or r in exited}
+    else:
+        missing = set(job.missing_ranks)
+    missing |= exited
+    job = job.model_copy(update={"missing_ranks": sorted(missing), "exited_ranks": sorted(exited)})
+
+    groups = group_by_op(annotated)
+    stack_groups = group_by_stack(annotated)
+    verdict = _verdict(job, annotated, groups, errors, sorted(missing), sorted(exited))
+    return StacksReport(
+        job=job,
+        groups=groups,
+        stack_groups=stack_groups,
+        verdict=verdict,
+        stacks=annotated,
+        errors=list(errors),
+    )
+
+
+__all__ = [
+    "analyze",
+    "annotate",
+    "bound_report",
+    "find_call_site",
+    "group_by_op",
+    "group_by_stack",
+    "is_user_frame",
+    "main_thread",
+    "rank_ranges",
+    "recognise_op",
+]

@@ -1,0 +1,90 @@
+"""`rankscope fr DIR|FILES... [--stacks REPORT.json] [--json]`: diagnose from flight-recorder dumps."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.models.flight import FlightReport
+
+
+def render_flight(model: BaseModel) -> Iterator[str]:
+    """Verdict first, then the first disagreement with each rank's entry, then how far each rank got."""
+    if not isinstance(model, FlightReport):  # pragma: no cover - emit passes what run() built
+        raise TypeError(type(model).__name__)
+    r = model
+    yield f"Read {len(r.dumps)} dump(s): ranks {','.join(map(str, r.ranks)) or '-'} of world {r.world_size or '?'}"
+    if r.missing_ranks:
+        yield f"No dump for ranks: {','.join(map(str, r.missing_ranks))}"
+    for err in r.errors:
+        yield f"  unreadable: {err.message}"
+    yield ""
+    v = r.verdict
+    yield f"Verdict: {v.kind}  suspects: {','.join(map(str, v.suspect_ranks)) or '-'}"
+    yield f"  {v.summary}"
+    for line in v.evidence:
+        yield f"  - {line}"
+    m = r.first_mismatch
+    if m is not None:
+        yield ""
+        yield f"First disagreement: group {m.process_group} ({m.pg_desc or '-'}) collective #{m.seq_id}: {m.kind}"
+        for e in m.entries:
+            where = f" at {e.call_site}" if e.call_site else ""
+            yield (
+                f"  rank {e.rank}: {e.op} in={e.input_sizes} {e.input_dtypes} out={e.output_sizes} "
+                f"state={e.state}{' (done)' if e.completed else ''}{where}"
+            )
+        if m.ranks_not_entered:
+            yield f"  never entered: ranks {','.join(map(str, m.ranks_not_entered))}"
+        suspect = next((e for e in m.entries if e.rank in m.suspect_ranks and e.frames), None)
+        if suspect is not None:
+            yield f"  recorded stack of rank {suspect.rank}:"
+            for f in suspect.frames[:12]:
+                yield f"    {f.function} ({f.where()})"
+    yield ""
+    for g in r.process_groups:
+        span = f"#{g.aligned_from}..#{g.aligned_to}" if g.aligned_from is not None else "no entries"
+        yield f"Group {g.name} ({g.desc or '-'}), ranks {','.join(map(str, g.ranks))}, aligned {span}"
+        for p in g.progress:
+            pending = f", waiting in {p.pending_op}" if p.pending_op else ""
+            yield f"  rank {p.rank}: entered #{p.last_entered}, completed #{p.last_completed}{pending}"
+    for n in r.notes:
+        yield f"note: {n}"
+    if v.next_steps:
+        yield ""
+        yield "Next:"
+        for s in v.next_steps:
+            extra = " ".join(x for x in (f"[tool {s.tool}]" if s.tool else "", s.skill_section or "") if x)
+            yield f"  - {s.action} {extra}"
+
+
+class FlightCommand(Command):
+    name = "fr"
+    help = (
+        "analyse flight-recorder dumps (NCCL/Gloo, pickle or JSON): the first collective where ranks disagree"
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "paths", nargs="+", metavar="DIR|FILE", help="dump directory or per-rank dump files"
+        )
+        parser.add_argument(
+            "--stacks",
+            metavar="REPORT.json",
+            default=None,
+            help="merge a live `rankscope stacks --json` report",
+        )
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rankscope import api
+
+        report = api.analyze_flight_recorder(list(args.paths), stacks_report=args.stacks)
+        emit(report, bool(args.json), render_flight)
+        return 0
+
+
+COMMANDS = [FlightCommand]

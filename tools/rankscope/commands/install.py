@@ -1,0 +1,70 @@
+"""`rankscope install-skill`: put SKILL.md, its playbooks and repro templates where agents load skills."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Literal, cast
+
+from pydantic import BaseModel
+
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.models.install import InstallReport
+
+
+def render_install(model: BaseModel) -> Iterator[str]:
+    report = cast(InstallReport, model)
+    counts: dict[str, int] = {}
+    for f in report.files:
+        counts[f.action] = counts.get(f.action, 0) + 1
+    summary = ", ".join(f"{n} {action}" for action, n in sorted(counts.items()))
+    state = "installed" if report.changed else "already up to date"
+    yield f"rankscope skill {report.version} {state} in {report.directory} ({summary})"
+    for f in report.files:
+        if f.action != "unchanged":
+            yield f"  {f.action:<11} {f.path}"
+    for note in report.notes:
+        yield f"note: {note}"
+
+
+class InstallSkillCommand(Command):
+    name = "install-skill"
+    help = "install SKILL.md, skill/ and repro_templates/ for Claude Code and other Agent Skills harnesses"
+    description = (
+        "Copy the rankscope skill into .claude/skills/rankscope/ (default, --project), "
+        "~/.claude/skills/rankscope/ (--user) or DIR. Re-running is safe: unchanged files are left alone, "
+        "files rankscope installed are updated, and files you edited are kept unless you pass --force."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument(
+            "--project",
+            action="store_const",
+            const="project",
+            dest="target",
+            help="./.claude/skills/rankscope (the default)",
+        )
+        where.add_argument(
+            "--user", action="store_const", const="user", dest="target", help="~/.claude/skills/rankscope"
+        )
+        where.add_argument(
+            "--dir",
+            metavar="DIR",
+            help="this folder (name it 'rankscope': harnesses match it to the skill name)",
+        )
+        parser.add_argument(
+            "--force", action="store_true", help="overwrite files you edited in the installed copy"
+        )
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rankscope.api import install_skill
+
+        target = cast(Literal["project", "user"] | None, args.target)
+        report = install_skill(target=target, dir=args.dir, force=bool(args.force))
+        emit(report, bool(args.json), render_install)
+        return 0
+
+
+COMMANDS = [InstallSkillCommand]

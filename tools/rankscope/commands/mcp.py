@@ -1,0 +1,74 @@
+"""`rankscope mcp` (the stdio MCP server) and `rankscope mcp-config` (how to register it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from typing import cast
+
+from pydantic import BaseModel
+
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.models.install import McpClient, McpConfig
+
+CLIENTS: tuple[str, ...] = ("claude-code", "claude-desktop", "cursor", "vscode")
+
+
+class McpCommand(Command):
+    name = "mcp"
+    help = "run the MCP server on stdin/stdout (for Claude Code, Claude Desktop, Cursor, VS Code)"
+    description = (
+        "Serve rankscope's tools, the skill (as resources) and the diagnosis procedures (as prompts) over MCP "
+        "on stdin/stdout. Logs go to stderr. Register it with `rankscope mcp-config --client ...`."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rankscope.mcp_server import serve
+
+        serve()
+        return 0
+
+
+def render_mcp_config(model: BaseModel) -> Iterator[str]:
+    cfg = cast(McpConfig, model)
+    if cfg.command_line:
+        yield "# Register with Claude Code:"
+        yield cfg.command_line
+        yield ""
+        yield "# Or put this in .mcp.json:"
+    else:
+        yield f"# Put this in {cfg.config_file}"
+        yield f"# (merge it under the existing {cfg.top_level_key!r} key if the file exists):"
+    yield json.dumps(cfg.snippet, indent=2)
+    for note in cfg.notes:
+        yield f"# {note}"
+
+
+class McpConfigCommand(Command):
+    name = "mcp-config"
+    help = "print the exact MCP registration for a client"
+    description = (
+        "Print how to register `rankscope mcp` with an MCP client, with absolute paths to this rankscope: "
+        "the `claude mcp add` command line, or the JSON snippet (VS Code: top-level key `servers`; "
+        "Claude Desktop and Cursor: `mcpServers`)."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--client", required=True, choices=CLIENTS, help="the MCP client to register with"
+        )
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rankscope.api import mcp_config
+
+        client = cast(McpClient, args.client)
+        emit(mcp_config(client), bool(args.json), render_mcp_config)
+        return 0
+
+
+COMMANDS = [McpCommand, McpConfigCommand]

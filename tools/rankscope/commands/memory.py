@@ -1,0 +1,195 @@
+"""``rankscope memory``: memory per rank (live or snapshots), and ``rankscope memory budget``.
+
+Forms::
+
+    rankscope memory --pid PID [--json]            live job: nvidia-smi + /proc per rank
+    rankscope memory PATH... [--top N] [--json]    snapshot pickles or a directory of per-rank files
+    rankscope memory budget PLACEMENT.json [--optimizer adam] [--param-dtype bf16] [--gpu-memory 80GiB]
+    rankscope memory-budget PLACEMENT.json ...     the same budget, as its own command
+
+``budget`` as the first PATH selects the budget (a snapshot file literally
+named ``budget`` can be passed as ``./budget``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import cast
+
+from pydantic import BaseModel
+
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.errors import InvalidInput
+from rankscope.models.memory import BudgetReport, MemoryReport
+
+
+def _fmt(n: int | None) -> str:
+    from rankscope.analysis.memory import fmt_bytes
+
+    return fmt_bytes(n)
+
+
+def render_memory(model: BaseModel) -> Iterator[str]:
+    report = cast(MemoryReport, model)
+    if report.mode == "live":
+        job = report.job
+        yield f"job {job.job_id if job else '?'}: {len(report.ranks)} rank(s) on this host"
+        if report.gpu_note:
+            yield f"GPU: {report.gpu_note}"
+        yield f"{'rank':>5} {'pid':>8} {'gpu':>10} {'rss':>10} {'peak rss':>10} {'shmem':>10} {'workers':>8} {'workers pss':>12}"
+        for r in report.ranks:
+            rank = "?" if r.rank is None else str(r.rank)
+            yield (
+                f"{rank:>5} {r.pid:>8} {_fmt(r.gpu_used_bytes) if r.gpu_used_bytes is not None else '-':>10} "
+                f"{_fmt(r.rss_bytes):>10} {_fmt(r.peak_rss_bytes):>10} {_fmt(r.shmem_bytes):>10} {r.children:>8} "
+                f"{_fmt(r.children_pss_bytes or r.children_rss_bytes):>12}"
+                + (f"  ({r.error})" if r.error else "")
+            )
+    for s in report.snapshots:
+        rank = "" if s.rank is None else f" (rank {s.rank})"
+        yield f"{s.source}{rank}"
+        yield (
+            f"  allocated {_fmt(s.allocated_bytes)} / reserved {_fmt(s.reserved_bytes)} at the end; "
+            f"peak allocated {_fmt(s.peak_allocated_bytes)}, peak reserved {_fmt(s.peak_reserved_bytes)} "
+            f"({s.trace_events} trace events)"
+        )
+        yield f"  {s.fragmentation.kind}: {s.fragmentation.explanation}"
+        for site in s.top_sites:
+            yield f"  {_fmt(site.live_bytes):>10}  {site.blocks:>5} blocks  {site.site}"
+        if s.other_sites:
+            yield f"  {_fmt(s.other_sites_bytes):>10}  in {s.other_sites} other site(s)"
+        for leak in s.leak_suspects:
+            yield f"  leak suspect: {leak.site} +{_fmt(leak.growth_bytes)} ({leak.allocs} allocs, {leak.frees} frees)"
+    for f in report.findings:
+        ranks = f" [ranks {', '.join(map(str, f.ranks))}]" if f.ranks else ""
+        yield f"{f.severity}: {f.kind}{ranks}: {f.message}"
+        if f.fix:
+            yield f"  fix: {f.fix}"
+    for e in report.errors:
+        yield f"error (rank {e.rank}): {e.message}"
+    if report.hint:
+        yield report.hint
+
+
+def render_budget(model: BaseModel) -> Iterator[str]:
+    b = cast(BudgetReport, model)
+    yield (
+        f"{b.total_params:,} parameters, world size {b.world_size}, {b.optimizer} "
+        f"({b.optimizer_states:g} states/element), params {b.param_dtype}, grads {b.grad_dtype}, states {b.optim_dtype}"
+    )
+    if b.gpu_memory_bytes is not None:
+        yield f"GPU memory: {_fmt(b.gpu_memory_bytes)}"
+    yield f"{'plan':<16} {'units':>5} {'params':>10} {'grads':>10} {'optim':>10} {'all-gather':>11} {'total':>10} {'fits':>5}"
+    for p in b.plans:
+        fits = "-" if p.fits is None else ("yes" if p.fits else "NO")
+        yield (
+            f"{p.plan:<16} {p.units:>5} {_fmt(p.params_bytes):>10} {_fmt(p.grads_bytes):>10} "
+            f"{_fmt(p.optimizer_bytes):>10} {_fmt(p.allgather_peak_bytes):>11} {_fmt(p.total_bytes):>10} {fits:>5}"
+        )
+    if b.recommended:
+        yield f"recommended: {b.recommended}"
+    for f in b.findings:
+        yield f"{f.severity}: {f.kind}: {f.message}" + (f"\n  fix: {f.fix}" if f.fix else "")
+    for n in b.notes:
+        yield f"note: {n}"
+
+
+def _add_budget_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("budget options")
+    g.add_argument(
+        "--optimizer",
+        default="adam",
+        help="adam, adamw, sgd, adagrad, rmsprop, lion, none, or states per element",
+    )
+    g.add_argument(
+        "--param-dtype", default="float32", help="dtype parameters are stored in (float32, bf16, ...)"
+    )
+    g.add_argument("--grad-dtype", default=None, help="gradient dtype (default: the param dtype)")
+    g.add_argument("--optim-dtype", default="float32", help="optimizer state dtype")
+    g.add_argument(
+        "--gpu-memory", default=None, help="memory per GPU, e.g. 80GiB, to say whether each plan fits"
+    )
+    g.add_argument(
+        "--world-size", type=int, default=None, help="ranks sharing the model (when the input does not say)"
+    )
+
+
+def _run_budget(args: argparse.Namespace, placement: str) -> int:
+    from rankscope import api
+
+    report = api.memory_budget(
+        placement,
+        optimizer=args.optimizer,
+        param_dtype=args.param_dtype,
+        grad_dtype=args.grad_dtype,
+        optim_dtype=args.optim_dtype,
+        gpu_memory=args.gpu_memory,
+        world_size=args.world_size,
+    )
+    emit(report, args.json, render_budget)
+    return 0
+
+
+class MemoryCommand(Command):
+    name = "memory"
+    help = "memory per rank: live job (--pid), CUDA snapshot files, or `memory budget PLACEMENT.json`"
+    description = (
+        "Live job: GPU memory per rank (nvidia-smi) and host RSS/shared memory/DataLoader workers, with imbalance "
+        "flagged. Snapshot files (torch.cuda.memory._dump_snapshot, one per rank or a directory): peak, allocated vs "
+        "reserved, fragmentation vs exhaustion, top allocation sites, leak suspects. `rankscope memory budget "
+        "PLACEMENT.json` gives per-rank bytes of a sharding plan."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "paths",
+            nargs="*",
+            metavar="PATH",
+            help="snapshot files or directories; or `budget PLACEMENT.json`",
+        )
+        parser.add_argument(
+            "--pid", type=int, default=None, help="a rank or launcher pid of a live job (rankscope ps)"
+        )
+        parser.add_argument(
+            "--top", type=int, default=10, help="allocation sites listed per snapshot (default 10)"
+        )
+        add_json_flag(parser)
+        _add_budget_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        paths: list[str] = list(args.paths)
+        if paths and paths[0] == "budget":
+            if len(paths) != 2:
+                raise InvalidInput(
+                    "`rankscope memory budget` takes exactly one placement file",
+                    fix="rankscope memory budget placement.json --gpu-memory 80GiB",
+                )
+            return _run_budget(args, paths[1])
+        from rankscope import api
+
+        report = api.inspect_memory(args.pid, paths or None, top=args.top)
+        emit(report, args.json, render_memory)
+        return 0
+
+
+class MemoryBudgetCommand(Command):
+    name = "memory-budget"
+    help = "per-rank bytes of params/grads/optimizer for a sharding plan; DDP vs FSDP per layer vs FSDP at the root"
+    description = (
+        "Read a placement report (rankscope.probe.dump(model, dir, kind='placements'), `rankscope placements CKPT "
+        "--json`, or {world_size, params:[{fqn, shape, local_shape, dtype, placements, unit}]}) and give per-rank "
+        "bytes for the plan as given, DDP, FSDP with per-layer units and FSDP at the root only; with --gpu-memory, "
+        "whether each fits. Same as `rankscope memory budget PLACEMENT.json`."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("placement", metavar="PLACEMENT.json", help="placement report JSON")
+        add_json_flag(parser)
+        _add_budget_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        return _run_budget(args, args.placement)
+
+
+COMMANDS = [MemoryCommand, MemoryBudgetCommand]

@@ -1,0 +1,59 @@
+"""``rankscope ps``: the distributed jobs on this host and their ranks."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from rankscope import api
+from rankscope.analysis.ranges import rank_ranges
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.models.core import JobList
+
+
+def render_jobs(model: BaseModel) -> Iterator[str]:
+    """One block per job: launcher, world size, then one line per rank."""
+    assert isinstance(model, JobList)
+    if not model.jobs:
+        yield f"no distributed PyTorch jobs found on {model.host}"
+    for job in model.jobs:
+        launcher = job.launcher + (f" pid {job.launcher_pid}" if job.launcher_pid else "")
+        yield f"{job.job_id}  ({launcher}, world size {job.world_size or '?'}, host {', '.join(job.hosts)})"
+        if job.missing_ranks:
+            yield f"  missing ranks: {rank_ranges(job.missing_ranks)}" + (
+                f" (exited: {rank_ranges(job.exited_ranks)})" if job.exited_ranks else ""
+            )
+        for r in job.ranks:
+            kids = f"  children {r.children}" if r.children else ""
+            yield (
+                f"  rank {r.rank if r.rank is not None else '?':>4}  local {r.local_rank if r.local_rank is not None else '?':>3}"
+                f"  pid {r.pid:<8} {r.state:<12} ({r.rank_source}){kids}"
+            )
+        for note in job.notes:
+            yield f"  note: {note}"
+    for err in model.errors:
+        yield f"warning: {err}"
+
+
+class PsCommand(Command):
+    name = "ps"
+    help = "list the distributed PyTorch jobs on this host (launcher, world size, ranks)"
+    description = (
+        "Scan /proc for ranks of torchrun, torch.multiprocessing.spawn, srun, mpirun and RANK-setting "
+        "launchers, and group them into jobs. DataLoader workers are shown as children of their rank."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--pid", type=int, help="only the job of this pid (a launcher or any rank)")
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        pid: int | None = args.pid
+        as_json: bool = args.json
+        emit(api.list_jobs(pid), as_json, render_jobs)
+        return 0
+
+
+COMMANDS = [PsCommand]

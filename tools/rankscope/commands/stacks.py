@@ -1,0 +1,136 @@
+"""``rankscope stacks``: every rank's stack at once, grouped, with a verdict.
+
+Exit codes: 0 whenever a report was produced, whatever the verdict (a hang is a
+finding, not a failure of rankscope; scripts read ``verdict.kind`` from ``--json``);
+2 for errors (no such pid, not a distributed job, py-spy missing, permission
+denied). A rank that exits during capture is a per-rank error inside the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from rankscope import api
+from rankscope.analysis.render_stacks import render_stacks
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.errors import InvalidInput, RankscopeError
+from rankscope.models.core import StacksReport
+
+
+def _render(model: BaseModel) -> Iterator[str]:
+    assert isinstance(model, StacksReport)
+    return render_stacks(model)
+
+
+def _hosts(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    hosts = [h.strip() for h in value.split(",") if h.strip()]
+    if not hosts:
+        raise InvalidInput(
+            "--hosts is empty.", fix="Pass a comma-separated host list, e.g. --hosts node1,node2."
+        )
+    return hosts
+
+
+class StacksCommand(Command):
+    name = "stacks"
+    help = "dump all ranks' stacks at once and name the rank that diverged"
+    description = (
+        "Run py-spy on every rank of a job concurrently, find the collective each rank waits in and its "
+        "call site, group the ranks and give a verdict (mismatched_collectives, divergent_ranks, "
+        "missing_ranks, all_in_same_collective, no_collective, inconclusive) with next steps. "
+        "Exit 0 when a report was produced, 2 on errors."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--pid",
+            type=int,
+            help="a launcher (torchrun, mp.spawn parent) or any rank; default: the only job here",
+        )
+        parser.add_argument(
+            "--native", action="store_true", help="include C/C++ frames (slower: symbol loading)"
+        )
+        parser.add_argument("--locals", action="store_true", help="include local variables (redacted)")
+        parser.add_argument(
+            "--nonblocking", action="store_true", help="do not pause the ranks while sampling"
+        )
+        parser.add_argument("--timeout", type=float, default=20.0, help="seconds per rank (default 20)")
+        parser.add_argument(
+            "--rank",
+            type=int,
+            action="append",
+            dest="ranks",
+            metavar="N",
+            help="only these ranks (repeatable)",
+        )
+        remote = parser.add_argument_group("several hosts")
+        remote.add_argument(
+            "--hosts",
+            help="comma-separated hosts to collect from (runs `rankscope stacks --local --json` there)",
+        )
+        remote.add_argument(
+            "--via", choices=("ssh", "srun", "kubectl"), default="ssh", help="how to reach the hosts"
+        )
+        remote.add_argument("--job", help="SLURM job id (--via srun) or pod selector (--via kubectl)")
+        remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
+        remote.add_argument(
+            "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
+        )
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        pid: int | None = args.pid
+        timeout: float = args.timeout
+        if timeout <= 0:
+            raise InvalidInput(f"--timeout must be positive, got {timeout:g}.", fix="Pass e.g. --timeout 20.")
+        if pid is not None and pid <= 0:
+            raise InvalidInput(
+                f"--pid must be a positive process id, got {pid}.", fix="Run `rankscope ps` to find one."
+            )
+        hosts = _hosts(args.hosts)
+        as_json: bool = args.json or args.local
+        if hosts and not args.local:
+            report = self._remote(args, hosts, pid, timeout)
+        else:
+            report = api.dump_stacks(
+                pid,
+                native=args.native,
+                locals=args.locals,
+                nonblocking=args.nonblocking,
+                timeout=timeout,
+                ranks=args.ranks,
+            )
+        emit(report, as_json, _render)
+        return 0
+
+    @staticmethod
+    def _remote(args: argparse.Namespace, hosts: list[str], pid: int | None, timeout: float) -> StacksReport:
+        try:
+            importlib.import_module("rankscope.remote")
+            fn = api.dump_stacks_remote
+        except (ModuleNotFoundError, AttributeError) as exc:
+            raise RankscopeError(
+                "Collecting stacks from several hosts (--hosts) is not available in this installation.",
+                fix="Run `rankscope stacks --local --json` on each host and compare, or upgrade rankscope.",
+            ) from exc
+        report: StacksReport = fn(
+            hosts=hosts,
+            via=args.via,
+            job=args.job,
+            namespace=args.namespace,
+            pid=pid,
+            native=args.native,
+            locals=args.locals,
+            nonblocking=args.nonblocking,
+            timeout=timeout,
+        )
+        return report
+
+
+COMMANDS = [StacksCommand]

@@ -1,0 +1,78 @@
+"""`rankscope triage PATH... [--json]`: findings from logs, and the rank to blame."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.models.logs import TriageReport
+
+
+def render_triage(model: BaseModel) -> Iterator[str]:
+    """Human view: summary and suspects first, then one block per finding."""
+    if not isinstance(model, TriageReport):
+        raise TypeError(f"render_triage needs a TriageReport, not {type(model).__name__}")
+    r = model
+    read = ", ".join(
+        f"{s.path}" + (f" (rank {s.rank_hint})" if s.rank_hint is not None else "") for s in r.sources
+    )
+    yield f"Read: {read}  [{r.stats.get('lines', 0)} lines, {r.stats.get('bytes', 0)} bytes]"
+    for s in r.sources:
+        if s.skipped:
+            yield f"  skipped {s.path}: {s.skipped}"
+    yield ""
+    yield f"Summary: {r.summary}"
+    yield f"Suspect ranks: {', '.join(map(str, r.suspect_ranks)) or '-'}    Victims: {', '.join(map(str, r.victim_ranks)) or '-'}"
+    for e in r.evidence:
+        yield f"  - {e}"
+    if r.findings:
+        yield ""
+        yield f"Findings ({', '.join(f'{k}: {n}' for k, n in r.kinds.items())}):"
+    for f in r.findings:
+        ranks = f"ranks {','.join(map(str, f.ranks))}" if f.ranks else "no rank"
+        where = f"{f.source}:{','.join(map(str, f.line_numbers[:4]))}" if f.source else ""
+        yield f"[{f.severity.upper()}] {f.kind} ({ranks}) {f.message}  @ {where}"
+        facts = {k: v for k, v in f.facts.items() if k != "failures"}
+        if facts:
+            yield "    facts: " + ", ".join(f"{k}={v}" for k, v in facts.items())
+        for line in f.excerpt.splitlines()[:2]:
+            yield f"    | {line[:200]}"
+        if f.fix:
+            yield f"    fix: {f.fix}"
+    if r.truncated:
+        yield f"... {r.dropped_findings} more findings left out (use --max-findings)."
+    if r.next_steps:
+        yield ""
+        yield "Next:"
+        for step in r.next_steps:
+            extra = " ".join(
+                x for x in (f"[tool {step.tool}]" if step.tool else "", step.skill_section or "") if x
+            )
+            yield f"  - {step.action} {extra}"
+
+
+class TriageCommand(Command):
+    name = "triage"
+    help = "triage logs (files, per-rank log directories, '-' for stdin, error.json) into findings and suspect ranks"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "paths", nargs="+", metavar="PATH", help="log files, directories, error.json, or '-' for stdin"
+        )
+        parser.add_argument(
+            "--max-findings", type=int, default=50, help="at most this many findings (default 50)"
+        )
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rankscope import api
+
+        report = api.triage_logs(list(args.paths), max_findings=int(args.max_findings))
+        emit(report, bool(args.json), render_triage)
+        return 0
+
+
+COMMANDS = [TriageCommand]

@@ -1,0 +1,435 @@
+"""Find the ranks of distributed PyTorch jobs on this host, from /proc alone.
+
+How a process is recognised as a rank, in order:
+
+* ``RANK`` in its environment (torchrun / torch.distributed.run, accelerate, deepspeed,
+  any launcher that sets it), ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK`` (mpirun) or
+  ``SLURM_PROCID`` (srun) - only for Python processes, so a shell wrapper is never a rank;
+* torch.multiprocessing.spawn children, which have no rank variable: a Python process
+  started as ``python -c "from multiprocessing.spawn import spawn_main; ..."`` whose parent
+  has torch loaded. Their rank is the spawn index. ``start_processes`` starts the children
+  one after another in index order, so the index is read from the start order (start time,
+  then pid) here; ``rankscope.stacks`` confirms it from the ``i`` argument of
+  ``torch.multiprocessing.spawn._wrap`` in the child's stack.
+
+A candidate with a candidate ancestor is not a rank but a child of that rank (a DataLoader
+worker inherits RANK from its rank; a forked one even has the same command line).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
+from rankscope.models.core import Job, JobList, LauncherKind, ProcState, RankProcess
+from rankscope.redact import Redactor
+
+PROC = Path("/proc")
+
+SPAWN_MARKER = "from multiprocessing.spawn import spawn_main"
+
+_STATES: dict[str, ProcState] = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "disk_sleep",
+    "T": "stopped",
+    "t": "tracing_stop",
+    "Z": "zombie",
+    "X": "dead",
+    "x": "dead",
+    "I": "idle",
+}
+
+
+@dataclass
+class ProcInfo:
+    """What /proc says about one process (fields empty when unreadable)."""
+
+    pid: int
+    ppid: int | None
+    state: ProcState
+    start_time: int
+    cmdline: list[str]
+    env: dict[str, str] | None
+    env_denied: bool = False
+    exe: str | None = None
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def is_python(self) -> bool:
+        names = [os.path.basename(self.exe or ""), os.path.basename(self.cmdline[0]) if self.cmdline else ""]
+        return any(n.startswith("python") or n.startswith("pypy") for n in names)
+
+
+def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
+    """(ppid, state, start time in clock ticks) from /proc/PID/stat, or None when gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[1]), _STATES.get(fields[0], "unknown"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_state(pid: int) -> ProcState | None:
+    """The process state letter mapped to a ProcState, or None when the process is gone."""
+    stat = read_stat(pid)
+    return stat[1] if stat else None
+
+
+def read_environ(pid: int) -> dict[str, str] | None:
+    """The process's initial environment; None when unreadable (other user, gone, zombie)."""
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def read_cmdline(pid: int) -> list[str]:
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+
+
+def _read_exe(pid: int) -> str | None:
+    try:
+        return os.readlink(PROC / str(pid) / "exe")
+    except OSError:
+        return None
+
+
+def read_proc(pid: int) -> ProcInfo | None:
+    stat = read_stat(pid)
+    if stat is None:
+        return None
+    ppid, state, start = stat
+    env = read_environ(pid)
+    denied = False
+    if env is None:
+        try:
+            (PROC / str(pid) / "environ").read_bytes()
+        except PermissionError:
+            denied = True
+        except OSError:
+            pass
+    return ProcInfo(pid, ppid, state, start, read_cmdline(pid), env, denied, _read_exe(pid))
+
+
+def _has_torch(pid: int) -> bool:
+    """True when the process has libtorch mapped (cheap check, no ptrace)."""
+    try:
+        with open(PROC / str(pid) / "maps", "rb") as fh:
+            for line in fh:
+                if b"libtorch" in line or b"torch/_C" in line:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def _int(env: dict[str, str], *names: str) -> tuple[int | None, str]:
+    for name in names:
+        value = env.get(name)
+        if value is not None:
+            try:
+                return int(value), name
+            except ValueError:
+                continue
+    return None, ""
+
+
+@dataclass
+class _Candidate:
+    info: ProcInfo
+    launcher: LauncherKind
+    rank: int | None
+    rank_source: str
+    local_rank: int | None
+    world_size: int | None
+    key: tuple[str, ...]
+
+
+def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:
+    """Decide whether a process looks like a rank (before the worker filter)."""
+    env = info.env or {}
+    if not info.is_python:
+        return None
+    world, _ = _int(env, "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+    local, _ = _int(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+    addr, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+    key: tuple[str, ...]
+    if "RANK" in env:
+        rank, src = _int(env, "RANK")
+        if "TORCHELASTIC_RUN_ID" in env:
+            key = ("torchrun", str(info.ppid), env.get("TORCHELASTIC_RUN_ID", ""))
+            return _Candidate(info, "torchrun", rank, "env:RANK", local, world, key)
+        launcher: LauncherKind = "env"
+        if "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
+            launcher = "mpi"
+        elif "SLURM_PROCID" in env:
+            launcher = "slurm"
+        key = (launcher, env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", ""), addr, port, str(world))
+        return _Candidate(info, launcher, rank, "env:RANK", local, world, key)
+    if "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
+        rank, src = _int(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+        job = (
+            env.get("OMPI_MCA_orte_jobfam_session_dir")
+            or env.get("PMIX_NAMESPACE")
+            or env.get("PMI_JOBID", "")
+        )
+        return _Candidate(info, "mpi", rank, f"env:{src}", local, world, ("mpi", job, addr, port, str(world)))
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
+        rank, src = _int(env, "SLURM_PROCID")
+        key = ("slurm", env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", ""))
+        return _Candidate(info, "slurm", rank, f"env:{src}", local, world, key)
+    if any(SPAWN_MARKER in w for w in info.cmdline) and info.ppid in procs:
+        parent = procs[info.ppid]
+        if parent.is_python and (_has_torch(info.ppid) or _has_torch(info.pid)):
+            return _Candidate(info, "mp_spawn", None, "spawn_order", None, None, ("mp_spawn", str(info.ppid)))
+    return None
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def scan() -> dict[int, ProcInfo]:
+    """One pass over /proc: every process with its parent, state, cmdline and environment."""
+    procs: dict[int, ProcInfo] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            info = read_proc(int(entry.name))
+            if info is not None:
+                procs[info.pid] = info
+    for info in procs.values():
+        if info.ppid in procs:
+            procs[info.ppid].children.append(info.pid)
+    return procs
+
+
+def _ancestors(pid: int, procs: dict[int, ProcInfo]) -> list[int]:
+    out: list[int] = []
+    cur = procs[pid].ppid if pid in procs else None
+    while cur and cur in procs and cur not in out:
+        out.append(cur)
+        cur = procs[cur].ppid
+    return out
+
+
+def _descendants(pid: int, procs: dict[int, ProcInfo]) -> list[int]:
+    out: list[int] = []
+    todo = list(procs[pid].children) if pid in procs else []
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(procs[p].children if p in procs else [])
+    return out
+
+
+def build_jobs(procs: dict[int, ProcInfo], host: str, redactor: Redactor | None = None) -> list[Job]:
+    """Group the rank processes found in a /proc snapshot into jobs."""
+    redactor = redactor or Redactor()
+    cands: dict[int, _Candidate] = {}
+    for info in procs.values():
+        if info.state in ("zombie", "dead"):
+            continue
+        c = _classify(info, procs)
+        if c is not None:
+            cands[info.pid] = c
+    ranks = {pid: c for pid, c in cands.items() if not any(a in cands for a in _ancestors(pid, procs))}
+    by_key: dict[tuple[str, ...], list[_Candidate]] = defaultdict(list)
+    for c in ranks.values():
+        by_key[c.key].append(c)
+    jobs: list[Job] = []
+    for key, members in by_key.items():
+        jobs.append(_make_job(key, members, procs, host, redactor))
+    jobs.sort(key=lambda j: min((r.pid for r in j.ranks), default=0))
+    return jobs
+
+
+def _make_job(
+    key: tuple[str, ...], members: list[_Candidate], procs: dict[int, ProcInfo], host: str, redactor: Redactor
+) -> Job:
+    launcher: LauncherKind = members[0].launcher
+    notes: list[str] = []
+    if launcher == "mp_spawn":
+        members.sort(key=lambda c: (c.info.start_time, c.info.pid))
+        for i, c in enumerate(members):
+            c.rank, c.local_rank = i, i
+        notes.append(
+            "torch.multiprocessing.spawn ranks: numbered by start order here; `rankscope stacks` reads the "
+            "spawn index from each rank's stack"
+        )
+    for c in members:
+        if c.info.env:
+            redactor.learn_env(c.info.env)
+    env0 = members[0].info.env or {}
+    world = next((c.world_size for c in members if c.world_size), None)
+    launcher_pid: int | None = None
+    if launcher in ("torchrun", "mp_spawn"):
+        launcher_pid = members[0].info.ppid
+    else:
+        parents = {c.info.ppid for c in members}
+        launcher_pid = parents.pop() if len(parents) == 1 else None
+    rank_procs: list[RankProcess] = []
+    for c in sorted(members, key=lambda c: (c.rank is None, c.rank or 0, c.info.pid)):
+        rank_procs.append(
+            RankProcess(
+                rank=c.rank,
+                local_rank=c.local_rank,
+                pid=c.info.pid,
+                host=host,
+                state=c.info.state,
+                launcher=launcher,
+                rank_source=c.rank_source,
+                cmdline=redactor.argv(c.info.cmdline),
+                python=c.info.exe,
+                children=_descendants(c.info.pid, procs),
+            )
+        )
+    if launcher == "mp_spawn" and world is None:
+        world = None  # nprocs is known only to the parent; left unknown rather than guessed
+    found = {r.rank for r in rank_procs if r.rank is not None}
+    missing = sorted(set(range(world)) - found) if world else []
+    exited: list[int] = []
+    # torchrun: the ranks this node's agent started are RANK - LOCAL_RANK + [0, LOCAL_WORLD_SIZE).
+    lws, _ = _int(env0, "LOCAL_WORLD_SIZE")
+    if (
+        launcher == "torchrun"
+        and lws is not None
+        and members[0].rank is not None
+        and members[0].local_rank is not None
+    ):
+        base = members[0].rank - members[0].local_rank
+        exited = [r for r in missing if base <= r < base + lws]
+        if exited:
+            notes.append(f"ranks {exited} belong to this host's torchrun agent but are gone: they exited")
+    if launcher_pid is not None:
+        zombies = [
+            p
+            for p in procs.get(launcher_pid, ProcInfo(0, None, "unknown", 0, [], None)).children
+            if procs[p].state in ("zombie", "dead")
+        ]
+        if zombies:
+            notes.append(f"exited children of the launcher not yet reaped (zombies): pids {zombies}")
+    port, _ = _int(env0, "MASTER_PORT")
+    addr = env0.get("MASTER_ADDR")
+    job_id = _job_id(launcher, env0, launcher_pid, addr, port)
+    return Job(
+        job_id=job_id,
+        launcher=launcher,
+        launcher_pid=launcher_pid,
+        world_size=world,
+        master_addr=addr,
+        master_port=port,
+        hosts=[host],
+        ranks=rank_procs,
+        missing_ranks=missing,
+        exited_ranks=exited,
+        notes=notes,
+    )
+
+
+def _job_id(
+    launcher: str, env: dict[str, str], launcher_pid: int | None, addr: str | None, port: int | None
+) -> str:
+    if launcher == "torchrun":
+        run_id = env.get("TORCHELASTIC_RUN_ID", "")
+        if run_id and run_id != "none":
+            return f"torchrun:{run_id}"
+        return f"torchrun:{addr}:{port}" if addr and port else f"torchrun:pid{launcher_pid}"
+    if launcher == "slurm" and env.get("SLURM_JOB_ID"):
+        return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    if launcher == "mp_spawn":
+        return f"mp_spawn:pid{launcher_pid}"
+    if addr and port:
+        return f"{launcher}:{addr}:{port}"
+    return f"{launcher}:pid{launcher_pid}"
+
+
+def list_jobs(pid: int | None = None) -> JobList:
+    """Every distributed job on this host (or only the job of ``pid`` when given)."""
+    host = _hostname()
+    if pid is not None:
+        return JobList(host=host, jobs=[find_job(pid)])
+    procs = scan()
+    errors: list[str] = []
+    denied = [p.pid for p in procs.values() if p.env_denied and p.is_python]
+    if denied:
+        errors.append(
+            f"{len(denied)} Python process(es) could not be inspected (permission denied on /proc/PID/environ): "
+            "run as their user or root"
+        )
+    return JobList(host=host, jobs=build_jobs(procs, host), errors=errors)
+
+
+def _job_of(pid: int, jobs: list[Job], procs: dict[int, ProcInfo]) -> Job | None:
+    for job in jobs:
+        if job.launcher_pid == pid:
+            return job
+        for r in job.ranks:
+            if r.pid == pid or pid in r.children:
+                return job
+    # an ancestor of a launcher (srun, a shell script, mpirun)
+    for job in jobs:
+        for r in job.ranks:
+            if pid in _ancestors(r.pid, procs):
+                return job
+    return None
+
+
+def find_job(pid: int | None = None) -> Job:
+    """The job that ``pid`` belongs to (launcher, rank, a rank's child), or the only job here."""
+    host = _hostname()
+    if pid is not None and pid <= 0:
+        raise ProcessNotFound(f"{pid} is not a valid pid.")
+    procs = scan()
+    jobs = build_jobs(procs, host)
+    if pid is None:
+        if not jobs:
+            raise NoJobsFound("No distributed PyTorch job found on this host.")
+        if len(jobs) > 1:
+            listing = "; ".join(
+                f"{j.job_id} (launcher pid {j.launcher_pid}, rank pids {[r.pid for r in j.ranks][:8]})"
+                for j in jobs
+            )
+            raise NotADistributedJob(
+                f"{len(jobs)} distributed jobs run on this host: {listing}.",
+                fix="Pass --pid with the launcher or a rank pid of the job to inspect.",
+            )
+        return jobs[0]
+    if pid not in procs:
+        raise ProcessNotFound(f"No process with pid {pid} on this host (it may have exited).")
+    job = _job_of(pid, jobs, procs)
+    if job is not None:
+        return job
+    info = procs[pid]
+    what = " ".join(Redactor().argv(info.cmdline))[:200] or f"pid {pid}"
+    if info.env_denied:
+        raise PermissionDenied(f"Cannot read /proc/{pid}/environ ({what}): permission denied.")
+    if info.state in ("zombie", "dead"):
+        raise ProcessNotFound(f"Process {pid} has exited (it is a zombie).")
+    if not info.is_python:
+        raise NotADistributedJob(f"Process {pid} ({what}) is not a Python process.")
+    raise NotADistributedJob(
+        f"Process {pid} ({what}) is a Python process but not part of a distributed PyTorch job "
+        "(no RANK/SLURM_PROCID/OMPI_COMM_WORLD_RANK in its environment, and not a torch.multiprocessing.spawn child)."
+    )
+
+
+__all__ = ["find_job", "list_jobs", "proc_state", "read_environ", "scan"]

@@ -1,0 +1,273 @@
+"""Install the skill into agent harnesses and print MCP registrations.
+
+``install_skill`` copies SKILL.md, skill/ and repro_templates/ into a skill
+folder. It records the hash of every file it writes in a manifest, so a second
+run can tell three cases apart: a file rankscope wrote and nobody touched
+(safe to update), a file someone edited (kept unless ``force``), and a file
+rankscope never wrote (treated as an edit). Nothing is written when any edit
+would be lost, so a refused install leaves the folder as it was.
+
+``mcp_config`` answers the one question every client asks differently: what
+to put where so that it starts ``rankscope mcp``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Literal
+
+from rankscope import __version__
+from rankscope.errors import InvalidInput, RankscopeError
+from rankscope.models.install import (
+    FileAction,
+    InstalledFile,
+    InstallReport,
+    InstallTarget,
+    McpClient,
+    McpConfig,
+)
+from rankscope.resources import bundle_root
+
+SKILL_NAME = "rankscope"
+MANIFEST = ".rankscope-manifest.json"
+BUNDLED = ("SKILL.md", "skill", "repro_templates")
+_IGNORED_PARTS = ("__pycache__",)
+_IGNORED_SUFFIXES = (".pyc",)
+
+
+class LocalEditsFound(RankscopeError):
+    """install-skill would overwrite files someone changed."""
+
+    default_fix = "Keep your edits elsewhere and re-run with --force (MCP/API: force=True) to overwrite them."
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _source_files(root: Path) -> dict[str, Path]:
+    """Relative path (POSIX) -> source file, for everything the skill ships."""
+    files: dict[str, Path] = {}
+    for name in BUNDLED:
+        src = root / name
+        if src.is_file():
+            files[name] = src
+        elif src.is_dir():
+            for path in sorted(src.rglob("*")):
+                rel = path.relative_to(root)
+                if (
+                    not path.is_file()
+                    or any(p in _IGNORED_PARTS for p in rel.parts)
+                    or path.suffix in _IGNORED_SUFFIXES
+                ):
+                    continue
+                files[rel.as_posix()] = path
+    return files
+
+
+def _read_manifest(dest: Path) -> dict[str, str]:
+    path = dest / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        files = data.get("files", {})
+        return {str(k): str(v) for k, v in files.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}  # an unreadable manifest protects nothing: every differing file counts as an edit
+
+
+def _skill_name(skill_md: Path) -> str:
+    """The `name` from SKILL.md's frontmatter (only what install needs, not a YAML parser)."""
+    lines = skill_md.read_text(encoding="utf-8").splitlines()
+    if not lines or lines[0].strip() != "---":
+        return ""
+    for line in lines[1:]:
+        if line.strip() == "---":
+            break
+        key, _, value = line.partition(":")
+        if key.strip() == "name":
+            return value.strip().strip("'\"")
+    return ""
+
+
+def resolve_destination(
+    target: Literal["project", "user"] | None, dir: str | None, cwd: str | None
+) -> tuple[InstallTarget, Path]:
+    """Where the skill folder goes: ./.claude/skills/rankscope, ~/.claude/skills/rankscope or DIR."""
+    if target is not None and dir is not None:
+        raise InvalidInput(
+            f"Choose one destination, got target={target!r} and dir={dir!r}.",
+            fix="Pass one of --project, --user or --dir DIR.",
+        )
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    if dir is not None:
+        path = Path(dir).expanduser()
+        return "dir", (path if path.is_absolute() else base / path).resolve()
+    if target == "user":
+        return "user", Path.home() / ".claude" / "skills" / SKILL_NAME
+    if target in (None, "project"):
+        return "project", base.resolve() / ".claude" / "skills" / SKILL_NAME
+    raise InvalidInput(f"Unknown target {target!r}.", fix="Use 'project', 'user', or pass dir.")
+
+
+def install_skill(
+    target: Literal["project", "user"] | None = None,
+    dir: str | None = None,
+    force: bool = False,
+    cwd: str | None = None,
+) -> InstallReport:
+    """Copy SKILL.md, skill/ and repro_templates/ into a skill folder; idempotent, keeps local edits unless forced."""
+    kind, dest = resolve_destination(target, dir, cwd)
+    root = bundle_root()
+    sources = _source_files(root)
+    if dest.exists() and not dest.is_dir():
+        raise InvalidInput(
+            f"{dest} exists and is not a folder.", fix="Pick another --dir, or remove that file."
+        )
+    manifest = _read_manifest(dest) if dest.is_dir() else {}
+
+    plan: list[tuple[str, FileAction]] = []
+    edited: list[str] = []
+    for rel, src in sources.items():
+        installed = dest / rel
+        want = _sha256(src)
+        if not installed.exists():
+            plan.append((rel, "created"))
+            continue
+        have = _sha256(installed) if installed.is_file() else ""
+        if have == want:
+            plan.append((rel, "unchanged"))
+        elif manifest.get(rel) == have:
+            plan.append((rel, "updated"))  # rankscope wrote it and nobody touched it: a newer version
+        else:
+            edited.append(rel)
+            plan.append((rel, "overwritten"))
+    stale: list[str] = []
+    for rel, recorded in manifest.items():
+        if rel in sources:
+            continue
+        installed = dest / rel
+        if installed.is_file():
+            if _sha256(installed) == recorded:
+                stale.append(rel)
+            else:
+                edited.append(rel)  # edited file rankscope no longer ships: keep it, never delete an edit
+    if edited and not force:
+        shown = ", ".join(sorted(edited)[:10]) + (" ..." if len(edited) > 10 else "")
+        raise LocalEditsFound(
+            f"{len(edited)} file(s) in {dest} differ from what rankscope installed there: {shown}. "
+            "Nothing was changed."
+        )
+
+    files: list[InstalledFile] = []
+    for rel, action in plan:
+        src, installed = sources[rel], dest / rel
+        if action != "unchanged":
+            installed.parent.mkdir(parents=True, exist_ok=True)
+            if installed.is_dir():
+                shutil.rmtree(installed)
+            shutil.copyfile(src, installed)
+        files.append(InstalledFile(path=rel, action=action, sha256=_sha256(installed)))
+    for rel in stale:
+        (dest / rel).unlink()
+        files.append(InstalledFile(path=rel, action="removed"))
+
+    changed = any(f.action != "unchanged" for f in files) or not (dest / MANIFEST).is_file()
+    manifest_data = {
+        "tool": "rankscope",
+        "version": __version__,
+        "files": {f.path: f.sha256 for f in files if f.action != "removed"},
+    }
+    if changed or manifest != manifest_data["files"]:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / MANIFEST).write_text(json.dumps(manifest_data, indent=2, sort_keys=True) + "\n")
+
+    name = _skill_name(dest / "SKILL.md")
+    notes: list[str] = []
+    if name != dest.name:
+        notes.append(
+            f"The skill is named {name!r} but its folder is {dest.name!r}; harnesses that follow the Agent Skills "
+            f"spec expect them to match. Install into a folder named {name!r}."
+        )
+    if kind == "project":
+        notes.append(
+            "Claude Code loads project skills from .claude/skills/ when started in this project's root."
+        )
+    return InstallReport(
+        target=kind,
+        directory=str(dest),
+        skill_name=name,
+        version=__version__,
+        source=str(root),
+        manifest=str(dest / MANIFEST),
+        files=files,
+        changed=changed,
+        notes=notes,
+    )
+
+
+def rankscope_command() -> list[str]:
+    """Absolute command that starts this rankscope: the console script next to this interpreter, if any."""
+    candidates = [Path(sys.executable).parent / "rankscope"]
+    found = shutil.which("rankscope")
+    if found:
+        candidates.append(Path(found))
+    for exe in candidates:
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return [os.path.abspath(exe)]
+    return [os.path.abspath(sys.executable), "-m", "rankscope"]
+
+
+_CONFIG_FILES: dict[str, str] = {
+    "claude-code": ".mcp.json in the project root (shared), or run the command_line",
+    "claude-desktop": (
+        "claude_desktop_config.json: ~/Library/Application Support/Claude/ (macOS), %APPDATA%\\Claude\\ (Windows)"
+    ),
+    "cursor": ".cursor/mcp.json in the project, or ~/.cursor/mcp.json for every project",
+    "vscode": ".vscode/mcp.json in the workspace, or the user profile's mcp.json (command 'MCP: Open User Configuration')",
+}
+
+
+def mcp_config(client: McpClient) -> McpConfig:
+    """The exact registration of `rankscope mcp` for one MCP client, with absolute paths."""
+    if client not in _CONFIG_FILES:
+        raise InvalidInput(
+            f"Unknown MCP client {client!r}.",
+            fix="Use one of: " + ", ".join(sorted(_CONFIG_FILES)) + ".",
+        )
+    argv = [*rankscope_command(), "mcp"]
+    command, args = argv[0], argv[1:]
+    entry: dict[str, object] = {"command": command, "args": args}
+    notes: list[str] = []
+    command_line: str | None = None
+    if client == "vscode":
+        key = "servers"
+        entry = {"type": "stdio", **entry}
+    else:
+        key = "mcpServers"
+    if client == "claude-code":
+        command_line = "claude mcp add rankscope -- " + shlex.join(argv)
+        notes.append(
+            "Add `--scope user` before the name to use it in every project, `--scope project` to write .mcp.json."
+        )
+    notes.append(
+        "The server must run on the host of the job it inspects, as the job's user or root (it reads /proc and "
+        "uses ptrace through py-spy)."
+    )
+    return McpConfig(
+        client=client,
+        command=command,
+        args=args,
+        command_line=command_line,
+        config_file=_CONFIG_FILES[client],
+        top_level_key=key,
+        snippet={key: {"rankscope": entry}},
+        notes=notes,
+    )

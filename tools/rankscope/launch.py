@@ -1,0 +1,827 @@
+"""Launch a script under real torchrun and watch it: stream, detect a hang, reap.
+
+How output is collected: torchrun runs with ``--redirects 3 --log_dir DIR``,
+so every worker writes its stdout and stderr to its own files
+(``DIR/<run_id>/attempt_0/<local_rank>/{stdout,stderr}.log``) and nothing
+interleaves. rankscope tails those files itself and prints each line with a
+``[rankN]:`` prefix as it arrives. This works for any script (nothing is
+injected into the ranks), keeps stdout and stderr apart per rank, and does not
+depend on torchrun's own tee prefixes, which have changed between releases.
+torchrun's own output (its warnings and the ChildFailedError summary) goes to
+a file rankscope tails too.
+
+How a hang is detected: the job makes no progress when no rank has printed
+anything for ``hang_timeout`` seconds *and* the ranks are idle (the CPU time of
+every process under torchrun, from /proc/PID/stat, advanced by less than 5% of
+a core over that window). Ranks blocked in a gloo collective sleep in the
+kernel, so they are idle. NCCL busy-polls, so a hung GPU rank burns a full core:
+a job that stays silent for ``BUSY_QUIET_FACTOR`` × ``hang_timeout`` is declared
+hung however busy it is. Then rankscope captures stacks and the verdict
+through ``rankscope.api.dump_stacks(pid=<torchrun pid>)`` and reaps the tree.
+
+torchrun starts each worker in its own session, so rankscope reaps by process
+tree (``rankscope.proctree.reap_tree``) and sweeps any process of the tree
+that outlived it (identified by pid *and* start time, never by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from rankscope.analysis.collapse import collapse_rank_lines, format_ranks
+from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
+from rankscope.models.core import NextStep, StacksReport
+from rankscope.models.run import CollapsedLine, RankExit, RankOutput, RunOutcome, RunReport
+from rankscope.proctree import children_map, descendants, reap_tree
+from rankscope.redact import Redactor
+
+log = logging.getLogger("rankscope.launch")
+
+POLL_INTERVAL = 0.2
+"""Seconds between two looks at the output files and the ranks' CPU time."""
+IDLE_CPU_FRACTION = 0.05
+"""A rank is idle when its CPU time grew by less than this fraction of the window."""
+BUSY_QUIET_FACTOR = 5.0
+"""Silent this many hang timeouts, a job is hung even when its ranks burn CPU (NCCL busy-polls)."""
+MAX_LINES_PER_STREAM = 5000
+"""Lines kept per rank and stream; older ones are dropped (and counted)."""
+MAX_LINE_CHARS = 4000
+LAUNCHER_TAIL_LINES = 200
+STACKS_TIMEOUT = 20.0
+REAP_GRACE = 5.0
+PORT_RETRIES = 2
+
+BACKEND_ENV = "RANKSCOPE_BACKEND"
+"""Set in every rank by ``run_all_ranks`` (and ``run_job``): ``gloo`` when this host has no NVIDIA GPU, else
+``nccl``. Scripts pick their backend with
+``os.environ.get("RANKSCOPE_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")``."""
+
+_OWN_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Interrupted(KeyboardInterrupt):
+    """rankscope itself got SIGTERM while watching a job (treated like Ctrl-C)."""
+
+
+# --------------------------------------------------------------------------- output files
+
+
+@dataclass
+class _Tail:
+    """Follows one growing file, yielding complete lines (the last partial line waits)."""
+
+    path: Path | None = None
+    offset: int = 0
+    partial: bytes = b""
+
+    def read(self, final: bool = False) -> list[str]:
+        if self.path is None:
+            return []
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        parts = data.split(b"\n")
+        self.partial = parts.pop()
+        if final and self.partial:
+            parts.append(self.partial)
+            self.partial = b""
+        return [_clean(p) for p in parts]
+
+
+def _clean(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    if "\r" in text:  # progress bars redraw with \r: keep what the terminal would show last
+        text = text.rsplit("\r", 1)[-1]
+    if len(text) > MAX_LINE_CHARS:
+        text = text[:MAX_LINE_CHARS] + f"… [{len(text) - MAX_LINE_CHARS} chars cut]"
+    return text
+
+
+@dataclass
+class _RankLog:
+    rank: int
+    stdout: _Tail = field(default_factory=_Tail)
+    stderr: _Tail = field(default_factory=_Tail)
+    out_lines: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LINES_PER_STREAM))
+    err_lines: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LINES_PER_STREAM))
+    dropped: int = 0
+    pid: int | None = None
+
+    def add(self, which: str, line: str) -> None:
+        lines = self.out_lines if which == "stdout" else self.err_lines
+        if len(lines) == lines.maxlen:
+            self.dropped += 1
+        lines.append(line)
+
+
+def _strip_own_prefix(rank: int, line: str) -> str:
+    """torch prefixes uncaught tracebacks with ``[rankN]:``; drop it so ranks' lines compare equal."""
+    m = _OWN_PREFIX.match(line)
+    return line[m.end() :] if m and int(m.group(1)) == rank else line
+
+
+# --------------------------------------------------------------------------- /proc sampling
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def _cpu_and_start(pid: int) -> tuple[int, int] | None:
+    """(utime + stime in clock ticks, start time in ticks) of a live process."""
+    f = _stat_fields(pid)
+    if f is None or f[0] in ("Z", "X"):
+        return None
+    try:
+        return int(f[11]) + int(f[12]), int(f[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _env_rank(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        if item.startswith(b"RANK="):
+            with contextlib.suppress(ValueError):
+                return int(item[5:])
+    return None
+
+
+@dataclass
+class _Watch:
+    """CPU samples of every process under the launcher, to tell "idle" from "busy"."""
+
+    root: int
+    samples: deque[tuple[float, dict[int, int]]] = field(default_factory=lambda: deque(maxlen=4000))
+    seen: dict[int, int] = field(default_factory=dict)  # pid -> start time: for the final sweep
+    rank_pids: dict[int, int] = field(default_factory=dict)  # rank -> pid
+
+    def sample(self, now: float) -> None:
+        kids = children_map()
+        cpu: dict[int, int] = {}
+        for pid in descendants(self.root, kids):
+            got = _cpu_and_start(pid)
+            if got is None:
+                continue
+            cpu[pid] = got[0]
+            if pid not in self.seen:
+                self.seen[pid] = got[1]
+                if pid in kids.get(self.root, []):
+                    rank = _env_rank(pid)
+                    if rank is not None:
+                        self.rank_pids[rank] = pid
+        self.samples.append((now, cpu))
+
+    def idle_over(self, window: float, now: float) -> tuple[bool, str]:
+        """Whether every process under the launcher stayed idle for ``window`` seconds."""
+        old = None
+        for t, cpu in self.samples:
+            if t <= now - window:
+                old = (t, cpu)
+            else:
+                break
+        if old is None or not self.samples:
+            return False, "not watched long enough"
+        t0, before = old
+        t1, after = self.samples[-1]
+        if not after:
+            return False, "no rank process alive"
+        span = max(t1 - t0, 1e-6)
+        busiest = 0.0
+        for pid, ticks in after.items():
+            if pid not in before:
+                return False, f"process {pid} started within the window"
+            busiest = max(busiest, (ticks - before[pid]) / _CLK_TCK / span)
+        return busiest < IDLE_CPU_FRACTION, f"busiest process used {busiest:.0%} of a core over {span:.0f}s"
+
+
+# --------------------------------------------------------------------------- torchrun's failure summary
+
+_BLOCK_START = re.compile(r"^\[(\d+)\]:\s*$")
+_FIELD = re.compile(r"^\s+(\w+)\s*:\s?(.*)$")
+_RANK_FIELD = re.compile(r"(-?\d+)\s*\(local_rank:\s*(\d+)\)")
+_EXIT_FIELD = re.compile(r"(-?\d+)\s*\(pid:\s*(\d+)\)\s*(?:\((SIG\w+)\))?")
+
+
+def parse_failures(lines: list[str]) -> list[RankExit]:
+    """Ranks named in torchrun's ChildFailedError summary, root cause first.
+
+    The summary (torch/distributed/elastic/multiprocessing/errors) lists
+    ``Failures:`` and ``Root Cause (first observed failure):`` as blocks of
+    ``[i]:`` followed by ``rank : R (local_rank: L)``, ``exitcode : C (pid: P)``
+    and ``traceback : ...`` fields.
+    """
+    exits: list[RankExit] = []
+    section = ""
+    current: dict[str, str] | None = None
+
+    def flush() -> None:
+        nonlocal current
+        if current is not None and "rank" in current:
+            exits.append(_rank_exit(current, root=section == "root"))
+        current = None
+
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("Failures:"):
+            flush()
+            section = "failures"
+        elif stripped.startswith("Root Cause"):
+            flush()
+            section = "root"
+        elif _BLOCK_START.match(stripped) and section:
+            flush()
+            current = {}
+        elif stripped.startswith("====") or stripped.startswith("----"):
+            flush()
+        elif current is not None:
+            m = _FIELD.match(line)
+            if m:
+                current[m.group(1)] = m.group(2).strip()
+    flush()
+    exits.sort(key=lambda e: (not e.root_cause, e.rank))
+    unique: dict[int, RankExit] = {}
+    for e in exits:
+        unique.setdefault(e.rank, e)
+    return list(unique.values())
+
+
+def _rank_exit(fields: dict[str, str], root: bool) -> RankExit:
+    rank_m = _RANK_FIELD.search(fields.get("rank", ""))
+    exit_m = _EXIT_FIELD.search(fields.get("exitcode", ""))
+    rank = int(rank_m.group(1)) if rank_m else int(fields.get("rank", "-1").split()[0] or -1)
+    code = int(exit_m.group(1)) if exit_m else None
+    sig = exit_m.group(3) if exit_m and exit_m.group(3) else None
+    if sig is None and code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            sig = signal.Signals(-code).name
+    tb = fields.get("traceback")
+    return RankExit(
+        rank=rank,
+        local_rank=int(rank_m.group(2)) if rank_m else None,
+        exit_code=code,
+        signal=sig,
+        pid=int(exit_m.group(2)) if exit_m else None,
+        root_cause=root,
+        detail=None if not tb or tb.startswith("To enable traceback") else tb,
+    )
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _has_nvidia_gpu() -> bool:
+    """Cheap GPU presence check that does not import torch in rankscope's own process."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _job_env(env: dict[str, str] | None) -> dict[str, str]:
+    full = dict(os.environ)
+    full.update(env or {})
+    full["PYTHONUNBUFFERED"] = "1"
+    full.setdefault("OMP_NUM_THREADS", "1")
+    # Single node on loopback: gloo otherwise resolves the hostname, which in containers
+    # often names an interface the ranks cannot reach.
+    full.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    full.setdefault(BACKEND_ENV, "nccl" if _has_nvidia_gpu() else "gloo")
+    for leftover in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        full.pop(leftover, None)  # set by torchrun; stale values from an outer job would confuse it
+    return full
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While watching, SIGTERM to rankscope behaves like Ctrl-C (so the job gets reaped)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"received signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Let a second Ctrl-C (or SIGTERM) not cut the reaping short: it is bounded, orphans are not."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _sweep(seen: dict[int, int]) -> list[int]:
+    """SIGKILL processes of the job's tree that outlived the reaping (same pid *and* start time)."""
+    killed: list[int] = []
+    for pid, start in seen.items():
+        got = _cpu_and_start(pid)
+        if got is not None and got[1] == start:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
+
+
+def _capture_stacks(pid: int, timeout: float) -> tuple[StacksReport | None, str | None]:
+    """Stacks and verdict of the hung job, or why they could not be taken (never raises)."""
+    try:
+        from rankscope import api
+
+        return api.dump_stacks(pid, timeout=timeout), None
+    except (ImportError, AttributeError) as exc:
+        return None, f"stack capture is not available in this installation ({exc})"
+    except RankscopeError as exc:
+        return None, f"stack capture failed: {exc.render()}"
+    except Exception as exc:  # the job must still be reaped and the rest reported
+        log.warning("stack capture failed", exc_info=True)
+        return None, f"stack capture failed: {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Runner:
+    """One launch: torchrun started, its outputs tailed, its ranks watched, then reaped."""
+
+    argv: list[str]
+    log_dir: Path
+    env: dict[str, str]
+    cwd: str | None
+    nproc: int
+    stream: TextIO | None
+    redactor: Redactor
+    ranks: dict[int, _RankLog] = field(default_factory=dict)
+    launcher: _Tail = field(default_factory=_Tail)
+    launcher_lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAUNCHER_TAIL_LINES))
+    last_output: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.ranks = {r: _RankLog(rank=r) for r in range(self.nproc)}
+
+    def _find_files(self) -> None:
+        for rank, rl in self.ranks.items():
+            for which in ("stdout", "stderr"):
+                tail: _Tail = getattr(rl, which)
+                if tail.path is None:
+                    found = sorted(self.log_dir.glob(f"*/attempt_*/{rank}/{which}.log"))
+                    if found:
+                        tail.path = found[-1]
+
+    def pump(self, now: float, final: bool = False) -> None:
+        """Read what was written since the last look, store it and stream it."""
+        self._find_files()
+        wrote = False
+        for rank, rl in self.ranks.items():
+            for which in ("stdout", "stderr"):
+                for raw in getattr(rl, which).read(final):
+                    line = self.redactor.text(_strip_own_prefix(rank, raw))
+                    rl.add(which, line)
+                    self.last_output = now
+                    if self.stream is not None:
+                        self.stream.write(f"[rank{rank}]: {line}\n")
+                        wrote = True
+        for raw in self.launcher.read(final):
+            line = self.redactor.text(raw)
+            self.launcher_lines.append(line)
+            if self.stream is not None:
+                self.stream.write(f"[torchrun]: {line}\n")
+                wrote = True
+        if wrote and self.stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.flush()
+
+
+def _validate(
+    script: str, nproc: int, hang_timeout: float | None, timeout: float | None, cwd: str | None
+) -> Path:
+    if nproc < 1:
+        raise InvalidInput(
+            f"nproc must be at least 1, got {nproc}.", fix="Pass --nproc 2 (or the number of ranks you want)."
+        )
+    if hang_timeout is not None and hang_timeout <= 0:
+        raise InvalidInput(
+            f"hang timeout must be positive, got {hang_timeout}.",
+            fix="Pass a number of seconds, e.g. --hang-timeout 60, or leave hang detection off.",
+        )
+    if timeout is not None and timeout <= 0:
+        raise InvalidInput(
+            f"timeout must be positive, got {timeout}.", fix="Pass a number of seconds, e.g. --timeout 600."
+        )
+    path = Path(script)
+    if not path.is_absolute():
+        path = Path(cwd or os.getcwd()) / path
+    if not path.is_file():
+        raise InvalidInput(
+            f"script {script!r} is not a file (looked at {path}).",
+            fix="Pass the path of the training script, absolute or relative to the working directory.",
+        )
+    if cwd is not None and not Path(cwd).is_dir():
+        raise InvalidInput(
+            f"working directory {cwd!r} does not exist.", fix="Pass an existing directory as cwd."
+        )
+    return path.resolve()
+
+
+def run_job(
+    script: str,
+    args: list[str] | None = None,
+    *,
+    nproc: int = 2,
+    hang_timeout: float | None = 60.0,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    stream: TextIO | None = None,
+    python: str | None = None,
+) -> RunReport:
+    """Run ``script`` on ``nproc`` ranks under torchrun on this host and report how it ended.
+
+    Streams every rank's output (``[rankN]: line``) to ``stream`` as it
+    arrives. A job silent and idle for ``hang_timeout`` seconds (None: never)
+    gets its stacks and verdict captured, then is terminated; a job still
+    running after ``timeout`` seconds (None: no limit) is terminated. On Ctrl-C
+    or SIGTERM the whole tree is reaped and ``KeyboardInterrupt`` propagates
+    (the CLI exits 130). Nothing the job started is left behind.
+    """
+    path = _validate(script, nproc, hang_timeout, timeout, cwd)
+    exe = python or sys.executable
+    if python is not None and shutil.which(python) is None and not Path(python).is_file():
+        raise InvalidInput(
+            f"python interpreter {python!r} not found.",
+            fix="Pass the interpreter of the training environment.",
+        )
+    full_env = _job_env(env)
+    redactor = Redactor().learn_env(full_env)
+    notes: list[str] = []
+    for attempt in range(PORT_RETRIES + 1):
+        report, port_taken = _run_once(
+            exe, path, list(args or []), nproc, hang_timeout, timeout, full_env, cwd, stream, redactor, notes
+        )
+        if not port_taken or attempt == PORT_RETRIES:
+            return report
+        notes.append(
+            "the rendezvous port was taken by another process before torchrun could bind it; retried with a new port"
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _run_once(
+    exe: str,
+    path: Path,
+    args: list[str],
+    nproc: int,
+    hang_timeout: float | None,
+    timeout: float | None,
+    full_env: dict[str, str],
+    cwd: str | None,
+    stream: TextIO | None,
+    redactor: Redactor,
+    notes: list[str],
+) -> tuple[RunReport, bool]:
+    """One torchrun launch; the bool says it failed only because the port was taken."""
+    log_dir = Path(tempfile.mkdtemp(prefix="rankscope-run-"))
+    port = _free_port()
+    argv = [
+        exe, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+        f"--master_port={port}", "--monitor_interval=0.2", "--redirects=3", f"--log_dir={log_dir / 'ranks'}",
+        str(path), *args,
+    ]  # fmt: skip
+    runner = _Runner(
+        argv=argv,
+        log_dir=log_dir / "ranks",
+        env=full_env,
+        cwd=cwd,
+        nproc=nproc,
+        stream=stream,
+        redactor=redactor,
+    )
+    launcher_file = log_dir / "torchrun.log"
+    runner.launcher.path = launcher_file
+    start = time.monotonic()
+    runner.last_output = start
+    outcome: RunOutcome | None = None
+    stacks: StacksReport | None = None
+    evidence: str | None = None
+    local_notes = list(notes)
+    exit_code: int | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    watch: _Watch | None = None
+    try:
+        with _sigterm_as_interrupt():
+            with open(launcher_file, "wb") as lf:
+                proc = subprocess.Popen(
+                    argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches rankscope only; rankscope stops the job
+                )  # fmt: skip
+            watch = _Watch(root=proc.pid)
+            while True:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=POLL_INTERVAL)
+                now = time.monotonic()
+                runner.pump(now)
+                if proc.returncode is not None:
+                    exit_code = proc.returncode
+                    break
+                watch.sample(now)
+                if timeout is not None and now - start >= timeout:
+                    outcome = "timeout"
+                    evidence = f"still running after the {timeout:g}s limit"
+                    break
+                if hang_timeout is not None:
+                    quiet = now - runner.last_output
+                    if quiet >= hang_timeout:
+                        idle, why = watch.idle_over(hang_timeout, now)
+                        if idle or quiet >= BUSY_QUIET_FACTOR * hang_timeout:
+                            outcome = "hung"
+                            evidence = f"no output from any rank for {quiet:.0f}s; {why}"
+                            stacks, problem = _capture_stacks(proc.pid, STACKS_TIMEOUT)
+                            if problem:
+                                local_notes.append(problem)
+                            break
+    finally:
+        stopped_at = len(runner.launcher_lines)
+        if proc is not None:
+            if proc.poll() is None:
+                runner.pump(time.monotonic())
+                stopped_at = len(runner.launcher_lines)
+            with _shielded():
+                reap_tree(proc, grace=REAP_GRACE)
+                swept = _sweep(watch.seen) if watch is not None else []
+            if swept:
+                local_notes.append(f"killed {len(swept)} process(es) of the job that outlived torchrun: {swept}")
+        try:
+            runner.pump(time.monotonic(), final=True)
+        finally:
+            shutil.rmtree(log_dir, ignore_errors=True)
+    assert proc is not None and watch is not None
+    launcher_lines = list(runner.launcher_lines)
+    if outcome in ("hung", "timeout"):
+        # what torchrun printed while rankscope stopped it (its SignalException trace) is noise
+        launcher_lines = launcher_lines[:stopped_at]
+    no_rank_output = not any(rl.out_lines or rl.err_lines for rl in runner.ranks.values())
+    if exit_code not in (None, 0) and no_rank_output:
+        text = "\n".join(launcher_lines)
+        if "No module named torch" in text:
+            raise TorchMissing(f"{path.name} could not start: the interpreter {exe} cannot import torch.")
+        if "EADDRINUSE" in text or "address already in use" in text:
+            return _report(
+                "crashed", runner, watch, exit_code, stacks, evidence, local_notes, start, launcher_lines
+            ), True
+    if outcome is None:
+        outcome = "ok" if exit_code == 0 else "crashed"
+    return _report(
+        outcome, runner, watch, exit_code, stacks, evidence, local_notes, start, launcher_lines
+    ), False
+
+
+def _report(
+    outcome: RunOutcome,
+    runner: _Runner,
+    watch: _Watch,
+    exit_code: int | None,
+    stacks: StacksReport | None,
+    evidence: str | None,
+    notes: list[str],
+    start: float,
+    launcher_lines: list[str],
+) -> RunReport:
+    duration = time.monotonic() - start
+    outputs = [
+        RankOutput(
+            rank=r,
+            pid=watch.rank_pids.get(r),
+            stdout=list(rl.out_lines),
+            stderr=list(rl.err_lines),
+            dropped_lines=rl.dropped,
+        )
+        for r, rl in sorted(runner.ranks.items())
+    ]
+    failed = parse_failures(launcher_lines) if outcome == "crashed" else []
+    report = RunReport(
+        outcome=outcome,
+        summary=_summary(outcome, runner.nproc, exit_code, failed, stacks, evidence, duration),
+        exit_code=exit_code if outcome in ("ok", "crashed") else None,
+        command=runner.redactor.argv(runner.argv),
+        launcher_pid=watch.root,
+        nproc=runner.nproc,
+        duration_s=round(duration, 2),
+        failed_ranks=failed,
+        collapsed_stdout=collapse_rank_lines({o.rank: o.stdout for o in outputs}),
+        collapsed_stderr=collapse_rank_lines({o.rank: o.stderr for o in outputs}),
+        ranks=outputs,
+        launcher_output=launcher_lines,
+        stacks=stacks,
+        hang_evidence=evidence if outcome == "hung" else None,
+        notes=notes,
+        next_steps=_next_steps(outcome, failed, stacks),
+    )
+    return report
+
+
+def _describe_exit(e: RankExit) -> str:
+    if e.signal:
+        return f"rank {e.rank} ({e.signal})"
+    return f"rank {e.rank} (exit code {e.exit_code})"
+
+
+def _summary(
+    outcome: RunOutcome,
+    nproc: int,
+    exit_code: int | None,
+    failed: list[RankExit],
+    stacks: StacksReport | None,
+    evidence: str | None,
+    duration: float,
+) -> str:
+    if outcome == "ok":
+        return f"All {nproc} rank(s) finished; torchrun exited 0 after {duration:.1f}s."
+    if outcome == "crashed":
+        if not failed:
+            return f"torchrun exited {exit_code} after {duration:.1f}s; it reported no failed rank (see launcher_output)."
+        root = [e for e in failed if e.root_cause] or failed[:1]
+        others = [e for e in failed if e not in root and e.signal != "SIGTERM"]
+        stopped = [e for e in failed if e not in root and e.signal == "SIGTERM"]
+        text = f"Failed first: {', '.join(map(_describe_exit, root))}"
+        if others:
+            text += f"; then {', '.join(map(_describe_exit, others))}"
+        if stopped:
+            text += f"; torchrun then stopped {'rank' if len(stopped) == 1 else 'ranks'} {format_ranks(e.rank for e in stopped)}"
+        return text + f". torchrun exited {exit_code} after {duration:.1f}s."
+    if outcome == "hung":
+        verdict = (
+            f" Verdict: {stacks.verdict.summary}"
+            if stacks is not None
+            else " Stacks could not be captured (see notes)."
+        )
+        return f"Hung: {evidence}. Stacks captured, then the job was terminated.{verdict}"
+    return f"Timed out: {evidence}; the job was terminated."
+
+
+def _next_steps(outcome: RunOutcome, failed: list[RankExit], stacks: StacksReport | None) -> list[NextStep]:
+    if outcome == "crashed" and failed:
+        root = next((e for e in failed if e.root_cause), failed[0])
+        return [
+            NextStep(
+                action=f"Read rank {root.rank}'s stderr (ranks[{root.rank}].stderr): its traceback is the first failure; "
+                "the other ranks' errors usually follow from it.",
+                tool="triage_logs",
+                skill_section="skill/crashes.md",
+            )
+        ]
+    if outcome == "hung" and stacks is not None:
+        return list(stacks.verdict.next_steps)
+    if outcome == "hung":
+        return [
+            NextStep(
+                action="Run the job again and attach by hand: rankscope stacks <torchrun pid>.",
+                tool="dump_stacks",
+            )
+        ]
+    if outcome == "timeout":
+        return [
+            NextStep(
+                action="Run again with a hang timeout (rankscope run --hang-timeout 60) to get stacks when it stops progressing.",
+                tool="run_all_ranks",
+            )
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------- MCP-facing variant
+
+MAX_COLLAPSED_BYTES = 12_000
+MAX_STACKS_BYTES = 12_000
+
+
+def run_all_ranks(
+    script: str,
+    nproc: int = 2,
+    args: list[str] | None = None,
+    timeout: float = 120.0,
+    hang_timeout: float = 30.0,
+) -> RunReport:
+    """Run a probe script on ``nproc`` ranks and return a bounded report for an agent.
+
+    Ranks get ``RANKSCOPE_BACKEND`` (``gloo`` without a GPU). The answer keeps
+    the collapsed output (about 12 KB at most, the middle cut when longer) and
+    drops raw per-rank output; if the job hangs it carries the stacks and the
+    verdict (bounded) instead.
+    """
+    report = run_job(script, args, nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
+    return bound_run_report(report)
+
+
+def _cap_lines(lines: list[CollapsedLine], budget: int) -> tuple[list[CollapsedLine], int]:
+    """Keep the head and tail of ``lines`` within ``budget`` bytes; return them and how many were cut."""
+    sizes = [len(line.text) + 8 * len(line.ranks) + 40 for line in lines]
+    if sum(sizes) <= budget:
+        return lines, 0
+    head: list[CollapsedLine] = []
+    tail: list[CollapsedLine] = []
+    used = 0
+    i, j = 0, len(lines) - 1
+    while i <= j:
+        take_head = len(head) <= len(tail)
+        k = i if take_head else j
+        if used + sizes[k] > budget:
+            break
+        used += sizes[k]
+        if take_head:
+            head.append(lines[i])
+            i += 1
+        else:
+            tail.append(lines[j])
+            j -= 1
+    cut = len(lines) - len(head) - len(tail)
+    marker = CollapsedLine(ranks=[], text=f"… {cut} line(s) cut …", uniform=False)
+    return [*head, marker, *reversed(tail)], cut
+
+
+def bound_run_report(report: RunReport, max_collapsed_bytes: int = MAX_COLLAPSED_BYTES) -> RunReport:
+    """The agent-sized form of a report: collapsed output capped, raw output dropped, stacks bounded."""
+    out, cut_out = _cap_lines(report.collapsed_stdout, max_collapsed_bytes)
+    err, cut_err = _cap_lines(report.collapsed_stderr, max_collapsed_bytes // 2)
+    stacks = report.stacks
+    if stacks is not None:
+        bound: Callable[..., Any] | None = None
+        for module in ("rankscope.analysis.bound", "rankscope.analysis.stacks"):  # lives with the stacks analysis
+            with contextlib.suppress(ImportError):
+                bound = getattr(importlib.import_module(module), "bound_report", None)
+            if bound is not None:
+                break
+        if bound is not None:
+            stacks = bound(stacks, max_bytes=MAX_STACKS_BYTES)
+    cut = []
+    if cut_out:
+        cut.append(f"{cut_out} collapsed stdout line(s)")
+    if cut_err:
+        cut.append(f"{cut_err} collapsed stderr line(s)")
+    raw = sum(len(r.stdout) + len(r.stderr) for r in report.ranks)
+    if raw:
+        cut.append(f"raw per-rank output ({raw} line(s))")
+    hint = None
+    if cut:
+        hint = (
+            "Left out: "
+            + ", ".join(cut)
+            + ". For everything, run `rankscope run --json --nproc N -- SCRIPT ARGS` "
+            "or print less per rank (rankscope.probe.print_all_ranks collapses as it goes)."
+        )
+    return report.model_copy(
+        update={
+            "collapsed_stdout": out,
+            "collapsed_stderr": err,
+            "ranks": [],
+            "launcher_output": report.launcher_output[-40:],
+            "stacks": stacks,
+            "truncated": bool(cut) or report.truncated,
+            "hint": hint,
+        }
+    )

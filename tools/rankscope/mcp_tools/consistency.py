@@ -1,0 +1,46 @@
+"""MCP tools ``check_tensor_consistency`` and ``inspect_placements``: the offline side of the probes.
+
+Thin adapters over ``rankscope.api.compare_dir`` / ``inspect_placements``;
+both only read files.
+"""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import MCPServer
+
+from rankscope import api
+from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread
+from rankscope.models.probe import ConsistencyReport, PlacementsReport
+
+
+@guard
+async def check_tensor_consistency(path: str, atol: float = 0.0, rtol: float = 0.0) -> ConsistencyReport:
+    """Compare what each rank saved: which tensors differ on which ranks, NaN/Inf per rank, keys on some ranks only.
+
+    path: a directory with one file per rank, either fingerprints-rank<R>.json
+    written in the job by rankscope.probe.dump(model, DIR) or torch.save'd
+    state_dicts with the rank in the name (model_rank3.pt). divergent lists,
+    in module order, the tensors whose ranks disagree with the majority; the
+    first one is where to look. problems names unusable files and files from
+    different jobs. Use it for "loss differs between ranks" / "diverges only
+    at N GPUs"; see skill/wrong-results.md for what each pattern means.
+    """
+    return await in_thread(api.compare_dir, path, atol=atol, rtol=rtol)
+
+
+@guard
+async def inspect_placements(path: str) -> PlacementsReport:
+    """Show how tensors are sharded in a torch.distributed.checkpoint directory or in saved placement reports.
+
+    path: a DCP checkpoint directory (with .metadata), or the placements-rank<R>.json
+    files from rankscope.probe.dump(model, DIR, kind="placements"). Returns each
+    tensor's layout (sharded/whole), global shape and chunks (offsets, sizes,
+    storage file), bytes per file, FSDP coverage warnings (placement reports)
+    and problems: chunks that overlap or leave part of a tensor missing.
+    """
+    return await in_thread(api.inspect_placements, path)
+
+
+def register(server: MCPServer) -> None:
+    add_tool(server, check_tensor_consistency, title="Compare per-rank tensors saved by a job", annotations=READ_ONLY)
+    add_tool(server, inspect_placements, title="Sharding layout of a DCP checkpoint or placement reports", annotations=READ_ONLY)

@@ -1,0 +1,132 @@
+"""MCP tools ``list_jobs`` and ``dump_stacks``: the first two steps for a hang.
+
+Thin adapters over ``rankscope.api``: they check arguments the way an agent
+gets them wrong, run the blocking capture in a worker thread, report progress,
+and bound the answer so a 64-rank job does not flood the agent's context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+
+from rankscope import api
+from rankscope.errors import InvalidInput
+from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, progress
+from rankscope.models.core import JobList, StacksReport
+
+MAX_ANSWER_BYTES = 16_000
+"""Upper bound of a default dump_stacks answer, in bytes of JSON."""
+
+
+def _check_pid(pid: int | None) -> None:
+    if pid is not None and pid <= 0:
+        raise InvalidInput(
+            f"pid must be a positive process id, got {pid}.",
+            fix="Call list_jobs without arguments and pass one of the pids it returns (a rank or its launcher).",
+        )
+
+
+@guard
+async def list_jobs(pid: int | None = None, ctx: Context[Any, Any] | None = None) -> JobList:
+    """List the distributed PyTorch jobs running on this host: launcher, world size, and every rank's pid, state and rank number.
+
+    Call it first in an incident to find the job. With pid (a rank or its
+    launcher: torchrun, mp.spawn parent, srun, mpirun) it describes only that
+    job. Ranks in missing_ranks run on other hosts or have exited. Next: for a
+    hang, dump_stacks with the launcher pid.
+    """
+    _check_pid(pid)
+    await progress(ctx, 0, 1, "scanning /proc for distributed jobs")
+    report = await in_thread(api.list_jobs, pid)
+    await progress(ctx, 1, 1, f"found {len(report.jobs)} job(s)")
+    return report
+
+
+@guard
+async def dump_stacks(
+    pid: int | None = None,
+    native: bool = False,
+    locals: bool = False,
+    nonblocking: bool = False,
+    full_ranks: list[int] | None = None,
+    hosts: list[str] | None = None,
+    via: str = "ssh",
+    job: str | None = None,
+    namespace: str | None = None,
+    timeout: float = 20.0,
+    ctx: Context[Any, Any] | None = None,
+) -> StacksReport:
+    """Capture the Python (and optionally native) stack of every rank of a job and say which ranks are stuck where.
+
+    Read verdict.kind first: mismatched_collectives (ranks wait in different
+    collectives), divergent_ranks (some ranks left the common path),
+    missing_ranks (a rank exited or was not found), all_in_same_collective
+    (everyone waits in the same call: look at the network, a peer on another
+    host, or a slow rank), no_collective (not a communication hang), or
+    inconclusive. verdict.suspect_ranks names the culprits and next_steps says
+    what to do. The answer is bounded to about 16 KB: groups of ranks with one
+    representative stack each; pass full_ranks=[...] to get the full stacks of
+    those ranks. pid: a rank or launcher pid from list_jobs (default: the only
+    job on this host). native: include C/C++ frames (NCCL, gloo). locals:
+    include local variables (redacted; slower). nonblocking: do not pause the
+    ranks while sampling (less consistent stacks, for latency-sensitive jobs).
+    hosts: capture ranks on other nodes via 'ssh', 'srun' or 'kubectl'
+    (job: the Slurm job id or pod selector, namespace: the Kubernetes
+    namespace). timeout: seconds per rank.
+    """
+    _check_pid(pid)
+    if timeout <= 0:
+        raise InvalidInput(
+            f"timeout must be positive, got {timeout}.", fix="Pass a timeout in seconds, e.g. 20."
+        )
+    if full_ranks is not None and any(r < 0 for r in full_ranks):
+        raise InvalidInput(
+            f"full_ranks must hold rank numbers (0 and up), got {full_ranks}.",
+            fix="Pass ranks from a previous answer's groups or verdict.suspect_ranks, e.g. full_ranks=[3].",
+        )
+    if hosts is not None and not hosts:
+        raise InvalidInput(
+            "hosts is empty.",
+            fix="Leave hosts out for this host, or name the nodes, e.g. ['node1', 'node2'].",
+        )
+    where = f"{len(hosts)} host(s) via {via}" if hosts else "this host"
+    await progress(ctx, 0, 3, f"finding the job's ranks on {where}")
+    if hosts:
+        await progress(ctx, 1, 3, f"capturing stacks on {where}")
+        report = await in_thread(
+            api.dump_stacks_remote,
+            hosts=hosts,
+            via=via,
+            job=job,
+            namespace=namespace,
+            pid=pid,
+            native=native,
+            locals=locals,
+            nonblocking=nonblocking,
+            timeout=timeout,
+        )
+    else:
+        if job is not None or namespace is not None:
+            raise InvalidInput(
+                "job and namespace only apply with hosts (capturing ranks on other nodes).",
+                fix="Pass hosts=[...] with via='srun' or 'kubectl', or leave job and namespace out.",
+            )
+        await progress(ctx, 1, 3, "capturing stacks with py-spy")
+        report = await in_thread(
+            api.dump_stacks, pid, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout
+        )
+    await progress(ctx, 2, 3, f"analysing {len(report.stacks)} rank(s)")
+    from rankscope.analysis.bound import bound_report
+
+    bounded = bound_report(report, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
+    await progress(ctx, 3, 3, f"verdict: {bounded.verdict.kind}")
+    return bounded
+
+
+def register(server: MCPServer) -> None:
+    add_tool(server, list_jobs, title="List distributed PyTorch jobs on this host", annotations=READ_ONLY)
+    add_tool(
+        server, dump_stacks, title="Stacks of every rank, grouped, with a verdict", annotations=READ_ONLY
+    )

@@ -1,0 +1,77 @@
+"""MCP tool ``run_all_ranks``: run a probe script on N ranks and see every rank's output at once.
+
+A thin adapter over ``rankscope.api.run_all_ranks``: it checks the arguments
+the way an agent gets them wrong, runs the blocking launch in a worker
+thread, and returns the bounded ``RunReport``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+
+from rankscope import api
+from rankscope.errors import InvalidInput
+from rankscope.mcp_tools._common import STARTS_PROCESSES, add_tool, guard, in_thread, progress
+from rankscope.models.run import RunReport
+
+MAX_NPROC = 64
+
+
+@guard
+async def run_all_ranks(
+    script: str,
+    nproc: int = 2,
+    args: list[str] | None = None,
+    timeout: float = 120.0,
+    hang_timeout: float = 30.0,
+    ctx: Context[Any, Any] | None = None,
+) -> RunReport:
+    """Run a Python script on nproc ranks under torchrun on this host and return all ranks' output, collapsed.
+
+    Use it to run a small probe or repro across ranks and see where ranks
+    differ: collapsed_stdout lists each line once with the ranks that printed
+    it; uniform=false marks lines not printed identically by every rank (look
+    there first). outcome is ok, crashed (failed_ranks names them, root_cause
+    first), hung (no output and idle ranks for hang_timeout seconds: stacks
+    holds every rank's stack and the verdict, read stacks.verdict.kind and
+    suspect_ranks) or timeout. Ranks get RANKSCOPE_BACKEND=gloo when there is
+    no GPU: write scripts with
+    backend = os.environ.get("RANKSCOPE_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo").
+    script: absolute path (or relative to the server's working directory).
+    args: the script's arguments. timeout: seconds for the whole run.
+    The job is always terminated before the answer returns.
+    """
+    if not script.strip():
+        raise InvalidInput("script is empty.", fix="Pass the path of a Python script, e.g. '/tmp/probe.py'.")
+    if not 1 <= nproc <= MAX_NPROC:
+        raise InvalidInput(
+            f"nproc must be between 1 and {MAX_NPROC}, got {nproc}.",
+            fix="Pass the number of ranks, e.g. nproc=2.",
+        )
+    if timeout <= 0 or hang_timeout <= 0:
+        raise InvalidInput(
+            f"timeout and hang_timeout must be positive seconds, got {timeout} and {hang_timeout}.",
+            fix="Pass e.g. timeout=120, hang_timeout=30.",
+        )
+    await progress(ctx, 0, 1, f"running {script} on {nproc} rank(s)")
+    report = await in_thread(
+        api.run_all_ranks,
+        script,
+        nproc=nproc,
+        args=list(args or []),
+        timeout=timeout,
+        hang_timeout=hang_timeout,
+    )
+    await progress(ctx, 1, 1, f"outcome: {report.outcome}")
+    return report
+
+
+def register(server: MCPServer) -> None:
+    add_tool(
+        server,
+        run_all_ranks,
+        title="Run a script on N ranks and collapse their output",
+        annotations=STARTS_PROCESSES,
+    )

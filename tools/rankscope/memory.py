@@ -1,0 +1,477 @@
+"""The memory shell: read live ranks, snapshot files and placement reports.
+
+``inspect_memory`` answers "what fills memory, on which rank": for a live job
+it reads nvidia-smi (with a timeout) and /proc of every rank and its children;
+for snapshot files it unpickles them with a loader that refuses every class
+(snapshots are plain dicts, lists, ints and strings) and hands them to
+``rankscope.analysis.memory``. ``memory_budget`` turns a placement report into
+per-rank bytes for several sharding plans.
+
+Snapshots are read with torch's own ``torch.cuda._memory_viz`` helpers when
+torch is importable (``_block_extra`` for old and new block layouts,
+``_frame_filter`` for unwinder noise); without torch, the equivalent fallbacks
+in the analysis module are used, so a snapshot copied off a cluster can be read
+on any laptop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import logging
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rankscope.analysis import memory as am
+from rankscope.errors import InvalidInput, NotADistributedJob, ProcessNotFound, RankscopeError
+from rankscope.models.core import Job, NextStep, RankError, RankProcess
+from rankscope.models.memory import BudgetReport, MemoryReport, RankMemory, SnapshotSummary
+from rankscope.proctree import children_map, descendants
+from rankscope.redact import Redactor
+
+log = logging.getLogger("rankscope.memory")
+
+NVIDIA_SMI_TIMEOUT = 10.0
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pk")
+MAX_SNAPSHOTS = 256
+
+
+class SnapshotUnreadable(InvalidInput):
+    """A snapshot file that is not a plain ``_dump_snapshot`` pickle."""
+
+    default_fix = (
+        "Pass files written by torch.cuda.memory._dump_snapshot(path) or rankscope.probe.record_oom_snapshots(dir); "
+        "rankscope only unpickles plain dicts/lists/numbers/strings and refuses anything else."
+    )
+
+
+# ----------------------------------------------------------------- snapshots
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles only builtin containers and scalars: any global (class, function) is refused.
+
+    A pickle can run arbitrary code through ``find_class``/``REDUCE``; a
+    memory snapshot never needs either, so nothing is resolved.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(
+            f"refusing to load {module}.{name}: memory snapshots hold only plain data"
+        )
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read one snapshot pickle with the restricted unpickler."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = _PlainUnpickler(io.BufferedReader(fh, buffer_size=1 << 20)).load()
+    except FileNotFoundError as exc:
+        raise InvalidInput(
+            f"no such snapshot file: {p}", fix="Check the path; pass a file or a directory of them."
+        ) from exc
+    except pickle.UnpicklingError as exc:
+        raise SnapshotUnreadable(f"{p}: {exc}") from exc
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError) as exc:
+        raise SnapshotUnreadable(f"{p} is not a readable pickle ({type(exc).__name__}: {exc})") from exc
+    if isinstance(data, list):  # torch.cuda.memory_snapshot() (segments only) pickled directly
+        data = {"segments": data, "device_traces": []}
+    if not isinstance(data, dict) or "segments" not in data:
+        raise SnapshotUnreadable(f"{p} is a pickle but not a memory snapshot (no 'segments' key)")
+    return data
+
+
+def snapshot_files(paths: list[str]) -> list[tuple[Path, int | None]]:
+    """Expand files and directories into (file, rank-from-name), sorted by rank."""
+    out: list[tuple[Path, int | None]] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in SNAPSHOT_SUFFIXES)
+            if not found:
+                raise InvalidInput(
+                    f"{p} holds no snapshot files ({', '.join(SNAPSHOT_SUFFIXES)})",
+                    fix="Point at the directory rankscope.probe.record_oom_snapshots(dir) wrote, or at the files.",
+                )
+            out.extend((f, am.rank_from_filename(f.name, loose=True)) for f in found)
+        elif p.is_file():
+            out.append((p, am.rank_from_filename(p.name)))
+        else:
+            raise InvalidInput(f"no such file or directory: {p}", fix="Check the path.")
+    if len(out) > MAX_SNAPSHOTS:
+        raise InvalidInput(
+            f"{len(out)} snapshot files given", fix=f"Pass at most {MAX_SNAPSHOTS} (pick a few ranks)."
+        )
+    return sorted(out, key=lambda t: (t[1] is None, t[1] if t[1] is not None else 0, str(t[0])))
+
+
+def _torch_helpers() -> tuple[am.BlockExtra | None, am.FrameFilter | None]:
+    """torch's own snapshot helpers from ``torch/cuda/_memory_viz.py``, or (None, None) for the fallbacks.
+
+    That file imports only the standard library, so it is loaded on its own
+    from torch's install directory: reading a snapshot then costs
+    milliseconds instead of a full ``import torch`` (seconds, hundreds of MB).
+    """
+    mod = sys.modules.get("torch.cuda._memory_viz")
+    if mod is None:
+        try:
+            spec = importlib.util.find_spec("torch")
+        except (ImportError, ValueError):
+            spec = None
+        origin = spec.origin if spec is not None else None
+        if origin is None:
+            return None, None
+        path = Path(origin).parent / "cuda" / "_memory_viz.py"
+        try:
+            file_spec = importlib.util.spec_from_file_location("rankscope._torch_memory_viz", path)
+            if file_spec is None or file_spec.loader is None:
+                return None, None
+            mod = importlib.util.module_from_spec(file_spec)
+            file_spec.loader.exec_module(mod)
+        except Exception as exc:  # a torch build whose file moved or changed: the fallbacks read the same data
+            log.info("cannot load %s (%s); using rankscope's own snapshot reader", path, exc)
+            return None, None
+    block_extra: Callable[..., Any] | None = getattr(mod, "_block_extra", None)
+    frame_filter: Callable[..., Any] | None = getattr(mod, "_frame_filter", None)
+    return block_extra, frame_filter
+
+
+def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
+    for site in s.top_sites:
+        site.site = red.text(site.site)
+        site.stack = [red.text(x) for x in site.stack]
+    for leak in s.leak_suspects:
+        leak.site = red.text(leak.site)
+    for oom in s.ooms:
+        oom.site = red.text(oom.site) if oom.site else oom.site
+    if s.allocator_settings:
+        s.allocator_settings = red.text(s.allocator_settings)
+    s.source = red.text(s.source)
+    return s
+
+
+def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
+    """Snapshot files (or directories of per-rank files) to a bounded report."""
+    files = snapshot_files(paths)
+    block_extra, frame_filter = _torch_helpers()
+    red = Redactor()
+    summaries: list[SnapshotSummary] = []
+    errors: list[RankError] = []
+    for path, rank in files:
+        try:
+            data = load_snapshot(path)
+        except RankscopeError as exc:
+            if len(files) == 1:
+                raise
+            errors.append(RankError(rank=rank, kind="failed", message=exc.message, fix=exc.fix))
+            continue
+        summary = am.analyze_snapshot(
+            data, str(path), rank, top=top, block_extra=block_extra, frame_filter=frame_filter
+        )
+        del data
+        summaries.append(_redact_summary(summary, red))
+    findings = [f for s in summaries for f in am.snapshot_findings(s)]
+    findings.extend(am.compare_snapshots(summaries))
+    next_steps = [
+        NextStep(
+            action="Read the OOM playbook for what each finding means and its fix.",
+            skill_section="skill/oom.md",
+        ),
+        NextStep(
+            action="Check whether the sharding plan can fit at all.",
+            tool="memory_budget",
+            skill_section="skill/oom.md#budget",
+        ),
+    ]
+    truncated = any(s.other_sites for s in summaries)
+    return MemoryReport(
+        mode="snapshots",
+        gpu_available=True,
+        snapshots=summaries,
+        findings=findings,
+        next_steps=next_steps,
+        errors=errors,
+        truncated=truncated,
+        hint=f"Showing the top {top} allocation sites per snapshot; pass a larger top to see more."
+        if truncated
+        else None,
+    )
+
+
+# ---------------------------------------------------------------------- live
+
+
+def _find_job(pid: int | None) -> Job:
+    """The job around ``pid`` (None: the only job on this host) from discovery, or a minimal /proc reading."""
+    try:
+        from rankscope import api
+
+        job: Job = api.find_job(pid)
+        return job
+    except ModuleNotFoundError as exc:
+        if exc.name != "rankscope.discovery":
+            raise
+    if pid is None:
+        raise InvalidInput("no pid given", fix="Pass --pid with a rank or launcher pid (`rankscope ps` lists them).")
+    return _job_from_environ(pid)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    out: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def _job_from_environ(pid: int) -> Job:
+    """Ranks are ``pid`` itself or its descendants whose environment has RANK."""
+    if not Path(f"/proc/{pid}").exists():
+        raise ProcessNotFound(f"no process with pid {pid}")
+    host = socket.gethostname()
+    ranks: list[RankProcess] = []
+    for p in [pid, *descendants(pid)]:
+        try:
+            env = _environ(p)
+        except OSError:
+            continue
+        if "RANK" in env and env["RANK"].isdigit():
+            if any(r.pid != p and p in descendants(r.pid) for r in ranks):
+                continue  # a rank's own child (DataLoader worker) inherits RANK
+            lr = env.get("LOCAL_RANK", "")
+            ranks.append(
+                RankProcess(
+                    rank=int(env["RANK"]),
+                    local_rank=int(lr) if lr.isdigit() else None,
+                    pid=p,
+                    host=host,
+                    rank_source="env:RANK",
+                )
+            )
+    if not ranks:
+        raise NotADistributedJob(f"pid {pid} and its children have no RANK in their environment")
+    ws = _environ(ranks[0].pid).get("WORLD_SIZE", "")
+    return Job(
+        job_id=str(pid),
+        launcher_pid=pid,
+        world_size=int(ws) if ws.isdigit() else None,
+        hosts=[host],
+        ranks=ranks,
+    )
+
+
+def _nvidia_smi() -> tuple[dict[int, list[tuple[str, int]]] | None, str | None]:
+    """pid -> [(gpu, bytes)] from nvidia-smi, or (None, why not)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return (
+            None,
+            "nvidia-smi not found: no NVIDIA driver on this host (or not on PATH); reporting host memory only.",
+        )
+    try:
+        out = subprocess.run(
+            [exe, "--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return (
+            None,
+            f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT:.0f}s (driver busy or hung); host memory only.",
+        )
+    except OSError as exc:
+        return None, f"nvidia-smi could not run ({exc}); host memory only."
+    if out.returncode != 0:
+        first = (out.stdout.strip() or out.stderr.strip() or f"exit {out.returncode}").splitlines()[0]
+        return None, f"nvidia-smi failed: {first}; reporting host memory only."
+    return am.parse_nvidia_smi_apps(out.stdout), None
+
+
+def _read_mem(pid: int) -> tuple[dict[str, int], dict[str, int]]:
+    status = am.parse_kb_fields(Path(f"/proc/{pid}/status").read_text())
+    try:
+        rollup = am.parse_kb_fields(Path(f"/proc/{pid}/smaps_rollup").read_text())
+    except OSError:
+        rollup = {}
+    return status, rollup
+
+
+def _rank_memory(
+    rp: RankProcess, kids: dict[int, list[int]], gpu: Mapping[int, list[tuple[str, int]]] | None
+) -> RankMemory:
+    rm = RankMemory(rank=rp.rank, pid=rp.pid, host=rp.host)
+    try:
+        status, rollup = _read_mem(rp.pid)
+    except OSError as exc:
+        rm.error = f"cannot read /proc/{rp.pid}: {exc.strerror or exc}"
+        return rm
+    rm.rss_bytes = status.get("VmRSS")
+    rm.peak_rss_bytes = status.get("VmHWM")
+    rm.shmem_bytes = status.get("RssShmem")
+    rm.swap_bytes = status.get("VmSwap")
+    rm.pss_bytes = rollup.get("Pss")
+    children = descendants(rp.pid, kids)
+    for c in children:
+        try:
+            cs, cr = _read_mem(c)
+        except OSError:
+            continue  # a worker that just exited
+        rm.children += 1
+        rm.children_rss_bytes += cs.get("VmRSS", 0)
+        rm.children_pss_bytes += cr.get("Pss", 0)
+    if gpu is not None:
+        used = 0
+        seen: list[str] = []
+        for p in (rp.pid, *children):
+            for dev, b in gpu.get(p, []):
+                used += b
+                if dev and dev not in seen:
+                    seen.append(dev)
+        rm.gpu_used_bytes = used
+        rm.gpu_indices = seen
+    return rm
+
+
+def inspect_live(pid: int | None) -> MemoryReport:
+    """Per-rank GPU (nvidia-smi) and host (/proc) memory of the job around ``pid`` (None: the only job here)."""
+    job = _find_job(pid)
+    gpu, note = _nvidia_smi()
+    kids = children_map()
+    ranks = [
+        _rank_memory(rp, kids, gpu) for rp in sorted(job.ranks, key=lambda r: (r.rank is None, r.rank or 0))
+    ]
+    if gpu is not None and gpu and not any(r.gpu_used_bytes for r in ranks):
+        note = (
+            f"nvidia-smi lists {len(gpu)} compute processes but none has a rank's pid: rankscope probably runs in "
+            "another PID namespace (container) than the driver; GPU numbers per rank are unavailable."
+        )
+    errors = [
+        RankError(
+            rank=r.rank,
+            pid=r.pid,
+            host=r.host,
+            kind="process_exited",
+            message=r.error,
+            fix="Re-run while the job is alive.",
+        )
+        for r in ranks
+        if r.error
+    ]
+    findings = am.live_findings(ranks)
+    next_steps = [
+        NextStep(
+            action="For CUDA detail, record snapshots in the job (rankscope.probe.record_oom_snapshots) and run inspect_memory on them.",
+            tool="inspect_memory",
+            skill_section="skill/oom.md#snapshots",
+        )
+    ]
+    return MemoryReport(
+        mode="live",
+        job=job,
+        gpu_available=gpu is not None,
+        gpu_note=note,
+        ranks=ranks,
+        findings=findings,
+        next_steps=next_steps,
+        errors=errors,
+    )
+
+
+def inspect_memory(pid: int | None = None, paths: list[str] | None = None, *, top: int = 10) -> MemoryReport:
+    """Memory per rank of a live job (``pid``; None: the only job on this host) or of snapshot files (``paths``)."""
+    if top < 1:
+        raise InvalidInput(f"top must be at least 1, got {top}", fix="Pass --top 10 (the default) or more.")
+    if pid is not None and paths:
+        raise InvalidInput(
+            "pass either a pid or snapshot paths, not both",
+            fix="`rankscope memory --pid PID` or `rankscope memory PATH...`.",
+        )
+    if paths:
+        return analyze_snapshot_files(list(paths), top=top)
+    return inspect_live(pid)
+
+
+# -------------------------------------------------------------------- budget
+
+
+def _load_placement(placement: Any) -> tuple[Any, str]:
+    """A placement model, a dict/list, JSON text, or a path to a JSON file -> (plain data, source)."""
+    if hasattr(placement, "model_dump"):
+        return placement.model_dump(mode="json"), type(placement).__name__
+    if isinstance(placement, (dict, list)):
+        return placement, "<data>"
+    if isinstance(placement, str):
+        text = placement.strip()
+        if text.startswith(("{", "[")):
+            return json.loads(text), "<json>"
+        path = Path(placement)
+        if path.is_dir():
+            files = sorted(path.glob("placements-rank*.json"))
+            if not files:
+                raise InvalidInput(
+                    f"{path} holds no placements-rank*.json files",
+                    fix="Write them with rankscope.probe.dump(model, dir, kind='placements') on every rank.",
+                )
+            try:
+                return {"ranks": [json.loads(f.read_text()) for f in files]}, str(path)
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(f"a placement file in {path} is not JSON: {exc}", fix="Re-dump it.") from exc
+        if not path.is_file():
+            raise InvalidInput(
+                f"no such placement file: {placement}",
+                fix="Write one with rankscope.probe.dump(model, dir, kind='placements') or "
+                "`rankscope placements CHECKPOINT --json > placement.json`.",
+            )
+        try:
+            return json.loads(path.read_text()), str(path)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(
+                f"{path} is not JSON: {exc}", fix="Pass the JSON a placement report writes."
+            ) from exc
+    raise InvalidInput(
+        f"cannot read a placement from {type(placement).__name__}", fix="Pass a path, JSON text or a report."
+    )
+
+
+def memory_budget(
+    placement: Any,
+    *,
+    optimizer: str = "adam",
+    param_dtype: str = "float32",
+    grad_dtype: str | None = None,
+    optim_dtype: str = "float32",
+    gpu_memory: str | int | None = None,
+    world_size: int | None = None,
+) -> BudgetReport:
+    """Per-rank bytes of a sharding plan and of DDP / per-layer FSDP / root-only FSDP."""
+    data, source = _load_placement(placement)
+    try:
+        inp = am.budget_input_from_data(data, world_size)
+        gpu = am.parse_size(gpu_memory) if gpu_memory is not None else None
+        return am.compute_budget(
+            inp,
+            source=source,
+            optimizer=optimizer,
+            param_dtype=param_dtype,
+            grad_dtype=grad_dtype,
+            optim_dtype=optim_dtype,
+            gpu_memory=gpu,
+            world_size=world_size,
+        )
+    except ValueError as exc:
+        raise InvalidInput(
+            str(exc), fix="See `rankscope memory-budget --help` for the accepted values."
+        ) from exc

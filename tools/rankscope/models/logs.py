@@ -1,0 +1,72 @@
+"""Answer of `rankscope triage` / MCP `triage_logs`: findings from logs and the rank they blame."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rankscope.models.core import Finding, Model, NextStep
+
+SourceKind = Literal["file", "stdin", "text", "error_json"]
+
+
+class LogSource(Model):
+    """One input that was read (a file, stdin, an error.json)."""
+
+    path: str = Field(description="File path, '-' for stdin, '<text>' for inline text.")
+    kind: SourceKind = "file"
+    rank_hint: int | None = Field(
+        default=None, description="Rank taken from the file name (rank3.log, attempt_0/3/...)."
+    )
+    lines: int = 0
+    bytes: int = 0
+    skipped: str | None = Field(
+        default=None, description="Why the source was not analysed (binary, unreadable)."
+    )
+
+
+class FailureRecord(Model):
+    """One entry of torchrun's ChildFailedError table or of an error.json."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    exitcode: int | None = None
+    signal: str | None = None
+    time: str | None = None
+    error_file: str | None = None
+    message: str = ""
+    first_observed: bool = Field(
+        default=False, description="torchrun's 'Root Cause (first observed failure)'."
+    )
+
+
+class TriageReport(Model):
+    """Every recognised event, and the reasoning across them."""
+
+    sources: list[LogSource] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list, description="Most important first.")
+    kinds: dict[str, int] = Field(default_factory=dict, description="Number of findings per kind.")
+    suspect_ranks: list[int] = Field(
+        default_factory=list, description="Ranks most likely to hold the root cause."
+    )
+    victim_ranks: list[int] = Field(
+        default_factory=list,
+        description="Ranks that failed because another rank did (closed peer, waited in a collective).",
+    )
+    seen_ranks: list[int] = Field(default_factory=list, description="Every rank the logs mention.")
+    failures: list[FailureRecord] = Field(
+        default_factory=list, description="torchrun / error.json failure records."
+    )
+    summary: str = ""
+    evidence: list[str] = Field(
+        default_factory=list, description="The reasons behind suspect_ranks, one per line."
+    )
+    next_steps: list[NextStep] = Field(default_factory=list)
+    truncated: bool = Field(
+        default=False, description="True when findings beyond max_findings were left out."
+    )
+    dropped_findings: int = 0
+    stats: dict[str, Any] = Field(default_factory=dict, description="Bytes and lines read, seconds spent.")

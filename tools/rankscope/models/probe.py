@@ -1,0 +1,230 @@
+"""Models of the cross-rank probes: fingerprints, consistency, placements.
+
+``ConsistencyReport`` is the answer of ``rankscope.probe.check_consistency``
+(identical on every rank) and of ``rankscope compare`` / MCP
+``check_tensor_consistency``. ``PlacementReport`` is one rank's view of how a
+model is sharded (``rankscope.probe.placement_report``); ``PlacementsReport``
+is the offline answer of ``rankscope placements`` / MCP ``inspect_placements``
+over a saved placement report or a torch.distributed.checkpoint directory.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rankscope.models.core import Model, NextStep
+
+TensorKind = Literal["param", "grad", "buffer", "tensor", "optim", "state"]
+Which = Literal["params", "grads", "buffers", "all"]
+
+
+class Fingerprint(Model):
+    """What one rank knows about one tensor, small enough to exchange for thousands of tensors."""
+
+    name: str
+    kind: TensorKind = "tensor"
+    shape: list[int]
+    dtype: str
+    numel: int = 0
+    checksum: str = Field(description="blake2b-128 of the tensor's bytes (local shard for a DTensor): exact equality.")
+    sum: float | None = Field(default=None, description="Sum in float64 (floating/integer tensors); NaN/Inf when present.")
+    abs_max: float | None = None
+    nan: int = 0
+    inf: int = 0
+    dtensor: bool = False
+    placements: list[str] | None = Field(default=None, description="DTensor placements, e.g. ['Shard(dim=0)', 'Replicate()'].")
+    mesh_dim_names: list[str] | None = None
+    shard_key: str | None = Field(
+        default=None,
+        description="Coordinates of this rank along the mesh dims that are not Replicate: ranks with the same key hold "
+        "replicas of the same local shard and are the only ones compared.",
+    )
+    partial: bool = Field(default=False, description="A Partial placement: local values are pending a reduction.")
+
+
+class RankFingerprints(Model):
+    """One rank's fingerprints, as exchanged in the gather and as written by ``dump``."""
+
+    format: Literal["rankscope-fingerprints"] = "rankscope-fingerprints"
+    rank: int
+    world_size: int
+    job_id: str | None = None
+    host: str | None = None
+    which: str = "params"
+    fingerprints: list[Fingerprint] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class RankValue(Model):
+    """A tensor's summary on one rank, to show how the ranks disagree."""
+
+    rank: int
+    checksum: str | None = None
+    shape: list[int] | None = None
+    dtype: str | None = None
+    sum: float | None = None
+    abs_max: float | None = None
+    nan: int = 0
+    inf: int = 0
+    max_abs_diff: float | None = Field(default=None, description="Max |x - reference| (second phase, max_diff=True).")
+
+
+class DivergentTensor(Model):
+    """A tensor whose value differs on some ranks from the majority of its replica group."""
+
+    name: str
+    ranks: list[int] = Field(description="Ranks that disagree with the majority (the reference).")
+    reference_ranks: list[int] = Field(default_factory=list, description="Ranks holding the majority value.")
+    tie: bool = Field(default=False, description="No strict majority: the reference is the group of the lowest rank.")
+    reason: Literal["shape", "dtype", "values", "nonfinite", "no_grad"] = "values"
+    replica_group: list[int] = Field(default_factory=list, description="Ranks that hold this (shard of the) tensor and were compared.")
+    shard_key: str | None = None
+    values: list[RankValue] = Field(default_factory=list, description="Per-rank summaries of the disagreeing and reference ranks.")
+
+
+class NonFinite(Model):
+    """A tensor holding NaN or Inf on some rank."""
+
+    name: str
+    rank: int
+    nan: int = 0
+    inf: int = 0
+
+
+class KeyPresence(Model):
+    """A tensor name present on some ranks only."""
+
+    name: str
+    present_on: list[int]
+    missing_on: list[int]
+
+
+class ConsistencyReport(Model):
+    """Answer of ``check_consistency`` (same on every rank), ``rankscope compare`` and ``check_tensor_consistency``."""
+
+    consistent: bool
+    world_size: int | None = None
+    ranks: list[int] = Field(default_factory=list, description="Ranks whose fingerprints were compared.")
+    which: str | None = None
+    job_ids: list[str] = Field(default_factory=list)
+    tensors: int = Field(default=0, description="Distinct tensor names seen.")
+    compared: int = Field(default=0, description="Tensors compared across at least two ranks.")
+    sharded_not_compared: int = Field(default=0, description="DTensor shards held by one rank only (nothing to compare).")
+    divergent: list[DivergentTensor] = Field(default_factory=list, description="In module order.")
+    first_divergent: str | None = None
+    nonfinite: list[NonFinite] = Field(default_factory=list)
+    missing_keys: list[KeyPresence] = Field(default_factory=list)
+    partial: list[str] = Field(default_factory=list, description="DTensors with a Partial placement (not reduced yet).")
+    problems: list[str] = Field(default_factory=list, description="Inputs that could not be used (bad files, mixed jobs, ...).")
+    notes: list[str] = Field(default_factory=list)
+    summary: str = ""
+    next_steps: list[NextStep] = Field(default_factory=list)
+
+
+class TensorPlacement(Model):
+    """How one parameter or buffer is laid out on this rank."""
+
+    fqn: str
+    kind: Literal["param", "buffer"] = "param"
+    is_dtensor: bool = False
+    layout: Literal["sharded", "replicated", "partial", "plain"] = "plain"
+    mesh_shape: list[int] | None = None
+    mesh_dim_names: list[str] | None = None
+    placements: list[str] | None = None
+    global_shape: list[int]
+    local_shape: list[int]
+    global_offset: list[int] | None = Field(default=None, description="Offset of the local shard in the global tensor.")
+    dtype: str
+    local_bytes: int
+    global_bytes: int
+    requires_grad: bool = False
+
+
+class ModuleWrapping(Model):
+    """A module wrapped by a data-parallel API."""
+
+    fqn: str
+    cls: str
+    wrapping: Literal["fsdp2", "fsdp1", "ddp"]
+
+
+class SizedName(Model):
+    name: str
+    bytes: int
+
+
+class CoverageSummary(Model):
+    """Where the parameter bytes are: sharded, replicated or plain; and what one rank holds."""
+
+    param_bytes: int = Field(default=0, description="Global bytes of all parameters.")
+    sharded_share: float = 0.0
+    replicated_share: float = 0.0
+    plain_share: float = 0.0
+    largest_unsharded: list[SizedName] = Field(default_factory=list)
+    fsdp_units: list[str] = Field(default_factory=list)
+    modules_not_own_unit: list[SizedName] = Field(
+        default_factory=list,
+        description="Modules with parameters that are not their own FSDP unit: their parameters are all-gathered "
+        "together with their enclosing unit.",
+    )
+    largest_unit: SizedName | None = Field(default=None, description="FSDP unit gathering the most bytes at once.")
+    est_param_bytes_per_rank: int = 0
+    est_grad_bytes_per_rank: int = 0
+    est_adam_state_bytes_per_rank: int = Field(default=0, description="Adam: exp_avg + exp_avg_sq in fp32 (8 bytes/element).")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class PlacementReport(Model):
+    """One rank's placements (``rankscope.probe.placement_report``); ``dump`` writes it as JSON."""
+
+    format: Literal["rankscope-placements"] = "rankscope-placements"
+    rank: int = 0
+    world_size: int = 1
+    job_id: str | None = None
+    host: str | None = None
+    tensors: list[TensorPlacement] = Field(default_factory=list)
+    wrapping: list[ModuleWrapping] = Field(default_factory=list)
+    coverage: CoverageSummary = Field(default_factory=CoverageSummary)
+
+
+class Chunk(Model):
+    """A piece of a tensor: offsets and sizes per dim, and where it is stored."""
+
+    offsets: list[int]
+    sizes: list[int]
+    file: str | None = None
+    bytes: int | None = None
+    ranks: list[int] = Field(default_factory=list, description="Ranks holding this chunk (placement reports).")
+
+
+class StoredTensor(Model):
+    """One tensor of a checkpoint or of a job's placement reports."""
+
+    fqn: str
+    layout: Literal["sharded", "whole"]
+    global_shape: list[int]
+    dtype: str | None = None
+    chunks: list[Chunk] = Field(default_factory=list)
+    placements: list[str] | None = None
+
+
+class FileBytes(Model):
+    file: str
+    bytes: int
+
+
+class PlacementsReport(Model):
+    """Answer of ``rankscope placements`` / MCP ``inspect_placements``."""
+
+    path: str
+    source: Literal["dcp", "placement_report"]
+    tensors: list[StoredTensor] = Field(default_factory=list)
+    objects: list[str] = Field(default_factory=list, description="Non-tensor entries (bytes) of a DCP checkpoint.")
+    files: list[FileBytes] = Field(default_factory=list)
+    sharded: int = 0
+    whole: int = 0
+    problems: list[str] = Field(default_factory=list)
+    coverage: CoverageSummary | None = None
+    summary: str = ""

@@ -1,0 +1,273 @@
+"""``check_consistency``: are the tensors the same on every rank that should hold them?
+
+Each rank fingerprints its tensors locally (shape, dtype, blake2b of the bytes,
+float64 sum, abs-max, NaN/Inf counts), the ranks exchange the fingerprints in
+**one** gather of small objects, and every rank runs the same pure comparison
+(``rankscope.analysis.fingerprints``), so the report is identical everywhere.
+Nothing here moves a full tensor unless ``max_diff=True`` asks for the second
+phase, which broadcasts only the divergent tensors from their reference rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from rankscope.analysis.fingerprints import NO_GRAD, compare_fingerprints
+from rankscope.errors import InvalidInput
+from rankscope.models.probe import ConsistencyReport, Fingerprint, RankFingerprints, TensorKind
+from rankscope.probe import _dist
+
+WHICH = ("params", "grads", "buffers", "all")
+
+
+def _dtensor_cls() -> Any:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - builds without distributed
+        return None
+    return DTensor
+
+
+def _checksum(flat_bytes: Any) -> str:
+    try:
+        buf: Any = flat_bytes.numpy()
+    except (RuntimeError, TypeError):  # pragma: no cover - numpy missing
+        buf = bytes(flat_bytes.tolist())
+    return hashlib.blake2b(memoryview(buf), digest_size=16).hexdigest()
+
+
+def _dtensor_meta(t: Any) -> dict[str, Any]:
+    mesh = t.device_mesh
+    placements = list(t.placements)
+    names = list(mesh.mesh_dim_names) if mesh.mesh_dim_names else [f"dim{i}" for i in range(mesh.ndim)]
+    coord = mesh.get_coordinate()
+    key_parts = []
+    partial = False
+    for i, p in enumerate(placements):
+        if p.is_replicate():
+            continue
+        partial = partial or p.is_partial()
+        key_parts.append(f"{names[i]}={coord[i] if coord is not None else '?'}")
+    return {
+        "dtensor": True,
+        "placements": [repr(p) for p in placements],
+        "mesh_dim_names": names,
+        "shard_key": ",".join(key_parts) if key_parts else "replicated",
+        "partial": partial,
+    }
+
+
+def fingerprint(name: str, t: Any, kind: TensorKind = "tensor") -> Fingerprint:
+    """Fingerprint one tensor (a DTensor by its local shard)."""
+    torch = _dist.torch_mod()
+    meta: dict[str, Any] = {}
+    dtensor = _dtensor_cls()
+    if dtensor is not None and isinstance(t, dtensor):
+        meta = _dtensor_meta(t)
+        t = t.to_local()
+    t = t.detach()
+    if t.is_sparse:
+        t = t.to_dense()
+    shape = list(t.shape)
+    dtype = str(t.dtype).removeprefix("torch.")
+    if t.device.type == "meta":
+        return Fingerprint(name=name, kind=kind, shape=shape, dtype=dtype, numel=t.numel(), checksum="meta", **meta)
+    if t.device.type != "cpu":
+        t = t.cpu()
+    flat = t.contiguous().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    checksum = _checksum(flat.view(torch.uint8))
+    s: float | None = None
+    amax: float | None = None
+    nan = inf = 0
+    if flat.numel():
+        if flat.is_floating_point():
+            s = float(flat.sum(dtype=torch.float64))
+            if not math.isfinite(s):
+                nan = int(torch.isnan(flat).sum())
+                inf = int(torch.isinf(flat).sum())
+                finite = flat[torch.isfinite(flat)]
+                amax = float(finite.abs().max()) if finite.numel() else None
+            else:
+                lo, hi = torch.aminmax(flat)
+                amax = max(abs(float(lo)), abs(float(hi)))
+        elif flat.dtype == torch.bool:
+            s = float(flat.sum())
+            amax = float(bool(flat.any()))
+        else:
+            s = float(flat.sum(dtype=torch.int64))
+            lo, hi = torch.aminmax(flat)
+            amax = float(max(abs(int(lo)), abs(int(hi))))
+    return Fingerprint(
+        name=name, kind=kind, shape=shape, dtype=dtype, numel=flat.numel(), checksum=checksum,
+        sum=s, abs_max=amax, nan=nan, inf=inf, **meta,
+    )
+
+
+def _scalar_fingerprint(name: str, value: Any) -> Fingerprint:
+    """Python scalars in a state_dict (lr, step, betas): compared by value, not skipped."""
+    text = repr(value)
+    num = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    nan = 1 if num is not None and math.isnan(num) else 0
+    inf = 1 if num is not None and math.isinf(num) else 0
+    return Fingerprint(
+        name=name, kind="state", shape=[], dtype=f"py:{type(value).__name__}", numel=1,
+        checksum=hashlib.blake2b(text.encode(), digest_size=16).hexdigest(), sum=num,
+        abs_max=abs(num) if num is not None else None, nan=nan, inf=inf,
+    )
+
+
+def _walk(prefix: str, obj: Any, torch: Any, kind: TensorKind) -> Iterator[tuple[str, Any, TensorKind]]:
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj, kind
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from _walk(f"{prefix}.{k}" if prefix else str(k), v, torch, kind)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _walk(f"{prefix}.{i}" if prefix else str(i), v, torch, kind)
+    elif isinstance(obj, (int, float, str, bool)) or obj is None:
+        yield prefix, obj, "state"
+
+
+def collect(obj: Any, which: str = "params") -> tuple[list[Fingerprint], list[str]]:
+    """This rank's fingerprints for a tensor, module, state_dict or optimizer, in module order."""
+    if which not in WHICH:
+        raise InvalidInput(f"which={which!r} is not one of {', '.join(WHICH)}", fix="Pass which='params', 'grads', 'buffers' or 'all'.")
+    torch = _dist.torch_mod()
+    notes: list[str] = []
+    items: list[tuple[str, Any, TensorKind]] = []
+    if isinstance(obj, torch.Tensor):
+        if which == "grads":
+            items.append(("tensor.grad", obj.grad, "grad"))
+        else:
+            items.append(("tensor", obj, "tensor"))
+    elif isinstance(obj, torch.nn.Module):
+        named = list(obj.named_parameters())
+        if which in ("params", "all"):
+            items += [(n, p, "param") for n, p in named]
+        if which in ("grads", "all"):
+            items += [(n if which == "grads" else n + ".grad", p.grad, "grad") for n, p in named if p.requires_grad]
+        if which in ("buffers", "all"):
+            items += [(n, b, "buffer") for n, b in obj.named_buffers()]
+    elif isinstance(obj, torch.optim.Optimizer):
+        items += list(_walk("", obj.state_dict(), torch, "optim"))
+    elif isinstance(obj, Mapping):
+        items += list(_walk("", obj, torch, "tensor"))
+        if not any(isinstance(v, torch.Tensor) for _, v, _k in items):
+            raise InvalidInput(
+                "the mapping holds no tensors",
+                fix="Pass model.state_dict(), optimizer.state_dict(), a module, an optimizer or a tensor.",
+            )
+    else:
+        raise InvalidInput(
+            f"check_consistency cannot fingerprint an object of type {type(obj).__name__}",
+            fix="Pass a torch.Tensor, an nn.Module, a state_dict (a mapping of tensors) or an optimizer.",
+        )
+    fps: list[Fingerprint] = []
+    for name, t, kind in items:
+        if kind == "grad" and t is None:
+            fps.append(Fingerprint(name=name, kind="grad", shape=[], dtype=NO_GRAD, checksum="grad-is-None"))
+        elif isinstance(t, torch.Tensor):
+            fps.append(fingerprint(name, t, kind))
+        else:
+            fps.append(_scalar_fingerprint(name, t))
+    if not fps:
+        notes.append(f"nothing to fingerprint for which={which!r}")
+    return fps, notes
+
+
+def local_fingerprints(obj: Any, which: str = "params", group: Any = None) -> RankFingerprints:
+    """This rank's fingerprints with the rank, world size and job id attached (what ``dump`` writes)."""
+    fps, notes = collect(obj, which)
+    rank, world = _dist.rank_and_world(group)
+    if not _dist.is_distributed():
+        notes.append("torch.distributed is not initialised: compared on this process only")
+    return RankFingerprints(
+        rank=rank, world_size=world, job_id=_dist.job_id(), host=_dist.hostname(), which=which, fingerprints=fps, notes=notes
+    )
+
+
+def check_consistency(
+    obj: Any,
+    *,
+    which: str = "params",
+    group: Any = None,
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    max_diff: bool = False,
+) -> ConsistencyReport:
+    """Compare ``obj``'s tensors across the ranks of ``group``; the same report on every rank.
+
+    Every rank of the group must call it (it is one collective, with the probe
+    timeout). ``max_diff=True`` adds a second phase measuring max |x - reference|
+    for the divergent tensors only.
+    """
+    mine = local_fingerprints(obj, which, group)
+    gathered = _dist.gather_objects(mine, group)
+    report = compare_fingerprints(gathered, atol=atol, rtol=rtol)
+    if max_diff and report.divergent and _dist.is_distributed():
+        _max_diff_phase(obj, which, group, report)
+    return report
+
+
+def _tensors_by_name(obj: Any, which: str) -> dict[str, Any]:
+    torch = _dist.torch_mod()
+    out: dict[str, Any] = {}
+    if isinstance(obj, torch.Tensor):
+        out["tensor"] = obj
+        out["tensor.grad"] = obj.grad
+    elif isinstance(obj, torch.nn.Module):
+        for n, p in obj.named_parameters():
+            out[n] = p if which != "grads" else p.grad
+            out[n + ".grad"] = p.grad
+        out.update(dict(obj.named_buffers()))
+    elif isinstance(obj, torch.optim.Optimizer):
+        out.update({n: t for n, t, _k in _walk("", obj.state_dict(), torch, "optim")})
+    elif isinstance(obj, Mapping):
+        out.update({n: t for n, t, _k in _walk("", obj, torch, "tensor")})
+    dtensor = _dtensor_cls()
+    return {
+        n: (t.to_local() if dtensor is not None and isinstance(t, dtensor) else t).detach().cpu().reshape(-1)
+        for n, t in out.items()
+        if isinstance(t, torch.Tensor)
+    }
+
+
+def _max_diff_phase(obj: Any, which: str, group: Any, report: ConsistencyReport) -> None:
+    """Broadcast each divergent tensor from its reference rank, measure, gather the diffs once."""
+    torch = _dist.torch_mod()
+    me, _ = _dist.rank_and_world(group)
+    local = _tensors_by_name(obj, which)
+    plan: dict[int, list[tuple[int, int]]] = {}
+    for i, d in enumerate(report.divergent):
+        ref_val = d.values[0]
+        if d.reason in ("shape", "dtype", "no_grad") or ref_val.shape is None:
+            continue
+        plan.setdefault(d.reference_ranks[0], []).append((i, math.prod(ref_val.shape)))
+    diffs: dict[int, float] = {}
+    for src in sorted(plan):
+        entries = plan[src]
+        if me == src:
+            buf = torch.cat([local[report.divergent[i].name].to(torch.float64) for i, _ in entries])
+        else:
+            buf = torch.empty(sum(k for _, k in entries), dtype=torch.float64)
+        _dist.broadcast_tensor(buf, src, group)
+        off = 0
+        for i, k in entries:
+            ref = buf[off : off + k]
+            off += k
+            d = report.divergent[i]
+            mine = local.get(d.name)
+            if me in d.ranks and mine is not None and mine.numel() == k:
+                diffs[i] = float((mine.to(torch.float64) - ref).abs().nan_to_num(nan=math.inf).max()) if k else 0.0
+    all_diffs = _dist.gather_objects(diffs, group)
+    for i, d in enumerate(report.divergent):
+        for v in d.values:
+            got = all_diffs.get(v.rank, {}).get(i)
+            if got is not None:
+                v.max_abs_diff = got

@@ -1,0 +1,217 @@
+"""The one py-spy runner: find the binary, check its version, dump one process.
+
+Every call has a timeout; failures are classified into :class:`RankError` kinds with a
+fix, from py-spy's real error texts (py-spy 0.4: "Failed to get process executable name.
+Check that the process is running." caused by "Permission denied (os error 13)" or "No
+such file or directory (os error 2)", "Failed to find python version from target
+process", ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rankscope.errors import PermissionDenied, PySpyNotFound, RankscopeError
+from rankscope.models.core import Frame, LocalVar, ThreadStack
+
+MIN_VERSION = (0, 3, 14)
+
+FIXES: dict[str, str] = {
+    "permission_denied": PermissionDenied.default_fix,
+    "pyspy_missing": PySpyNotFound.default_fix,
+    "process_exited": "The process exited during capture; run `rankscope ps` to see what is left of the job.",
+    "timeout": "Retry with a longer --timeout, or with --nonblocking (does not pause the process); "
+    "a process stuck in the kernel (state D) cannot be paused.",
+    "unsupported": "py-spy reads CPython 2.3-3.13 processes only: check that the pid is a Python rank and that "
+    "py-spy is recent (`pip install -U py-spy`).",
+    "failed": "Run `py-spy dump --pid PID` by hand to see the full error; retry with --nonblocking.",
+}
+
+
+class DumpFailed(RankscopeError):
+    """py-spy could not dump one process; ``kind`` is the RankError kind."""
+
+    def __init__(self, kind: str, message: str, fix: str | None = None) -> None:
+        super().__init__(message, fix if fix is not None else FIXES.get(kind, FIXES["failed"]))
+        self.kind = kind
+
+
+def find_pyspy() -> str:
+    """The py-spy executable: $RANKSCOPE_PYSPY, then PATH, then next to this interpreter."""
+    override = os.environ.get("RANKSCOPE_PYSPY")
+    if override:
+        if os.access(override, os.X_OK):
+            return override
+        raise PySpyNotFound(f"RANKSCOPE_PYSPY={override} is not an executable file.")
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    raise PySpyNotFound(
+        "py-spy was not found (not in PATH, not next to the Python interpreter, RANKSCOPE_PYSPY unset)."
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def pyspy_version(exe: str) -> tuple[int, ...]:
+    """The version of the py-spy at ``exe`` (``py-spy 0.4.3`` -> ``(0, 4, 3)``)."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PySpyNotFound(f"Cannot run {exe} --version: {exc}") from exc
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout + out.stderr)
+    if not m:
+        raise PySpyNotFound(f"{exe} --version printed no version: {out.stdout.strip() or out.stderr.strip()}")
+    return tuple(int(x) for x in m.groups())
+
+
+def check_pyspy(exe: str | None = None) -> str:
+    """Find py-spy and make sure it is recent enough for ``dump --json``."""
+    exe = exe or find_pyspy()
+    version = pyspy_version(exe)
+    if version < MIN_VERSION:
+        raise PySpyNotFound(
+            f"py-spy {'.'.join(map(str, version))} at {exe} is too old (need >= 0.3.14 for `dump --json`).",
+            fix="Upgrade it: `pip install -U py-spy`.",
+        )
+    return exe
+
+
+def classify_error(stderr: str, pid: int, alive: bool) -> tuple[str, str]:
+    """(kind, one-line message) for a failed ``py-spy dump``, from its stderr."""
+    text = stderr.strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not re.match(r"^\d+:", ln.strip())]
+    first = next((ln for ln in lines if ln.startswith("Error:")), lines[0] if lines else "py-spy failed")
+    causes = " ".join(ln for ln in lines if re.match(r"^(\d+: )?[A-Z]", ln) and "Stack backtrace" not in ln)
+    low = text.lower()
+    if (
+        "permission denied" in low
+        or "operation not permitted" in low
+        or "os error 13" in low
+        or "os error 1)" in low
+    ):
+        return "permission_denied", f"py-spy could not attach to pid {pid}: permission denied ({first})"
+    if not alive or "no such process" in low or "os error 3)" in low or "no such file or directory" in low:
+        return "process_exited", f"pid {pid} exited during capture ({first})"
+    if "failed to find python version" in low or "python interpreter" in low or "unsupported" in low:
+        return "unsupported", f"pid {pid} is not a Python process py-spy can read ({first})"
+    return "failed", f"py-spy failed on pid {pid}: {first} {causes}".strip()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+
+def parse_dump(data: list[dict[str, Any]], pid: int) -> list[ThreadStack]:
+    """py-spy ``dump --json`` output -> ThreadStacks (main thread flagged)."""
+    threads: list[ThreadStack] = []
+    for raw in data:
+        frames: list[Frame] = []
+        for f in raw.get("frames") or ():
+            locals_raw = f.get("locals")
+            is_native = f.get("module") is not None or (
+                f.get("line") == 0 and f.get("filename", "").endswith((".so", ".0"))
+            )
+            frames.append(
+                Frame(
+                    function=str(f.get("name", "?")),
+                    file=str(f.get("filename", "")),
+                    line=f.get("line") if not is_native else None,
+                    module=f.get("module"),
+                    native=bool(is_native),
+                    locals=[
+                        LocalVar(name=str(v.get("name")), repr=v.get("repr"), arg=bool(v.get("arg")))
+                        for v in locals_raw
+                    ]
+                    if locals_raw
+                    else None,
+                )
+            )
+        os_tid = raw.get("os_thread_id")
+        threads.append(
+            ThreadStack(
+                thread_id=int(raw.get("thread_id") or 0),
+                os_thread_id=os_tid,
+                name=raw.get("thread_name"),
+                active=raw.get("active"),
+                owns_gil=raw.get("owns_gil"),
+                is_main=os_tid == pid if os_tid is not None else raw.get("thread_name") == "MainThread",
+                frames=frames,
+            )
+        )
+    if threads and not any(t.is_main for t in threads):
+        named = next((t for t in threads if t.name == "MainThread"), None)
+        if named is not None:
+            named.is_main = True
+    return threads
+
+
+def dump_raw(
+    pid: int,
+    *,
+    native: bool = False,
+    locals: bool = False,
+    nonblocking: bool = False,
+    timeout: float = 20.0,
+    exe: str | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``py-spy dump --json`` on one pid and return its parsed JSON, or raise DumpFailed."""
+    exe = exe or find_pyspy()
+    argv = [exe, "dump", "--json", "--pid", str(pid)]
+    if native:
+        argv.append("--native")
+    if locals:
+        argv.append("--locals")
+    if nonblocking:
+        argv.append("--nonblocking")
+    try:
+        out = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise DumpFailed("timeout", f"py-spy did not finish on pid {pid} within {timeout:g}s") from exc
+    except FileNotFoundError as exc:
+        raise DumpFailed("pyspy_missing", f"py-spy vanished: {exc}") from exc
+    except OSError as exc:
+        raise DumpFailed("failed", f"cannot run py-spy: {exc}") from exc
+    if out.returncode != 0:
+        kind, message = classify_error(out.stderr, pid, _alive(pid))
+        raise DumpFailed(kind, message)
+    try:
+        data = json.loads(out.stdout)
+    except json.JSONDecodeError as exc:
+        raise DumpFailed("failed", f"py-spy printed no JSON for pid {pid}: {out.stdout[:200]!r}") from exc
+    if not isinstance(data, list):
+        raise DumpFailed("failed", f"unexpected py-spy JSON for pid {pid}")
+    return data
+
+
+def dump(
+    pid: int,
+    native: bool = False,
+    locals: bool = False,
+    nonblocking: bool = False,
+    timeout: float = 20.0,
+    exe: str | None = None,
+) -> list[ThreadStack]:
+    """All threads of ``pid`` as ThreadStacks (locals not yet redacted: the caller redacts)."""
+    return parse_dump(
+        dump_raw(pid, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, exe=exe), pid
+    )
+
+
+__all__ = ["DumpFailed", "check_pyspy", "classify_error", "dump", "dump_raw", "find_pyspy", "parse_dump"]

@@ -1,0 +1,206 @@
+"""Dump every rank of a live job at once and hand the stacks to the pure analysis.
+
+py-spy runs on all ranks concurrently (one thread per rank, each py-spy with its own
+timeout), so the job is paused for about one dump, not one dump per rank. A rank that is
+stopped (T/t) or a zombie is reported by state without ptrace (py-spy cannot suspend a
+stopped process); a rank in uninterruptible sleep (D) is read with ``--nonblocking``,
+which never pauses it. One rank's failure is recorded in ``errors`` and never hides
+the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from rankscope import discovery, pyspy
+from rankscope.analysis.stacks import analyze
+from rankscope.errors import PermissionDenied, RankscopeError
+from rankscope.models.core import Job, LocalVar, RankError, RankProcess, RankStack, StacksReport, ThreadStack
+from rankscope.redact import Redactor
+
+log = logging.getLogger("rankscope.stacks")
+
+SPAWN_WRAP = "_wrap"
+"""torch.multiprocessing.spawn's per-child entry: ``_wrap(fn, i, args, error_file)``."""
+
+
+def _spawn_index(threads: list[ThreadStack]) -> int | None:
+    """The ``i`` argument of torch.multiprocessing.spawn._wrap, when locals were captured."""
+    for thread in threads:
+        for frame in thread.frames:
+            if frame.function == SPAWN_WRAP and frame.file.endswith("multiprocessing/spawn.py"):
+                for local in frame.locals or ():
+                    if local.name == "i" and local.repr is not None:
+                        try:
+                            return int(local.repr)
+                        except ValueError:
+                            return None
+    return None
+
+
+def _spawn_nprocs(pid: int, exe: str, timeout: float) -> int | None:
+    """``nprocs`` from the spawn parent's ``start_processes`` frame: the world size of an mp.spawn job."""
+    try:
+        threads = pyspy.dump(pid, locals=True, timeout=timeout, exe=exe)
+    except pyspy.DumpFailed as exc:
+        log.info("cannot read nprocs from spawn parent %d: %s", pid, exc)
+        return None
+    for thread in threads:
+        for frame in thread.frames:
+            if frame.function in ("start_processes", "spawn") and frame.file.endswith(
+                "multiprocessing/spawn.py"
+            ):
+                for local in frame.locals or ():
+                    if local.name == "nprocs" and local.repr and local.repr.isdigit():
+                        return int(local.repr)
+    return None
+
+
+def _redact_threads(threads: list[ThreadStack], redactor: Redactor, keep_locals: bool) -> list[ThreadStack]:
+    out: list[ThreadStack] = []
+    for thread in threads:
+        frames = []
+        for frame in thread.frames:
+            if frame.locals is None:
+                frames.append(frame)
+                continue
+            new_locals = (
+                [
+                    LocalVar(name=v.name, repr=redactor.value(v.name, v.repr or ""), arg=v.arg)
+                    for v in frame.locals
+                ]
+                if keep_locals
+                else None
+            )
+            frames.append(frame.model_copy(update={"locals": new_locals}))
+        out.append(thread.model_copy(update={"frames": frames}))
+    return out
+
+
+def _capture(
+    proc: RankProcess, exe: str, native: bool, locals: bool, nonblocking: bool, timeout: float
+) -> tuple[RankStack, RankError | None]:
+    state = discovery.proc_state(proc.pid) or "dead"
+    base = RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state=state)
+    if state in ("stopped", "tracing_stop", "zombie", "dead"):
+        return base, None  # reported by state: ptrace would block on a stopped process
+    try:
+        threads = pyspy.dump(
+            proc.pid,
+            native=native,
+            locals=locals,
+            nonblocking=nonblocking or state == "disk_sleep",
+            timeout=timeout,
+            exe=exe,
+        )
+    except pyspy.DumpFailed as exc:
+        now = discovery.proc_state(proc.pid) or "dead"
+        err = RankError(
+            rank=proc.rank, pid=proc.pid, host=proc.host, kind=exc.kind, message=exc.message, fix=exc.fix
+        )
+        return base.model_copy(update={"state": now, "error": err}), err
+    return base.model_copy(update={"threads": threads}), None
+
+
+def capture_job(
+    job: Job,
+    *,
+    native: bool = False,
+    locals: bool = False,
+    nonblocking: bool = False,
+    timeout: float = 20.0,
+    ranks: list[int] | None = None,
+) -> tuple[Job, list[RankStack], list[RankError]]:
+    """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors."""
+    exe = pyspy.check_pyspy()
+    procs = [r for r in job.ranks if ranks is None or r.rank in ranks]
+    redactor = Redactor()
+    for r in procs:
+        env = discovery.read_environ(r.pid)
+        if env:
+            redactor.learn_env(env)
+    # spawn ranks carry no RANK variable: read `i` from _wrap's locals, so locals are always taken.
+    want_locals = {r.pid: locals or r.launcher == "mp_spawn" for r in procs}
+    results: list[tuple[RankStack, RankError | None]] = []
+    nprocs: int | None = None
+    spawn_parent = job.launcher_pid if job.launcher == "mp_spawn" and job.world_size is None else None
+    if procs:
+        with ThreadPoolExecutor(max_workers=len(procs) + 1, thread_name_prefix="rankscope-dump") as pool:
+            parent = pool.submit(_spawn_nprocs, spawn_parent, exe, timeout) if spawn_parent else None
+            futures = [
+                pool.submit(_capture, r, exe, native, want_locals[r.pid], nonblocking, timeout) for r in procs
+            ]
+            results = [f.result() for f in futures]
+            nprocs = parent.result() if parent is not None else None
+    stacks: list[RankStack] = []
+    errors: list[RankError] = []
+    new_ranks = list(job.ranks)
+    for stack, err in results:
+        proc = next(r for r in procs if r.pid == stack.pid)
+        if proc.launcher == "mp_spawn":
+            index = _spawn_index(stack.threads)
+            if index is not None and index != stack.rank:
+                stack = stack.model_copy(update={"rank": index})
+                new_ranks = [
+                    r.model_copy(update={"rank": index, "local_rank": index, "rank_source": "spawn_index"})
+                    if r.pid == proc.pid
+                    else r
+                    for r in new_ranks
+                ]
+            elif index is not None:
+                new_ranks = [
+                    r.model_copy(update={"rank_source": "spawn_index"}) if r.pid == proc.pid else r
+                    for r in new_ranks
+                ]
+        stack = stack.model_copy(update={"threads": _redact_threads(stack.threads, redactor, locals)})
+        stacks.append(stack)
+        if err is not None:
+            errors.append(err)
+    update: dict[str, object] = {
+        "ranks": sorted(new_ranks, key=lambda r: (r.rank is None, r.rank or 0, r.pid))
+    }
+    if nprocs is not None:
+        update["world_size"] = nprocs
+        update["notes"] = [
+            *job.notes,
+            f"world size {nprocs} read from the spawn parent's start_processes(nprocs=...)",
+        ]
+    job = job.model_copy(update=update)
+    return job, stacks, errors
+
+
+def dump_stacks(
+    pid: int | None = None,
+    *,
+    native: bool = False,
+    locals: bool = False,
+    nonblocking: bool = False,
+    timeout: float = 20.0,
+    ranks: list[int] | None = None,
+) -> StacksReport:
+    """Discover the job of ``pid`` (or the only job here), dump all its ranks, analyse them.
+
+    Raises PermissionDenied when no rank at all could be attached for lack of permission;
+    any other per-rank failure stays inside the report's ``errors``.
+    """
+    job = discovery.find_job(pid)
+    if ranks is not None:
+        known = {r.rank for r in job.ranks}
+        unknown = [r for r in ranks if r not in known]
+        if unknown and len(unknown) == len(ranks):
+            raise RankscopeError(
+                f"ranks {unknown} are not among the ranks found here ({sorted(k for k in known if k is not None)}).",
+                fix="Pass --rank with a rank listed by `rankscope ps`.",
+            )
+    job, stacks, errors = capture_job(
+        job, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, ranks=ranks
+    )
+    if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
+        raise PermissionDenied(errors[0].message)
+    if ranks is not None:
+        stacks = [s for s in stacks if s.rank in ranks]
+    return analyze(job, stacks, errors)
+
+
+__all__ = ["capture_job", "dump_stacks"]

@@ -1,0 +1,256 @@
+"""`rankscope triage`: read logs (files, directories, stdin, error.json) and triage them.
+
+The shell around ``rankscope.analysis.logs``. Files are read in fixed-size
+binary chunks; only lines that contain one of the rule engine's literal needles
+are decoded and passed on, so memory stays bounded and gigabyte logs stream at
+the speed of ``bytes.find``. Binary input is recognised and skipped with a
+reason instead of producing garbage findings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from rankscope.analysis.logs import SHELL_NEEDLES, LogScanner, conclude
+from rankscope.errors import InvalidInput
+from rankscope.models.logs import FailureRecord, LogSource, TriageReport
+from rankscope.redact import Redactor
+
+CHUNK = 4 * 1024 * 1024
+MAX_LINE = 1024 * 1024
+"""A 'line' longer than this is cut: minified JSON blobs or binary data must not grow the buffer without bound."""
+MAX_FILES = 5000
+MAX_ERROR_JSON = 16 * 1024 * 1024
+_NEEDLE_BYTES = tuple(n.encode() for n in SHELL_NEEDLES)
+_TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".json", ""}
+_RANK_IN_NAME = re.compile(r"rank[-_ ]?(\d+)", re.IGNORECASE)
+_TORCHRUN_LAYOUT = re.compile(r"attempt_\d+/(\d+)/(?:stdout\.log|stderr\.log|error\.json)$")
+
+
+def rank_hint(path: str) -> int | None:
+    """The rank a file belongs to, from its name: rank3.log, x-rank-3.txt, torchrun's attempt_0/3/stdout.log."""
+    norm = path.replace(os.sep, "/")
+    m = _TORCHRUN_LAYOUT.search(norm)
+    if m:
+        return int(m.group(1))
+    m = _RANK_IN_NAME.search(Path(norm).name)
+    return int(m.group(1)) if m else None
+
+
+def _looks_binary(head: bytes) -> bool:
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    text_like = sum(1 for b in head if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
+    return text_like / len(head) < 0.85
+
+
+def _scan_body(body: bytes, line_base: int, scanner: LogScanner, source: str, hint: int | None) -> None:
+    """Feed the lines of ``body`` (whole lines) that contain a needle, in order."""
+    starts: set[int] = set()
+    for needle in _NEEDLE_BYTES:
+        i = body.find(needle)
+        while i >= 0:
+            ls = body.rfind(b"\n", 0, i) + 1
+            starts.add(ls)
+            le = body.find(b"\n", i)
+            if le < 0:
+                break
+            i = body.find(needle, le)
+    if not starts:
+        return
+    prev, line_no = 0, line_base
+    for ls in sorted(starts):
+        line_no += body.count(b"\n", prev, ls)
+        prev = ls
+        le = body.find(b"\n", ls)
+        raw = body[ls : le if le >= 0 else len(body)]
+        scanner.feed(raw.decode("utf-8", "replace").rstrip("\r"), line_no + 1, source, hint)
+
+
+def _scan_stream(fh: BinaryIO, scanner: LogScanner, src: LogSource) -> None:
+    rest = b""
+    lines = 0
+    first = True
+    while True:
+        chunk = fh.read(CHUNK)
+        if not chunk:
+            break
+        src.bytes += len(chunk)
+        if first:
+            first = False
+            if _looks_binary(chunk[:8192]):
+                src.skipped = "binary data (not a text log); skipped"
+                return
+        buf = rest + chunk if rest else chunk
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            rest = buf if len(buf) <= MAX_LINE else b""
+            if not rest:
+                _scan_body(buf[:MAX_LINE] + b"\n", lines, scanner, src.path, src.rank_hint)
+                lines += 1
+            continue
+        body, rest = buf[: cut + 1], buf[cut + 1 :]
+        _scan_body(body, lines, scanner, src.path, src.rank_hint)
+        lines += body.count(b"\n")
+    if rest:
+        _scan_body(rest + b"\n", lines, scanner, src.path, src.rank_hint)
+        lines += 1
+    src.lines = lines
+
+
+def _scan_error_json(path: Path, scanner: LogScanner, src: LogSource, redactor: Redactor) -> bool:
+    """A torchelastic error file: {"message": {"message": ..., "extraInfo": {"py_callstack": ...}}} or {"message": str}."""
+    try:
+        if path.stat().st_size > MAX_ERROR_JSON:
+            return False
+        raw = path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict) or "message" not in data:
+        return False
+    src.kind = "error_json"
+    src.bytes = len(raw)
+    msg = data["message"]
+    text = ""
+    stack = ""
+    if isinstance(msg, dict):
+        text = str(msg.get("message", ""))
+        extra = msg.get("extraInfo") or {}
+        if isinstance(extra, dict):
+            stack = str(extra.get("py_callstack", ""))
+    else:
+        text = str(msg)
+    n = 0
+    for n, line in enumerate([*text.splitlines(), *stack.splitlines()], start=1):
+        scanner.feed(line, n, src.path, src.rank_hint)
+    src.lines = n
+    scanner.add_failure(
+        FailureRecord(
+            rank=src.rank_hint,
+            local_rank=src.rank_hint,
+            error_file=src.path,
+            message=redactor.text(text.strip().splitlines()[-1] if text.strip() else "")[:600],
+        ),
+        src.path,
+    )
+    return True
+
+
+def _expand(paths: list[str]) -> Iterator[str]:
+    count = 0
+    for p in paths:
+        if p == "-":
+            yield p
+            continue
+        path = Path(p)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    full = Path(root, name)
+                    if full.suffix.lower() not in _TEXT_SUFFIXES and not re.search(
+                        r"\.(log|out|err|txt)\.\d+$", name
+                    ):
+                        continue
+                    if full.suffix.lower() == ".json" and name != "error.json":
+                        continue
+                    count += 1
+                    if count > MAX_FILES:
+                        raise InvalidInput(
+                            f"{p} holds more than {MAX_FILES} log files.",
+                            fix="Pass the job's own log directory (or a few files), not a whole tree.",
+                        )
+                    yield str(full)
+        elif path.exists():
+            yield p
+        else:
+            raise InvalidInput(
+                f"{p}: no such file or directory.",
+                fix="Pass existing log files or directories, or '-' for stdin.",
+            )
+
+
+def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int = 50) -> TriageReport:
+    """Triage logs into findings, suspect ranks and a summary (MCP ``triage_logs``, CLI ``rankscope triage``)."""
+    if not paths and text is None:
+        raise InvalidInput(
+            "No logs given.", fix="Pass log files, directories of per-rank logs, or '-' to read stdin."
+        )
+    if max_findings < 1:
+        raise InvalidInput(
+            f"max_findings must be at least 1, not {max_findings}.", fix="Pass a positive number."
+        )
+    redactor = Redactor()
+    scanner = LogScanner(redact=redactor.text)
+    sources: list[LogSource] = []
+    started = time.monotonic()
+    if text is not None:
+        src = LogSource(path="<text>", kind="text")
+        data = text.encode("utf-8", "replace")
+        import io
+
+        _scan_stream(io.BytesIO(data), scanner, src)
+        sources.append(src)
+    for p in _expand(list(paths)):
+        if p == "-":
+            src = LogSource(path="-", kind="stdin")
+            _scan_stream(sys.stdin.buffer, scanner, src)
+            sources.append(src)
+            continue
+        src = LogSource(path=p, kind="file", rank_hint=rank_hint(p))
+        sources.append(src)
+        if src.rank_hint is not None:
+            scanner.seen_ranks.add(src.rank_hint)
+        fp = Path(p)
+        if not fp.is_file():
+            src.skipped = "not a regular file"
+            continue
+        if fp.suffix == ".json" and _scan_error_json(fp, scanner, src, redactor):
+            continue
+        try:
+            with open(fp, "rb") as fh:
+                _scan_stream(fh, scanner, src)
+        except OSError as exc:
+            src.skipped = f"unreadable: {exc.strerror or exc}"
+    findings = scanner.findings()
+    failures = scanner.failures()
+    conc = conclude(findings, failures, scanner.seen_ranks, scanner.world_size)
+    kinds: dict[str, int] = {}
+    for f in findings:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    dropped = max(0, len(findings) - max_findings)
+    elapsed = time.monotonic() - started
+    total_bytes = sum(s.bytes for s in sources)
+    summary = conc.summary
+    if not findings and sources and all(s.skipped for s in sources):
+        summary = "Nothing was analysed: " + "; ".join(f"{s.path}: {s.skipped}" for s in sources)
+    return TriageReport(
+        sources=sources,
+        findings=findings[:max_findings],
+        kinds=kinds,
+        suspect_ranks=conc.suspect_ranks,
+        victim_ranks=conc.victim_ranks,
+        seen_ranks=sorted(scanner.seen_ranks),
+        failures=failures,
+        summary=summary,
+        evidence=conc.evidence,
+        next_steps=conc.next_steps,
+        truncated=dropped > 0,
+        dropped_findings=dropped,
+        stats={
+            "bytes": total_bytes,
+            "lines": sum(s.lines for s in sources),
+            "seconds": round(elapsed, 3),
+            "mb_per_s": round(total_bytes / 1e6 / elapsed, 1) if elapsed > 0 else None,
+        },
+    )

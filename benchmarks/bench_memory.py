@@ -61,46 +61,70 @@ def generate(path: Path, target_mb: int, seed: int = 0) -> int:
         "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py",
         "/opt/venv/lib/python3.11/site-packages/torch/nn/functional.py",
     ]
-    pool = [{"filename": rnd.choice(files), "line": rnd.randrange(1, 2000), "name": f"fn_{i}"} for i in range(4000)]
-    cpp = [{"filename": "??", "line": 0, "name": f"c10::cuda::CUDACachingAllocator::frame{i}"} for i in range(50)]
+    pool = [
+        {"filename": rnd.choice(files), "line": rnd.randrange(1, 2000), "name": f"fn_{i}"}
+        for i in range(4000)
+    ]
+    cpp = [
+        {"filename": "??", "line": 0, "name": f"c10::cuda::CUDACachingAllocator::frame{i}"} for i in range(50)
+    ]
     stacks = [cpp[:6] + rnd.sample(pool, 24) for _ in range(3000)]
-    # about 170 bytes per trace entry with a 30-deep stack
-    entries = max(1000, target_mb * MiB // 170)
+    # about 125 bytes of pickle per trace entry with a 30-deep stack of shared frames
+    entries = max(1000, target_mb * MiB // 125)
     trace: list[dict[str, Any]] = []
     live: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     addr = 0x7F0000000000
     t = 1_700_000_000_000_000
     seg_size = 2 * 1024 * MiB
-    trace.append({"action": "segment_alloc", "addr": addr, "size": seg_size, "stream": 0, "time_us": t, "frames": []})
+    trace.append(
+        {"action": "segment_alloc", "addr": addr, "size": seg_size, "stream": 0, "time_us": t, "frames": []}
+    )
     free_addrs: list[int] = []
     next_addr = addr
-    for i in range(entries):
+    for _i in range(entries):
         t += 3
         if live and (rnd.random() < 0.48 or len(live) > 20000):
             a = rnd.choice(list(live)) if len(live) < 64 else next(iter(live))
             size, _ = live.pop(a)
-            trace.append({"action": "free_completed", "addr": a, "size": size, "stream": 0, "time_us": t, "frames": []})
+            trace.append(
+                {"action": "free_completed", "addr": a, "size": size, "stream": 0, "time_us": t, "frames": []}
+            )
             free_addrs.append(a)
         else:
             size = rnd.choice((512, 4096, 65536, 1 * MiB, 4 * MiB))
             a = next_addr
-            next_addr += 4 * MiB
+            next_addr += 4 * MiB  # never reused: every alloc has its own address
             frames = list(rnd.choice(stacks))
             live[a] = (size, frames)
-            trace.append({"action": "alloc", "addr": a, "size": size, "stream": 0, "time_us": t, "frames": frames})
-        if i % 100_000 == 0 and next_addr - addr > seg_size // 2:
-            next_addr = addr
-    blocks = [
-        {"address": a, "size": s, "requested_size": s, "state": "active_allocated", "frames": f} for a, (s, f) in sorted(live.items())
+            trace.append(
+                {"action": "alloc", "addr": a, "size": size, "stream": 0, "time_us": t, "frames": frames}
+            )
+    blocks: list[dict[str, Any]] = [
+        {"address": a, "size": s, "requested_size": s, "state": "active_allocated", "frames": f}
+        for a, (s, f) in sorted(live.items())
     ]
     used = sum(b["size"] for b in blocks)
-    blocks.append({"address": addr + used, "size": max(0, seg_size - used), "requested_size": 0, "state": "inactive", "frames": []})
+    free = 256 * MiB
+    seg_size = used + free  # one segment holding every live block, then a free tail: consistent accounting
+    trace[0]["size"] = seg_size
+    blocks.append(
+        {"address": addr + used, "size": free, "requested_size": 0, "state": "inactive", "frames": []}
+    )
     snapshot = {
         "segments": [
             {
-                "device": 0, "address": addr, "total_size": seg_size, "allocated_size": used, "active_size": used,
-                "requested_size": used, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
-                "is_expandable": False, "frames": [], "blocks": blocks,
+                "device": 0,
+                "address": addr,
+                "total_size": seg_size,
+                "allocated_size": used,
+                "active_size": used,
+                "requested_size": used,
+                "stream": 0,
+                "segment_type": "large",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": [],
+                "blocks": blocks,
             }
         ],
         "device_traces": [trace],
@@ -113,9 +137,13 @@ def generate(path: Path, target_mb: int, seed: int = 0) -> int:
 
 def measure(path: Path, mode: str) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "tools"))
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(path), mode], capture_output=True, text=True, env=env, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(path), mode], capture_output=True, text=True, env=env, timeout=900
+    )
     if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+        return {
+            "error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        }
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 

@@ -18,8 +18,16 @@ from typing import Any
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
-ALLOC_FRAME = {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"}
-TORCH_FRAME = {"filename": "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"}
+ALLOC_FRAME = {
+    "filename": "??",
+    "line": 0,
+    "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+}
+TORCH_FRAME = {
+    "filename": "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+    "line": 125,
+    "name": "forward",
+}
 STDLIB_FRAME = {"filename": "/usr/lib/python3.11/threading.py", "line": 1045, "name": "_bootstrap_inner"}
 
 
@@ -33,7 +41,9 @@ class _Seg:
     address: int
     size: int
     segment_type: str
-    blocks: dict[int, tuple[int, int, list[dict[str, Any]]]] = field(default_factory=dict)  # addr -> (size, requested, frames)
+    blocks: dict[int, tuple[int, int, list[dict[str, Any]]]] = field(
+        default_factory=dict
+    )  # addr -> (size, requested, frames)
 
 
 class SnapshotBuilder:
@@ -48,7 +58,12 @@ class SnapshotBuilder:
 
     def _event(self, action: str, **kw: Any) -> None:
         self.time_us += 10
-        entry: dict[str, Any] = {"action": action, "size": kw.pop("size"), "stream": 0, "time_us": self.time_us}
+        entry: dict[str, Any] = {
+            "action": action,
+            "size": kw.pop("size"),
+            "stream": 0,
+            "time_us": self.time_us,
+        }
         entry.update(kw)
         entry.setdefault("frames", [])
         self.trace.append(entry)
@@ -65,9 +80,15 @@ class SnapshotBuilder:
         self.segments.remove(seg)
         self._event("segment_free", addr=seg.address, size=seg.size)
 
-    def alloc(self, size: int, frames: list[dict[str, Any]], seg: _Seg | None = None, requested: int | None = None) -> int:
+    def alloc(
+        self, size: int, frames: list[dict[str, Any]], seg: _Seg | None = None, requested: int | None = None
+    ) -> int:
         """Place a block first-fit in ``seg`` (or any segment of the right pool; a new one if none fits)."""
-        candidates = [seg] if seg is not None else [s for s in self.segments if s.segment_type == ("small" if size <= MiB else "large")]
+        candidates = (
+            [seg]
+            if seg is not None
+            else [s for s in self.segments if s.segment_type == ("small" if size <= MiB else "large")]
+        )
         for s in candidates:
             addr = self._fit(s, size)
             if addr is not None:
@@ -103,18 +124,42 @@ class SnapshotBuilder:
     def build(self, device: int = 0) -> dict[str, Any]:
         segments = []
         for s in self.segments:
-            blocks = []
+            blocks: list[dict[str, Any]] = []
             cursor = s.address
             allocated = 0
             for addr in sorted(s.blocks):
                 size, requested, frames = s.blocks[addr]
                 if addr > cursor:
-                    blocks.append({"address": cursor, "size": addr - cursor, "requested_size": 0, "state": "inactive", "frames": []})
-                blocks.append({"address": addr, "size": size, "requested_size": requested, "state": "active_allocated", "frames": frames})
+                    blocks.append(
+                        {
+                            "address": cursor,
+                            "size": addr - cursor,
+                            "requested_size": 0,
+                            "state": "inactive",
+                            "frames": [],
+                        }
+                    )
+                blocks.append(
+                    {
+                        "address": addr,
+                        "size": size,
+                        "requested_size": requested,
+                        "state": "active_allocated",
+                        "frames": frames,
+                    }
+                )
                 allocated += size
                 cursor = addr + size
             if cursor < s.address + s.size:
-                blocks.append({"address": cursor, "size": s.address + s.size - cursor, "requested_size": 0, "state": "inactive", "frames": []})
+                blocks.append(
+                    {
+                        "address": cursor,
+                        "size": s.address + s.size - cursor,
+                        "requested_size": 0,
+                        "state": "inactive",
+                        "frames": [],
+                    }
+                )
             segments.append(
                 {
                     "device": device,

@@ -21,7 +21,9 @@ from rankscope.mcp_server import build_server
 DATA = Path(__file__).parent / "data" / "probe"
 
 
-def state_dicts(tmp_path: Path, odd_rank: int | None = None, extra_key_rank: int | None = None, n: int = 3) -> Path:
+def state_dicts(
+    tmp_path: Path, odd_rank: int | None = None, extra_key_rank: int | None = None, n: int = 3
+) -> Path:
     out = tmp_path / "sd"
     out.mkdir()
     for rank in range(n):
@@ -55,7 +57,9 @@ def test_state_dicts_that_agree(tmp_path: Path) -> None:
 def test_mismatched_key_sets(tmp_path: Path) -> None:
     report = compare_dir(str(state_dicts(tmp_path, extra_key_rank=2)))
     assert not report.consistent
-    assert [(k.name, k.present_on, k.missing_on) for k in report.missing_keys] == [("adapter.weight", [2], [0, 1])]
+    assert [(k.name, k.present_on, k.missing_on) for k in report.missing_keys] == [
+        ("adapter.weight", [2], [0, 1])
+    ]
 
 
 def test_empty_dir_and_not_a_dir(tmp_path: Path) -> None:
@@ -90,18 +94,31 @@ def test_non_tensor_pickles_are_refused_by_weights_only(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(2)}, d / "rank0.pt")
     torch.save({"w": torch.ones(2), "obj": Path("x")}, d / "rank1.pt")  # not loadable with weights_only=True
     report = compare_dir(str(d))
-    assert any(p.startswith("rank1.pt: cannot be loaded with torch.load(weights_only=True)") for p in report.problems)
+    assert any(
+        p.startswith("rank1.pt: cannot be loaded with torch.load(weights_only=True)") for p in report.problems
+    )
     assert not report.consistent
 
 
 def test_cli(tmp_path: Path) -> None:
     sd = state_dicts(tmp_path, odd_rank=0)
-    out = subprocess.run([sys.executable, "-m", "rankscope", "compare", str(sd), "--json"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "rankscope", "compare", str(sd), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1, out.stderr  # 1: inconsistent
     data = json.loads(out.stdout)
-    assert data["consistent"] is False and data["divergent"][0] == {**data["divergent"][0], "name": "0.weight", "ranks": [0]}
-    text = subprocess.run([sys.executable, "-m", "rankscope", "compare", str(sd)], capture_output=True, text=True, timeout=60)
-    assert text.stdout.startswith("INCONSISTENT: 2 of 4 compared tensors differ (ranks 0)")
+    assert data["consistent"] is False and data["divergent"][0] == {
+        **data["divergent"][0],
+        "name": "0.weight",
+        "ranks": [0],
+    }
+    text = subprocess.run(
+        [sys.executable, "-m", "rankscope", "compare", str(sd)], capture_output=True, text=True, timeout=60
+    )
+    assert text.stdout.startswith("INCONSISTENT: 2 of 4 compared tensors differ (rank 0)")
     assert "0.weight: ranks [0] differ from [1, 2] (values)" in text.stdout
 
 

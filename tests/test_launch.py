@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.errors import InvalidInput
+from rankscope.errors import InvalidInput, TorchMissing
 from rankscope.launch import parse_failures, run_job
+from rankscope.models.run import CollapsedLine
 from rankscope.proctree import descendants, reap_tree
 from tests.jobs import PROGRAMS, wait_for
 
@@ -63,7 +64,13 @@ def test_parse_failures_from_captured_torchrun_output() -> None:
     ]
     kill = json.loads((DATA / "kill_3ranks.json").read_text())["launcher_output"]
     root = parse_failures(kill)[0]
-    assert (root.rank, root.local_rank, root.exit_code, root.signal, root.root_cause) == (2, 2, -9, "SIGKILL", True)
+    assert (root.rank, root.local_rank, root.exit_code, root.signal, root.root_cause) == (
+        2,
+        2,
+        -9,
+        "SIGKILL",
+        True,
+    )
     assert root.detail == "Signal 9 (SIGKILL) received by PID " + str(root.pid)
     assert parse_failures(["no summary here"]) == []
 
@@ -75,6 +82,16 @@ def test_bad_input_is_rejected_before_anything_starts(tmp_path: Path) -> None:
         run_job(SCRIPT, nproc=0)
     with pytest.raises(InvalidInput, match="hang timeout"):
         run_job(SCRIPT, hang_timeout=0)
+
+
+def test_interpreter_without_torch_gets_torch_missing(tmp_path: Path) -> None:
+    """An interpreter that cannot import torch (here: ours without site-packages) is named, with the fix."""
+    no_site = tmp_path / "python-without-torch"
+    no_site.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    no_site.chmod(0o755)
+    with pytest.raises(TorchMissing, match="cannot import torch") as info:
+        run_job(SCRIPT, ["clean"], python=str(no_site), timeout=60)
+    assert "Python environment of the training job" in info.value.render()
 
 
 # --------------------------------------------------------------------------- real runs
@@ -98,7 +115,10 @@ def test_clean_run_streams_prefixed_output_and_collapses_it() -> None:
         ([1], "local 2.0", False),
         ([0, 1], "done", True),
     ]
-    assert [(c.ranks, c.text) for c in report.collapsed_stderr] == [([1], "warning: rank 1 saw an odd batch")]
+    assert (
+        CollapsedLine(ranks=[1], text="warning: rank 1 saw an odd batch", uniform=False)
+        in report.collapsed_stderr
+    )
     assert [o.rank for o in report.ranks] == [0, 1] and report.ranks[1].stdout[-1] == "done"
     _assert_nothing_left(tag, report.launcher_pid)
 

@@ -87,8 +87,10 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
             False,
         )
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
-    assert {"host", "jobs", "errors"} <= set(tools["list_jobs"].output_schema["properties"])
+    listed = tools["list_jobs"].output_schema
     out = tools["dump_stacks"].output_schema
+    assert listed is not None and out is not None
+    assert {"host", "jobs", "errors"} <= set(listed["properties"])
     assert {"job", "groups", "verdict", "stacks", "truncated", "hint"} <= set(out["properties"])
     # the verdict kinds the skill documents are the schema's enum
     kinds = set(out["$defs"]["Verdict"]["properties"]["kind"]["enum"])
@@ -217,16 +219,16 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     async def session(c: Client) -> dict[str, Any]:
         listed = await c.call_tool("list_jobs", {"pid": job.pid})
         assert not listed.is_error, listed.content
-        progress: list[tuple[float, float | None, str | None]] = []
+        seen: list[tuple[float, float | None, str | None]] = []
 
-        async def on_progress(done: float, total: float | None, message: str | None) -> None:
-            progress.append((done, total, message))
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
 
         # rank 0 marks itself ready just before all_reduce: poll until it is inside it
         report: dict[str, Any] = {}
         with anyio.fail_after(60):
             while report.get("verdict", {}).get("kind") != "divergent_ranks":
-                progress.clear()
+                seen.clear()
                 res = await c.call_tool("dump_stacks", {"pid": job.pid}, progress_callback=on_progress)
                 assert not res.is_error, res.content
                 report = res.structured_content or {}
@@ -236,7 +238,7 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
             "listed": listed.structured_content,
             "report": report,
             "size": len(json.dumps(report)),
-            "progress": list(progress),
+            "progress": list(seen),
             "full": full.structured_content,
         }
 
@@ -255,7 +257,9 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     # bounded: groups and verdict, no per-rank stacks unless asked, and a hint saying how to get them
     assert out["size"] <= 16_000
     assert report["truncated"] is True and "full_ranks" in report["hint"]
-    assert [(s["rank"], s["threads"]) for s in report["stacks"]] == [(1, [])]  # the suspect, without its stack
+    assert [(s["rank"], s["threads"]) for s in report["stacks"]] == [
+        (1, [])
+    ]  # the suspect, without its stack
     ops = {g["op"] for g in report["groups"]}
     assert "all_reduce" in ops
     assert [p[0] for p in out["progress"]] == [0, 1, 2, 3]
@@ -265,3 +269,14 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     assert [s["rank"] for s in full["stacks"]] == [1]
     frames = [f["function"] for t in full["stacks"][0]["threads"] for f in t["frames"]]
     assert "wait_for_config_reload" in frames
+
+
+def test_building_the_server_does_not_import_torch() -> None:
+    """Start-up stays cheap: torch loads only when a tool that needs it runs."""
+    code = (
+        "import sys; from rankscope.mcp_server import build_server; build_server(); "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'numpy'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

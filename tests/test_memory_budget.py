@@ -84,6 +84,21 @@ def test_budget_of_a_real_fsdp2_model(placements: Path) -> None:
 
 
 @pytest.mark.slow
+def test_budget_from_a_dcp_checkpoint(placements: Path) -> None:
+    """`rankscope placements CKPT` knows global shapes only: the standard plans, no 'as_given'."""
+    report = api.inspect_placements(str(placements / "ckpt"))
+    b = api.memory_budget(report, world_size=2)
+    p = plans(b)
+    assert "as_given" not in p
+    assert b.total_params == 8160
+    assert p["ddp"].total_bytes == 130560
+    assert p["fsdp_per_layer"].largest_unit == "model.layers.0"
+    assert p["fsdp_per_layer"].total_bytes == 82432
+    with pytest.raises(InvalidInput, match="world size unknown"):
+        api.memory_budget(report)
+
+
+@pytest.mark.slow
 def test_budget_dtypes_optimizer_and_a_plan_that_does_not_fit(placements: Path) -> None:
     r = api.memory_budget(
         str(placements / "placements-rank0.json"), optimizer="sgd", param_dtype="bf16", gpu_memory="64KiB"
@@ -104,7 +119,9 @@ def test_budget_cli_both_spellings(placements: Path) -> None:
     for argv in (["memory", "budget", path], ["memory-budget", path]):
         out = subprocess.run(
             [sys.executable, "-m", "rankscope", *argv, "--gpu-memory", "100KiB", "--json"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout)
@@ -112,7 +129,9 @@ def test_budget_cli_both_spellings(placements: Path) -> None:
         assert data["plans"][0]["total_bytes"] == 82432
     text = subprocess.run(
         [sys.executable, "-m", "rankscope", "memory", "budget", path, "--gpu-memory", "100KiB"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert text.returncode == 0 and "recommended: fsdp_per_layer" in text.stdout
 
@@ -122,9 +141,13 @@ def test_mcp_memory_budget(placements: Path) -> None:
     async def go() -> tuple[Any, Any]:
         async with Client(build_server()) as client:
             ok = await client.call_tool(
-                "memory_budget", {"placement": str(placements / "placements-rank0.json"), "gpu_memory": "100KiB"}
+                "memory_budget",
+                {"placement": str(placements / "placements-rank0.json"), "gpu_memory": "100KiB"},
             )
-            bad = await client.call_tool("memory_budget", {"placement": str(placements / "placements-rank0.json"), "optimizer": "magic"})
+            bad = await client.call_tool(
+                "memory_budget",
+                {"placement": str(placements / "placements-rank0.json"), "optimizer": "magic"},
+            )
             return ok, bad
 
     ok, bad = anyio.run(go)

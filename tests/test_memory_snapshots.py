@@ -15,7 +15,12 @@ import pytest
 from mcp import Client
 
 from rankscope import api
-from rankscope.analysis.memory import analyze_snapshot, parse_kb_fields, parse_nvidia_smi_apps, rank_from_filename
+from rankscope.analysis.memory import (
+    analyze_snapshot,
+    parse_kb_fields,
+    parse_nvidia_smi_apps,
+    rank_from_filename,
+)
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
 from rankscope.memory import SnapshotUnreadable, load_snapshot
@@ -173,7 +178,7 @@ def test_restricted_unpickler_refuses_code(tmp_path: Path) -> None:
     target = tmp_path / "pwned"
     evil = tmp_path / "snapshot-rank0.pickle"
     evil.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "x": _Evil(str(target))}))
-    with pytest.raises(SnapshotUnreadable, match="refusing to load posix.mkdir"):
+    with pytest.raises(SnapshotUnreadable, match=r"refusing to load posix\.mkdir"):
         load_snapshot(evil)
     assert not target.exists()
     # through the CLI: a message with a fix, exit 2, no traceback
@@ -218,7 +223,10 @@ def test_parsers_of_proc_and_nvidia_smi() -> None:
 def test_cli_json_matches_the_library(tmp_path: Path) -> None:
     path = fragmented(tmp_path)
     out = subprocess.run(
-        [sys.executable, "-m", "rankscope", "memory", str(path), "--json"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rankscope", "memory", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -227,7 +235,11 @@ def test_cli_json_matches_the_library(tmp_path: Path) -> None:
     text = subprocess.run(
         [sys.executable, "-m", "rankscope", "memory", str(path)], capture_output=True, text=True, timeout=60
     )
-    assert text.returncode == 0 and "oom_fragmentation" in text.stdout and "fix: Set PYTORCH_CUDA_ALLOC_CONF" in text.stdout
+    assert (
+        text.returncode == 0
+        and "oom_fragmentation" in text.stdout
+        and "fix: Set PYTORCH_CUDA_ALLOC_CONF" in text.stdout
+    )
 
 
 def test_mcp_inspect_memory_in_memory(tmp_path: Path) -> None:

@@ -46,7 +46,11 @@ def load(name: str) -> PlacementReport:
 
 def test_root_only_fully_shard_is_called_out() -> None:
     rep = load("rootonly_placement-rank0.json")
-    again = coverage(rep.tensors, rep.wrapping, [("", False), ("blocks", True), ("blocks.0", False), ("blocks.1", False), ("head", False)])
+    again = coverage(
+        rep.tensors,
+        rep.wrapping,
+        [("", False), ("blocks", True), ("blocks.0", False), ("blocks.1", False), ("head", False)],
+    )
     assert again.fsdp_units == [""]
     assert again.sharded_share == 1.0
     assert [m.name for m in again.modules_not_own_unit] == ["blocks.0", "blocks.1", "head"]
@@ -66,7 +70,14 @@ def test_per_block_fsdp_has_no_warning_and_estimates_per_rank_bytes() -> None:
 
 def test_plain_params_next_to_sharded_ones_are_warned_about() -> None:
     rep = load("tp_placement-rank3.json")
-    plain = TensorPlacement(fqn="lm_head.weight", global_shape=[100, 4], local_shape=[100, 4], dtype="float32", local_bytes=1600, global_bytes=1600)
+    plain = TensorPlacement(
+        fqn="lm_head.weight",
+        global_shape=[100, 4],
+        local_shape=[100, 4],
+        dtype="float32",
+        local_bytes=1600,
+        global_bytes=1600,
+    )
     cov = coverage([*rep.tensors, plain], [ModuleWrapping(fqn="", cls="X", wrapping="fsdp2")])
     assert cov.largest_unsharded[0].name == "lm_head.weight"
     assert any("plain tensors" in w for w in cov.warnings)
@@ -76,7 +87,10 @@ def test_tp_placement_report_from_a_2d_mesh() -> None:
     rep = load("tp_placement-rank3.json")
     by = {t.fqn: t for t in rep.tensors}
     assert by["colwise"].mesh_shape == [2, 2] and by["colwise"].mesh_dim_names == ["dp", "tp"]
-    assert by["colwise"].placements == ["Replicate()", "Shard(dim=0)"] and by["colwise"].global_offset == [4, 0]
+    assert by["colwise"].placements == ["Replicate()", "Shard(dim=0)"] and by["colwise"].global_offset == [
+        4,
+        0,
+    ]
     assert by["rowwise"].local_shape == [4, 4] and by["rowwise"].global_offset == [0, 4]
     assert by["bias"].layout == "replicated"
 
@@ -95,7 +109,7 @@ def test_inspect_real_fsdp2_dcp_checkpoint() -> None:
 
 def tampered(tmp_path: Path) -> Path:
     """A copy of the checkpoint whose metadata says two chunks overlap, and with one storage file gone."""
-    import torch  # noqa: F401  (the pickled Metadata references torch classes)
+    import torch
 
     dst = tmp_path / "ckpt"
     shutil.copytree(DATA / "dcp_fsdp2", dst)
@@ -137,20 +151,35 @@ def test_bad_paths_are_errors_with_a_fix(tmp_path: Path) -> None:
     assert "neither a DCP checkpoint" in exc.value.message and exc.value.fix
     with pytest.raises(InvalidInput):
         inspect_placements(str(tmp_path / "nope"))
+    (tmp_path / ".metadata").write_bytes(b"truncated")
+    with pytest.raises(InvalidInput) as exc:
+        inspect_placements(str(tmp_path))
+    assert "cannot read" in exc.value.message and "finished writing" in exc.value.fix
 
 
 def test_cli_json_and_text() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "rankscope", "placements", str(DATA / "dcp_fsdp2"), "--json"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rankscope", "placements", str(DATA / "dcp_fsdp2"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["tensors"][0]["layout"] == "sharded" and data["problems"] == []
     assert {"fqn", "layout", "global_shape", "chunks"} <= set(data["tensors"][0])
     text = subprocess.run(
-        [sys.executable, "-m", "rankscope", "placements", str(DATA / "rootonly_placement-rank0.json")], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rankscope", "placements", str(DATA / "rootonly_placement-rank0.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert text.returncode == 0, text.stderr
     assert "warning: one FSDP unit (the root)" in text.stdout
-    bad = subprocess.run([sys.executable, "-m", "rankscope", "placements", "/nonexistent"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "rankscope", "placements", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "Fix:" in bad.stderr

@@ -66,7 +66,12 @@ def test_dtensor_shards_are_compared_only_within_their_replica_group() -> None:
 
     def shard(tp: int, checksum: str) -> Fingerprint:
         return base.model_copy(
-            update={"checksum": checksum, "dtensor": True, "placements": ["Replicate()", "Shard(dim=0)"], "shard_key": f"tp={tp}"}
+            update={
+                "checksum": checksum,
+                "dtensor": True,
+                "placements": ["Replicate()", "Shard(dim=0)"],
+                "shard_key": f"tp={tp}",
+            }
         )
 
     # mesh (dp=2, tp=2): ranks 0,2 hold tp=0 and 1,3 hold tp=1; rank 3's copy is corrupted.
@@ -84,14 +89,23 @@ def test_dtensor_shards_are_compared_only_within_their_replica_group() -> None:
 
 def test_shards_held_by_one_rank_each_are_not_compared() -> None:
     base = captured()[0].fingerprints[0]
-    ranks = {r: with_fps(r, [base.model_copy(update={"checksum": str(r) * 32, "dtensor": True, "shard_key": f"dp={r}"})]) for r in (0, 1)}
+    ranks = {
+        r: with_fps(
+            r, [base.model_copy(update={"checksum": str(r) * 32, "dtensor": True, "shard_key": f"dp={r}"})]
+        )
+        for r in (0, 1)
+    }
     report = compare_fingerprints(ranks)
     assert report.consistent and report.compared == 0 and report.sharded_not_compared == 1
     assert "shards held by one rank" in report.summary
 
 
 def test_partial_placements_are_flagged() -> None:
-    base = captured()[0].fingerprints[0].model_copy(update={"dtensor": True, "partial": True, "shard_key": "tp=0"})
+    base = (
+        captured()[0]
+        .fingerprints[0]
+        .model_copy(update={"dtensor": True, "partial": True, "shard_key": "tp=0"})
+    )
     report = compare_fingerprints({0: with_fps(0, [base]), 1: with_fps(1, [base])})
     assert report.partial == ["0.weight"]
     assert any("dtensor-partial" in (s.skill_section or "") for s in report.next_steps)
@@ -101,7 +115,9 @@ def test_nonfinite_keys_and_missing_grads() -> None:
     ok = Fingerprint(name="w", shape=[2], dtype="float32", numel=2, checksum="a" * 32, sum=2.0, abs_max=1.0)
     nan = ok.model_copy(update={"checksum": "n" * 32, "sum": float("nan"), "nan": 1})
     nograd = Fingerprint(name="g", kind="grad", shape=[], dtype="none", checksum="grad-is-None")
-    grad = Fingerprint(name="g", kind="grad", shape=[2], dtype="float32", numel=2, checksum="g" * 32, sum=0.0, abs_max=0.0)
+    grad = Fingerprint(
+        name="g", kind="grad", shape=[2], dtype="float32", numel=2, checksum="g" * 32, sum=0.0, abs_max=0.0
+    )
     extra = ok.model_copy(update={"name": "only0"})
     ranks = {
         0: with_fps(0, [ok, grad, extra], world=3),
@@ -115,7 +131,10 @@ def test_nonfinite_keys_and_missing_grads() -> None:
     assert [(n.name, n.rank, n.nan) for n in report.nonfinite] == [("w", 1, 1)]
     assert [(k.name, k.present_on, k.missing_on) for k in report.missing_keys] == [("only0", [0], [1, 2])]
     sections = [s.skill_section for s in report.next_steps]
-    assert "skill/wrong-results.md#nan-on-one-rank" in sections and "skill/wrong-results.md#unused-parameters" in sections
+    assert (
+        "skill/wrong-results.md#nan-on-one-rank" in sections
+        and "skill/wrong-results.md#unused-parameters" in sections
+    )
 
 
 def test_files_from_two_jobs_and_world_sizes_are_problems() -> None:

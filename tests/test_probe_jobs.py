@@ -92,7 +92,9 @@ def test_batchnorm_without_syncbn_flags_only_running_stats(divergence: Path) -> 
 def test_nan_on_one_rank(divergence: Path) -> None:
     rep = same_everywhere(divergence, "nan", 3)
     assert rep["nonfinite"] == [{"name": "activations", "rank": 1, "nan": 1, "inf": 0}]
-    assert [(d["name"], d["ranks"], d["reason"]) for d in rep["divergent"]] == [("activations", [1], "nonfinite")]
+    assert [(d["name"], d["ranks"], d["reason"]) for d in rep["divergent"]] == [
+        ("activations", [1], "nonfinite")
+    ]
 
 
 def test_unused_parameter_on_one_rank(divergence: Path) -> None:
@@ -119,21 +121,29 @@ def test_a_rank_that_skips_the_probe_times_out_the_others(divergence: Path) -> N
 def test_dumped_fingerprints_and_saved_state_dicts_compare_offline(divergence: Path) -> None:
     for sub in ("fp", "sd"):
         rep = compare_dir(str(divergence / sub))
-        assert [d["ranks"] if isinstance(d, dict) else d.ranks for d in rep.divergent] == [[2]] * 4, sub
+        assert [d.ranks for d in rep.divergent] == [[2]] * 4, sub
     fp = json.loads((divergence / "fp" / "fingerprints-rank1.json").read_text())
     assert fp["world_size"] == 3 and fp["job_id"].startswith("127.0.0.1:")
 
 
 def test_fsdp2_placements_and_consistency(sharded: Path) -> None:
     place = reports(sharded, "fsdp_place", 4)[1]
-    assert {w["fqn"]: w["wrapping"] for w in place["wrapping"]} == {"": "fsdp2", "blocks.0": "fsdp2", "blocks.1": "fsdp2"}
+    assert {w["fqn"]: w["wrapping"] for w in place["wrapping"]} == {
+        "": "fsdp2",
+        "blocks.0": "fsdp2",
+        "blocks.1": "fsdp2",
+    }
     w = {t["fqn"]: t for t in place["tensors"]}["blocks.0.fc1.weight"]
-    assert w["placements"] == ["Shard(dim=0)"] and w["global_shape"] == [32, 16] and w["local_shape"] == [8, 16]
+    assert (
+        w["placements"] == ["Shard(dim=0)"] and w["global_shape"] == [32, 16] and w["local_shape"] == [8, 16]
+    )
     assert place["coverage"]["sharded_share"] == 1.0 and place["coverage"]["warnings"] == []
     root_only = reports(sharded, "rootonly_place", 4)[0]["coverage"]
     assert any("root only all-gathers the whole model" in x for x in root_only["warnings"])
     cons = same_everywhere(sharded, "fsdp_cons", 4)
-    assert cons["consistent"] and cons["compared"] == 0 and cons["sharded_not_compared"] == 20  # 10 params + 10 grads
+    assert (
+        cons["consistent"] and cons["compared"] == 0 and cons["sharded_not_compared"] == 20
+    )  # 10 params + 10 grads
 
 
 def test_2d_mesh_dtensor_consistency_compares_only_replicas(sharded: Path) -> None:

@@ -17,8 +17,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
 from _common import mark_ready
+
 from rankscope.probe.flight import enable_flight_recorder
 
 

@@ -1,6 +1,6 @@
 """A 2-rank FSDP2 model on CPU (fully_shard per block and at the root) that writes its placement report.
 
-Each rank also writes the bytes of its own DTensor shards (``to_local()``) to
+It also saves a torch.distributed.checkpoint of the model to ``<out>/ckpt``. Each rank also writes the bytes of its own DTensor shards (``to_local()``) to
 ``local-bytes-rank<R>.json`` so the test can check the budget against them.
 """
 
@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from _common import mark_ready
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
@@ -58,7 +60,8 @@ def main() -> None:
     fully_shard(model, mesh=mesh)
     model(torch.randint(0, 100, (2, 4))).sum().backward()  # a real step: the shards are in use
     dump(model, args.out, kind="placements")
-    local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+    dcp.save({"model": model.state_dict()}, checkpoint_id=str(Path(args.out, "ckpt")))
+    local = sum(cast(Any, p).to_local().numel() * p.element_size() for p in model.parameters())
     Path(args.out, f"local-bytes-rank{rank}.json").write_text(json.dumps({"rank": rank, "bytes": local}))
     dist.barrier()
     mark_ready(f"rank{rank}")

@@ -60,7 +60,10 @@ def main() -> None:
     p.add_argument("--stop", type=int, default=-1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--loader", action="store_true")
+    p.add_argument("--api-key", default="", help="a secret on the command line, for redaction tests")
     a = p.parse_args()
+    api_key = a.api_key  # a secret-named local, for redaction tests
+    auth_header = f"Bearer {os.environ.get('HANG_SECRET_TOKEN', 'none')}"
     if a.mode == "partial":
         mark_ready(f"rank{os.environ['RANK']}")
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
@@ -96,6 +99,7 @@ def main() -> None:
             threading.Event().wait()
         else:
             model(x)
+    del api_key, auth_header, batches
     dist.destroy_process_group()
 
 

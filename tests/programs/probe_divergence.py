@@ -51,7 +51,9 @@ def main() -> None:
         (out / f"{case}-rank{rank}.json").write_text(json.dumps(data, indent=1))
 
     save("local", local)
-    save("print", print_all_ranks(f"world {dist.get_world_size()}\nloss {1.25 if rank != 2 else float('nan')}"))
+    save(
+        "print", print_all_ranks(f"world {dist.get_world_size()}\nloss {1.25 if rank != 2 else float('nan')}")
+    )
 
     # Missing broadcast: rank 2 seeds differently, no DDP wrap to fix it.
     torch.manual_seed(1 if rank == 2 else 0)

@@ -89,12 +89,17 @@ def main() -> None:
     tp = TP(mesh2)
     save("tp_place", placement_report(tp))
     save("tp_cons", check_consistency(tp))
-    with torch.no_grad():  # rank 3 (dp=1, tp=1) corrupts its shard: only its replica (rank 1) is compared with it
+    with (
+        torch.no_grad()
+    ):  # rank 3 (dp=1, tp=1) corrupts its shard: only its replica (rank 1) is compared with it
         if rank == 3:
             tp.colwise.to_local()[0, 0] += 1.0
     # A partial sum not reduced yet (what a row-wise matmul produces before its all-reduce).
     partial = DTensor.from_local(torch.ones(4) * (rank % 2 + 1), mesh2, [Replicate(), Partial()])
-    save("tp_cons_bad", check_consistency({"colwise": tp.colwise, "rowwise": tp.rowwise, "pending": partial}, max_diff=True))
+    save(
+        "tp_cons_bad",
+        check_consistency({"colwise": tp.colwise, "rowwise": tp.rowwise, "pending": partial}, max_diff=True),
+    )
     dist.barrier()
     mark_ready(f"done{rank}")
     dist.destroy_process_group()

@@ -12,7 +12,6 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
 from _common import mark_ready
 
 

@@ -21,6 +21,7 @@ from rankscope.analysis.fingerprints import compare_fingerprints
 from rankscope.errors import InvalidInput, TorchMissing
 from rankscope.models.core import NextStep
 from rankscope.models.probe import ConsistencyReport, RankFingerprints
+from rankscope.redact import redact_text
 
 _FP_FILE = re.compile(r"^fingerprints-rank(\d+)\.json$")
 _SD_FILE = re.compile(r"(?:rank|shard|_|-)[_-]?(\d+)\.(?:pt|pth|bin|ckpt)$", re.IGNORECASE)
@@ -69,7 +70,9 @@ def compare_dir(path: str, *, atol: float = 0.0, rtol: float = 0.0) -> Consisten
         if f.suffix.lower() in _SD_SUFFIXES:
             m2 = _SD_FILE.search(f.name)
             if not m2:
-                problems.append(f"{f.name}: no rank number in the file name (expected e.g. model_rank3.pt); skipped")
+                problems.append(
+                    f"{f.name}: no rank number in the file name (expected e.g. model_rank3.pt); skipped"
+                )
                 continue
             rank = int(m2.group(1))
             try:
@@ -79,14 +82,19 @@ def compare_dir(path: str, *, atol: float = 0.0, rtol: float = 0.0) -> Consisten
             except InvalidInput as exc:
                 problems.append(f"{f.name}: {exc.message}")
             except Exception as exc:  # pickles weights_only refuses, truncated files, ...
-                problems.append(f"{f.name}: cannot be loaded with torch.load(weights_only=True): {type(exc).__name__}: {str(exc)[:200]}")
+                problems.append(
+                    f"{f.name}: cannot be loaded with torch.load(weights_only=True): {type(exc).__name__}: {redact_text(str(exc))[:200]}"
+                )
     if fp_ranks and sd_ranks:
-        problems.append("the directory mixes fingerprint files and state_dict files; compared the fingerprint files only")
+        problems.append(
+            "the directory mixes fingerprint files and state_dict files; compared the fingerprint files only"
+        )
     per_rank = fp_ranks or sd_ranks
     if not per_rank:
         report = ConsistencyReport(
             consistent=False,
-            problems=problems or [f"{path} holds no fingerprints-rank<R>.json and no per-rank torch.save files"],
+            problems=problems
+            or [f"{path} holds no fingerprints-rank<R>.json and no per-rank torch.save files"],
             summary="nothing to compare",
             next_steps=[
                 NextStep(

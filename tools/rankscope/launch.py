@@ -13,10 +13,12 @@ a file rankscope tails too.
 How a hang is detected: the job makes no progress when no rank has printed
 anything for ``hang_timeout`` seconds *and* the ranks are idle (the CPU time of
 every process under torchrun, from /proc/PID/stat, advanced by less than 5% of
-a core over that window). Ranks blocked in a gloo collective sleep in the
-kernel, so they are idle. NCCL busy-polls, so a hung GPU rank burns a full core:
-a job that stays silent for ``BUSY_QUIET_FACTOR`` × ``hang_timeout`` is declared
-hung however busy it is. Then rankscope captures stacks and the verdict
+a core over that window, and no process was seen running or waiting for a
+core in more than 20% of the samples: on a loaded host a starved rank still
+importing torch gets little CPU but is not idle). Ranks blocked in a gloo
+collective sleep in the kernel, so they are idle. NCCL busy-polls, so a hung
+GPU rank burns a full core: a job silent for max(5 × ``hang_timeout``, 300 s)
+is declared hung however busy it is. Then rankscope captures stacks and the verdict
 through ``rankscope.api.dump_stacks(pid=<torchrun pid>)`` and reaps the tree.
 
 torchrun starts each worker in its own session, so rankscope reaps by process
@@ -59,8 +61,12 @@ POLL_INTERVAL = 0.2
 """Seconds between two looks at the output files and the ranks' CPU time."""
 IDLE_CPU_FRACTION = 0.05
 """A rank is idle when its CPU time grew by less than this fraction of the window."""
+IDLE_RUNNABLE_FRACTION = 0.2
+"""...and was seen running or runnable (state R/D) in at most this fraction of the samples."""
 BUSY_QUIET_FACTOR = 5.0
-"""Silent this many hang timeouts, a job is hung even when its ranks burn CPU (NCCL busy-polls)."""
+BUSY_QUIET_MIN = 300.0
+"""Silent max(BUSY_QUIET_FACTOR × hang timeout, BUSY_QUIET_MIN) seconds, a job is hung even when its ranks
+burn CPU (NCCL busy-polls); the floor keeps a slow start (imports on a loaded host) from counting."""
 MAX_LINES_PER_STREAM = 5000
 """Lines kept per rank and stream; older ones are dropped (and counted)."""
 MAX_LINE_CHARS = 4000
@@ -157,11 +163,17 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def _cpu_and_start(pid: int) -> tuple[int, int] | None:
     """(utime + stime in clock ticks, start time in ticks) of a live process."""
+    got = _sample_proc(pid)
+    return None if got is None else (got[0], got[1])
+
+
+def _sample_proc(pid: int) -> tuple[int, int, str] | None:
+    """(CPU ticks, start time, state of the main thread) of a live process, from /proc/PID/stat."""
     f = _stat_fields(pid)
     if f is None or f[0] in ("Z", "X"):
         return None
     try:
-        return int(f[11]) + int(f[12]), int(f[19])
+        return int(f[11]) + int(f[12]), int(f[19]), f[0]
     except (IndexError, ValueError):
         return None
 
@@ -183,30 +195,36 @@ class _Watch:
     """CPU samples of every process under the launcher, to tell "idle" from "busy"."""
 
     root: int
-    samples: deque[tuple[float, dict[int, int]]] = field(default_factory=lambda: deque(maxlen=4000))
+    keep: float = 0.0  # seconds of history the idle check needs
+    samples: deque[tuple[float, dict[int, int], frozenset[int]]] = field(default_factory=deque)
     seen: dict[int, int] = field(default_factory=dict)  # pid -> start time: for the final sweep
     rank_pids: dict[int, int] = field(default_factory=dict)  # rank -> pid
 
     def sample(self, now: float) -> None:
         kids = children_map()
         cpu: dict[int, int] = {}
+        active: set[int] = set()
         for pid in descendants(self.root, kids):
-            got = _cpu_and_start(pid)
+            got = _sample_proc(pid)
             if got is None:
                 continue
             cpu[pid] = got[0]
+            if got[2] in ("R", "D"):  # running, waiting for a core, or in disk I/O: not idle
+                active.add(pid)
             if pid not in self.seen:
                 self.seen[pid] = got[1]
                 if pid in kids.get(self.root, []):
                     rank = _env_rank(pid)
                     if rank is not None:
                         self.rank_pids[rank] = pid
-        self.samples.append((now, cpu))
+        self.samples.append((now, cpu, frozenset(active)))
+        while len(self.samples) > 2 and self.samples[1][0] <= now - self.keep:
+            self.samples.popleft()  # keep exactly one sample older than the window
 
     def idle_over(self, window: float, now: float) -> tuple[bool, str]:
         """Whether every process under the launcher stayed idle for ``window`` seconds."""
         old = None
-        for t, cpu in self.samples:
+        for t, cpu, _ in self.samples:
             if t <= now - window:
                 old = (t, cpu)
             else:
@@ -214,7 +232,7 @@ class _Watch:
         if old is None or not self.samples:
             return False, "not watched long enough"
         t0, before = old
-        t1, after = self.samples[-1]
+        t1, after, _ = self.samples[-1]
         if not after:
             return False, "no rank process alive"
         span = max(t1 - t0, 1e-6)
@@ -223,7 +241,17 @@ class _Watch:
             if pid not in before:
                 return False, f"process {pid} started within the window"
             busiest = max(busiest, (ticks - before[pid]) / _CLK_TCK / span)
-        return busiest < IDLE_CPU_FRACTION, f"busiest process used {busiest:.0%} of a core over {span:.0f}s"
+        # On a loaded host a starved process gets little CPU yet is not idle: it waits for a core (state R)
+        # or for the disk (state D). Count how often each was seen so.
+        window_samples = [active for t, _, active in self.samples if t > t0]
+        runnable = max((sum(pid in active for active in window_samples) for pid in after), default=0) / max(
+            len(window_samples), 1
+        )
+        idle = busiest < IDLE_CPU_FRACTION and runnable <= IDLE_RUNNABLE_FRACTION
+        return idle, (
+            f"busiest process used {busiest:.0%} of a core over {span:.0f}s "
+            f"and was runnable in {runnable:.0%} of the samples"
+        )
 
 
 # --------------------------------------------------------------------------- torchrun's failure summary
@@ -401,6 +429,7 @@ class _Runner:
     launcher: _Tail = field(default_factory=_Tail)
     launcher_lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAUNCHER_TAIL_LINES))
     last_output: float = 0.0
+    mute_launcher: bool = False  # set while rankscope stops the job: torchrun's shutdown trace is noise
 
     def __post_init__(self) -> None:
         self.ranks = {r: _RankLog(rank=r) for r in range(self.nproc)}
@@ -430,7 +459,7 @@ class _Runner:
         for raw in self.launcher.read(final):
             line = self.redactor.text(raw)
             self.launcher_lines.append(line)
-            if self.stream is not None:
+            if self.stream is not None and not self.mute_launcher:
                 self.stream.write(f"[torchrun]: {line}\n")
                 wrote = True
         if wrote and self.stream is not None:
@@ -489,6 +518,13 @@ def run_job(
     running after ``timeout`` seconds (None: no limit) is terminated. On Ctrl-C
     or SIGTERM the whole tree is reaped and ``KeyboardInterrupt`` propagates
     (the CLI exits 130). Nothing the job started is left behind.
+
+    ``env`` adds variables for the ranks on top of this process's environment;
+    ``cwd`` is the ranks' working directory (a relative ``script`` is resolved
+    against it); ``python`` is the interpreter that runs torchrun (default:
+    this one). ``RANK``/``WORLD_SIZE``/``MASTER_PORT`` left over from an outer
+    job are removed; ``OMP_NUM_THREADS=1`` and ``GLOO_SOCKET_IFNAME=lo`` are
+    set unless given.
     """
     path = _validate(script, nproc, hang_timeout, timeout, cwd)
     exe = python or sys.executable
@@ -556,11 +592,17 @@ def _run_once(
     try:
         with _sigterm_as_interrupt():
             with open(launcher_file, "wb") as lf:
-                proc = subprocess.Popen(
-                    argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches rankscope only; rankscope stops the job
-                )  # fmt: skip
-            watch = _Watch(root=proc.pid)
+                try:
+                    proc = subprocess.Popen(
+                        argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
+                        start_new_session=True,  # a terminal's Ctrl-C reaches rankscope only; rankscope stops the job
+                    )  # fmt: skip
+                except OSError as exc:
+                    raise InvalidInput(
+                        f"could not start torchrun with {exe}: {exc.strerror or exc}.",
+                        fix="Pass --python with the interpreter of the training environment (an executable file).",
+                    ) from exc
+            watch = _Watch(root=proc.pid, keep=(hang_timeout or 0.0) + 1.0)
             while True:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=POLL_INTERVAL)
@@ -578,7 +620,7 @@ def _run_once(
                     quiet = now - runner.last_output
                     if quiet >= hang_timeout:
                         idle, why = watch.idle_over(hang_timeout, now)
-                        if idle or quiet >= BUSY_QUIET_FACTOR * hang_timeout:
+                        if idle or quiet >= max(BUSY_QUIET_FACTOR * hang_timeout, BUSY_QUIET_MIN):
                             outcome = "hung"
                             evidence = f"no output from any rank for {quiet:.0f}s; {why}"
                             stacks, problem = _capture_stacks(proc.pid, STACKS_TIMEOUT)
@@ -591,11 +633,14 @@ def _run_once(
             if proc.poll() is None:
                 runner.pump(time.monotonic())
                 stopped_at = len(runner.launcher_lines)
+                runner.mute_launcher = True
             with _shielded():
                 reap_tree(proc, grace=REAP_GRACE)
                 swept = _sweep(watch.seen) if watch is not None else []
             if swept:
-                local_notes.append(f"killed {len(swept)} process(es) of the job that outlived torchrun: {swept}")
+                local_notes.append(
+                    f"killed {len(swept)} process(es) of the job that outlived torchrun: {swept}"
+                )
         try:
             runner.pump(time.monotonic(), final=True)
         finally:
@@ -608,7 +653,7 @@ def _run_once(
     no_rank_output = not any(rl.out_lines or rl.err_lines for rl in runner.ranks.values())
     if exit_code not in (None, 0) and no_rank_output:
         text = "\n".join(launcher_lines)
-        if "No module named torch" in text:
+        if re.search(r"No module named '?torch", text):
             raise TorchMissing(f"{path.name} could not start: the interpreter {exe} cannot import torch.")
         if "EADDRINUSE" in text or "address already in use" in text:
             return _report(
@@ -791,7 +836,10 @@ def bound_run_report(report: RunReport, max_collapsed_bytes: int = MAX_COLLAPSED
     stacks = report.stacks
     if stacks is not None:
         bound: Callable[..., Any] | None = None
-        for module in ("rankscope.analysis.bound", "rankscope.analysis.stacks"):  # lives with the stacks analysis
+        for module in (
+            "rankscope.analysis.bound",
+            "rankscope.analysis.stacks",
+        ):  # lives with the stacks analysis
             with contextlib.suppress(ImportError):
                 bound = getattr(importlib.import_module(module), "bound_report", None)
             if bound is not None:

@@ -50,5 +50,7 @@ def build_server() -> MCPServer:
 
 
 def serve() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="rankscope-mcp: %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="rankscope-mcp: %(levelname)s %(message)s"
+    )
     build_server().run("stdio")

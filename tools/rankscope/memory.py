@@ -33,7 +33,8 @@ from typing import Any
 from rankscope.analysis import memory as am
 from rankscope.errors import InvalidInput, NotADistributedJob, ProcessNotFound, RankscopeError
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
-from rankscope.models.memory import BudgetReport, MemoryReport, RankMemory, SnapshotSummary
+from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
+from rankscope.models.probe import PlacementReport, PlacementsReport
 from rankscope.proctree import children_map, descendants
 from rankscope.redact import Redactor
 
@@ -195,7 +196,6 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
     truncated = any(s.other_sites for s in summaries)
     return MemoryReport(
         mode="snapshots",
-        gpu_available=True,
         snapshots=summaries,
         findings=findings,
         next_steps=next_steps,
@@ -447,7 +447,7 @@ def _load_placement(placement: Any) -> tuple[Any, str]:
 
 
 def memory_budget(
-    placement: Any,
+    placement: PlacementReport | PlacementsReport | BudgetInput | dict[str, Any] | list[Any] | str,
     *,
     optimizer: str = "adam",
     param_dtype: str = "float32",

@@ -26,17 +26,27 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from rankscope.errors import InvalidInput
-from rankscope.models.core import Job, NextStep, RankError, RankProcess, RankStack, StacksReport
+from rankscope.models.core import (
+    Frame,
+    Job,
+    NextStep,
+    RankError,
+    RankProcess,
+    RankStack,
+    StacksReport,
+    ThreadStack,
+)
 from rankscope.proctree import reap_tree
 from rankscope.redact import Redactor
 
-Via = Literal["ssh", "srun", "kubectl", "local"]
-"""``local`` runs the command on this machine under each host's name (benchmarks, tests)."""
+Via = Literal["ssh", "srun", "kubectl", "debug-server", "local"]
+"""``debug-server`` talks HTTP to the ranks' own PyTorch debug servers (no ssh);
+``local`` runs the command on this machine under each host's name (benchmarks, tests)."""
 
 SKILL = "skill/multi-node.md#cross-host-collection"
 MAX_OUTPUT = 64 << 20
@@ -561,6 +571,168 @@ def _srun_all(
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# PyTorch's debug server (torch.distributed.debug.start_debug_server): no ssh at all
+# ---------------------------------------------------------------------------------------------
+
+DEBUG_PREFIX = "debug_server"
+"""start_debug_server registers each rank's worker as ``debug_server/rank<R>`` = ``http://host:port``."""
+
+_FH_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>.*)$')
+
+
+def parse_faulthandler(text: str) -> list[ThreadStack]:
+    """Threads from faulthandler's text (what the worker server's ``dump_traceback`` returns).
+
+    The main thread is the one whose outermost frame is ``<module>`` (else the last
+    listed); the "Current thread" is the server's own and is dropped when it has no
+    Python frame.
+    """
+    threads: list[ThreadStack] = []
+    current: ThreadStack | None = None
+    is_server = False
+    for line in text.splitlines():
+        head = _FH_HEADER.match(line)
+        if head:
+            if current is not None and not (is_server and not current.frames):
+                threads.append(current)
+            current = ThreadStack(thread_id=int(head.group(2), 16))
+            is_server = head.group(1) == "Current thread"
+            continue
+        m = _FH_FRAME.match(line)
+        if m and current is not None:
+            ln = m.group("line")
+            current.frames.append(
+                Frame(function=m.group("func"), file=m.group("file"), line=int(ln) if ln.isdigit() else None)
+            )
+    if current is not None and not (is_server and not current.frames):
+        threads.append(current)
+    main = next((t for t in threads if t.frames and t.frames[-1].function == "<module>"), None)
+    if main is None and threads:
+        main = threads[-1]
+    return [t.model_copy(update={"is_main": t is main}) for t in threads]
+
+
+def store_address(hosts: Sequence[str] | None, job: str | None, env: Mapping[str, str]) -> tuple[str, int]:
+    """The job's TCPStore: ``--hosts ADDR:PORT``, ``--job ADDR:PORT``, or MASTER_ADDR/MASTER_PORT."""
+    spec = (hosts[0] if hosts else None) or job
+    if spec is None and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        spec = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+    m = re.fullmatch(r"\[?([^\]]+?)\]?:(\d+)", spec or "")
+    if not m:
+        raise InvalidInput(
+            f"--via debug-server needs the job's store as ADDR:PORT, got {spec!r}",
+            "Pass --hosts MASTER_ADDR:MASTER_PORT (the torchrun rendezvous address), or set MASTER_ADDR/MASTER_PORT.",
+        )
+    return m.group(1), int(m.group(2))
+
+
+def _http_post(url: str, timeout: float) -> bytes:
+    import urllib.request
+
+    req = urllib.request.Request(url, method="POST", data=b"")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        data: bytes = resp.read(MAX_OUTPUT)
+        return data
+
+
+def _debug_server_rank(
+    rank: int, url: str, timeout: float
+) -> tuple[RankStack, RankError | None, dict[str, Any] | None]:
+    host = re.sub(r"^https?://|:\d+/?$", "", url)
+    try:
+        text = _http_post(f"{url}/handler/dump_traceback", timeout).decode(errors="replace")
+    except Exception as exc:  # URLError, timeout, reset: one rank's failure never hides the others
+        kind = "timeout" if "timed out" in str(exc) else "unreachable"
+        err = RankError(
+            rank=rank,
+            host=host,
+            kind=kind,
+            message=f"rank {rank}: debug server at {url} did not answer: {exc}",
+            fix="Check that this machine can reach the worker's host and port (firewalls), or use --via ssh.",
+        )
+        return RankStack(rank=rank, pid=0, host=host, error=err), err, None
+    stack = RankStack(rank=rank, pid=0, host=host, state="unknown", threads=parse_faulthandler(text))
+    trace: dict[str, Any] | None = None
+    try:
+        import json
+
+        loaded = json.loads(_http_post(f"{url}/handler/fr_trace_json", timeout))
+        trace = loaded if isinstance(loaded, dict) else None
+    except Exception:
+        trace = None  # the recorder is optional evidence
+    return stack, None, trace
+
+
+def dump_stacks_debug_server(
+    hosts: Sequence[str] | None = None, *, job: str | None = None, timeout: float = 30.0
+) -> StacksReport:
+    """Stacks (and flight-recorder traces) of every rank through their PyTorch debug servers."""
+    addr, port = store_address(hosts, job, os.environ)
+    try:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+    except ImportError as exc:
+        from rankscope.errors import TorchMissing
+
+        raise TorchMissing("--via debug-server reads the job's TCPStore, which needs torch.") from exc
+    try:
+        store = dist.TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=min(timeout, 15.0)))
+    except Exception as exc:
+        raise InvalidInput(
+            f"cannot connect to the job's TCPStore at {addr}:{port}: {str(exc).splitlines()[0]}",
+            "Pass the rendezvous address (torchrun's --master_addr:--master_port) of a job that is still running.",
+        ) from exc
+    prefixed = dist.PrefixStore(DEBUG_PREFIX, store)
+    urls: list[str] = []
+    while len(urls) < 1_000_000 and prefixed.check([f"rank{len(urls)}"]):
+        urls.append(prefixed.get(f"rank{len(urls)}").decode())
+    if not urls:
+        raise InvalidInput(
+            f"no debug server registered in the store at {addr}:{port} (no '{DEBUG_PREFIX}/rank0' key)",
+            "Start it in the training script: torch.distributed.debug.start_debug_server() after "
+            "init_process_group; or use --via ssh.",
+        )
+    with ThreadPoolExecutor(max_workers=min(64, len(urls))) as pool:
+        results = list(pool.map(lambda ru: _debug_server_rank(ru[0], ru[1], timeout), enumerate(urls)))
+    stacks = [s for s, _, _ in results]
+    errors = [e for _, e, _ in results if e is not None]
+    hosts_seen = list(dict.fromkeys(s.host for s in stacks))
+    ranks = [
+        RankProcess(rank=s.rank, pid=0, host=s.host, rank_source="debug_server")
+        for s in stacks
+        if s.error is None
+    ]
+    job_model = Job(
+        job_id=f"{addr}:{port}",
+        world_size=len(urls),
+        master_addr=addr,
+        master_port=port,
+        hosts=hosts_seen,
+        ranks=ranks,
+        notes=["collected via PyTorch's debug server: pids are not reported (0)"],
+    )
+    from rankscope.analysis.flight import LoadedDump
+    from rankscope.analysis.flight import analyze as analyze_flight
+    from rankscope.analysis.stacks import analyze
+
+    report = analyze(job_model, stacks, errors)
+    dumps = [
+        LoadedDump(path=f"{urls[i]}/handler/fr_trace_json", rank=i, format="json", data=t)
+        for i, (_, _, t) in enumerate(results)
+        if t
+    ]
+    if dumps:
+        fr = analyze_flight(dumps, world_size=len(urls))
+        evidence = [*report.verdict.evidence, f"flight recorder ({fr.verdict.kind}): {fr.verdict.summary}"]
+        report = report.model_copy(
+            update={"verdict": report.verdict.model_copy(update={"evidence": evidence})}
+        )
+    return report
+
+
 def dump_stacks_remote(
     hosts: list[str] | None = None,
     *,
@@ -585,8 +757,10 @@ def dump_stacks_remote(
     """
     if timeout <= 0:
         raise InvalidInput(f"timeout must be positive, got {timeout}", "Pass --timeout in seconds, e.g. 30.")
-    if via not in ("ssh", "srun", "kubectl", "local"):
-        raise InvalidInput(f"unknown --via {via!r}", "Use --via ssh, srun or kubectl.")
+    if via not in ("ssh", "srun", "kubectl", "debug-server", "local"):
+        raise InvalidInput(f"unknown --via {via!r}", "Use --via ssh, srun, kubectl or debug-server.")
+    if via == "debug-server":
+        return dump_stacks_debug_server(hosts, job=job, timeout=timeout)
     if hosts:
         host_list: list[str] = []
         for h in hosts:
@@ -663,12 +837,14 @@ def describe(argv: Sequence[str]) -> str:
 
 __all__ = [
     "classify_failure",
+    "dump_stacks_debug_server",
     "dump_stacks_remote",
     "expand_hostlist",
     "hosts_from_environment",
     "kubectl_exec_argv",
     "kubectl_get_pods_argv",
     "merge_reports",
+    "parse_faulthandler",
     "parse_report",
     "pods_from_json",
     "split_labelled",

@@ -81,7 +81,17 @@ def _redact_threads(threads: list[ThreadStack], redactor: Redactor, keep_locals:
 def _capture(
     proc: RankProcess, exe: str, native: bool, locals: bool, nonblocking: bool, timeout: float
 ) -> tuple[RankStack, RankError | None]:
-    state = discovery.proc_state(proc.pid) or "dead"
+    state = discovery.proc_state(proc.pid)
+    if state is None:
+        err = RankError(
+            rank=proc.rank,
+            pid=proc.pid,
+            host=proc.host,
+            kind="process_exited",
+            message=f"pid {proc.pid} exited before its stack could be captured",
+            fix=pyspy.FIXES["process_exited"],
+        )
+        return RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state="dead", error=err), err
     base = RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state=state)
     if state in ("stopped", "tracing_stop", "zombie", "dead"):
         return base, None  # reported by state: ptrace would block on a stopped process
@@ -184,6 +194,7 @@ def dump_stacks(
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
+    pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid)
     if ranks is not None:
         known = {r.rank for r in job.ranks}

@@ -7,11 +7,13 @@ Names come from the PyTorch source (torch 2.x): ``torch/distributed/distributed_
 ``nn/parallel/distributed.py`` and the C++ ``c10d::Reducer`` (DDP).
 
 py-spy reports Python 3.11+ functions by qualified name (``FSDPParamGroup.unshard``),
-so tables hold qualified names and match on the last component as well.
+so tables hold qualified names and match on the last component as well. Lookups are
+memoised: the ranks of one job share almost all their frames.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -142,6 +144,7 @@ def short_name(function: str) -> str:
     return function.rsplit(".", 1)[-1]
 
 
+@functools.lru_cache(maxsize=65536)
 def classify_python_frame(function: str, file: str) -> FrameKind:
     """Recognise a c10d / functional / framework frame by file and function name."""
     path = file.replace("\\", "/")
@@ -160,6 +163,7 @@ def classify_python_frame(function: str, file: str) -> FrameKind:
     return FrameKind()
 
 
+@functools.lru_cache(maxsize=65536)
 def classify_native_frame(function: str) -> str | None:
     """Map a C++ frame name to a communication marker, or None."""
     for pattern, name in NATIVE_PATTERNS:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rankscope.models.core import NextStep
 from rankscope.models.probe import (
@@ -49,14 +50,26 @@ def _same(a: Fingerprint, b: Fingerprint, atol: float, rtol: float) -> bool:
         return False
     if atol == 0 and rtol == 0:
         return a.checksum == b.checksum
-    return (
-        a.checksum == b.checksum
-        or (_close(a.sum, b.sum, atol, rtol) and _close(a.abs_max, b.abs_max, atol, rtol) and a.nan == b.nan and a.inf == b.inf)
+    return a.checksum == b.checksum or (
+        _close(a.sum, b.sum, atol, rtol)
+        and _close(a.abs_max, b.abs_max, atol, rtol)
+        and a.nan == b.nan
+        and a.inf == b.inf
     )
 
 
 def _reference(ranks: list[int], fps: Mapping[int, Fingerprint], atol: float, rtol: float) -> tuple[list[int], bool]:
     """Ranks agreeing with the majority value, and whether that was a tie."""
+    if atol == 0 and rtol == 0:  # exact: equality is an equivalence, count classes in one pass
+        classes: dict[tuple[Any, ...], list[int]] = {}
+        for r in ranks:
+            fp = fps[r]
+            classes.setdefault((tuple(fp.shape), fp.dtype, fp.checksum), []).append(r)
+        if len(classes) == 1:
+            return list(ranks), False
+        sizes = sorted((len(m) for m in classes.values()), reverse=True)
+        best = max(classes.values(), key=lambda m: (len(m), -m[0]))
+        return best, sizes[0] == sizes[1]
     best: list[int] = []
     tie = False
     for r in ranks:  # ascending: on equal support the lowest rank's cluster wins
@@ -82,7 +95,14 @@ def _reason(ref: Fingerprint, other: Fingerprint) -> str:
 
 def _value(rank: int, fp: Fingerprint) -> RankValue:
     return RankValue(
-        rank=rank, checksum=fp.checksum, shape=fp.shape, dtype=fp.dtype, sum=fp.sum, abs_max=fp.abs_max, nan=fp.nan, inf=fp.inf
+        rank=rank,
+        checksum=fp.checksum,
+        shape=fp.shape,
+        dtype=fp.dtype,
+        sum=fp.sum,
+        abs_max=fp.abs_max,
+        nan=fp.nan,
+        inf=fp.inf,
     )
 
 
@@ -104,16 +124,22 @@ def compare_fingerprints(
 ) -> ConsistencyReport:
     """Compare the fingerprints of every rank; the same input gives the same report on every rank."""
     ranks = sorted(per_rank)
-    by_rank: dict[int, dict[str, Fingerprint]] = {r: {fp.name: fp for fp in per_rank[r].fingerprints} for r in ranks}
+    by_rank: dict[int, dict[str, Fingerprint]] = {
+        r: {fp.name: fp for fp in per_rank[r].fingerprints} for r in ranks
+    }
     names = _ordered_names({r: per_rank[r].fingerprints for r in ranks})
     worlds = sorted({per_rank[r].world_size for r in ranks})
-    job_ids = sorted({per_rank[r].job_id for r in ranks if per_rank[r].job_id})
+    job_ids = sorted({j for r in ranks if (j := per_rank[r].job_id)})
     whiches = sorted({per_rank[r].which for r in ranks})
     all_problems = list(problems)
     if len(worlds) > 1:
-        all_problems.append(f"ranks report different world sizes {worlds}: the files come from different runs")
+        all_problems.append(
+            f"ranks report different world sizes {worlds}: the files come from different runs"
+        )
     if len(job_ids) > 1:
-        all_problems.append(f"fingerprints come from {len(job_ids)} different jobs ({', '.join(job_ids)}): compare files of one run")
+        all_problems.append(
+            f"fingerprints come from {len(job_ids)} different jobs ({', '.join(job_ids)}): compare files of one run"
+        )
     if len(whiches) > 1:
         all_problems.append(f"ranks fingerprinted different things ({', '.join(whiches)})")
     world = worlds[-1] if worlds else None
@@ -159,7 +185,7 @@ def compare_fingerprints(
                     ranks=odd,
                     reference_ranks=ref,
                     tie=tie,
-                    reason=_reason(ref_fp, fps[odd[0]]),  # type: ignore[arg-type]
+                    reason=_reason(ref_fp, fps[odd[0]]),
                     replica_group=members,
                     shard_key=key,
                     values=[_value(ref[0], ref_fp)] + [_value(r, fps[r]) for r in odd],
@@ -200,19 +226,23 @@ def summarize(report: ConsistencyReport) -> str:
             f"nothing to compare across ranks {_ranks(report.ranks)}: the {report.sharded_not_compared} tensors are "
             "shards held by one rank each; no NaN/Inf"
         )
-    partial = f"; {len(report.partial)} DTensors hold unreduced Partial values ({report.partial[0]})" if report.partial else ""
+    partial = (
+        f"; {len(report.partial)} DTensors hold unreduced Partial values ({report.partial[0]})"
+        if report.partial
+        else ""
+    )
     if report.consistent:
         return f"all {report.compared} compared tensors are identical across ranks {_ranks(report.ranks)}{partial}"
     parts: list[str] = []
     if report.divergent:
         odd = sorted({r for d in report.divergent for r in d.ranks})
         parts.append(
-            f"{len(report.divergent)} of {report.compared} compared tensors differ (ranks {_ranks(odd)}); "
+            f"{len(report.divergent)} of {report.compared} compared tensors differ ({_label(odd)}); "
             f"first in module order: {report.first_divergent}"
         )
     if report.nonfinite:
         bad = sorted({n.rank for n in report.nonfinite})
-        parts.append(f"NaN/Inf in {len({n.name for n in report.nonfinite})} tensors on ranks {_ranks(bad)}")
+        parts.append(f"NaN/Inf in {len({n.name for n in report.nonfinite})} tensor(s) on {_label(bad)}")
     if report.missing_keys:
         parts.append(f"{len(report.missing_keys)} tensors present on some ranks only")
     if report.problems:
@@ -236,13 +266,14 @@ def next_steps(report: ConsistencyReport) -> list[NextStep]:
         d = no_grad[0]
         steps.append(
             NextStep(
-                action=f"{d.name} has no gradient on ranks {_ranks(d.ranks)}: the parameter was not used in forward there. "
+                action=f"{d.name} has no gradient on {_label(d.ranks)}: the parameter was not used in forward there. "
                 "Make every rank use every parameter, or wrap with DDP(find_unused_parameters=True).",
                 skill_section=f"{pb}#unused-parameters",
             )
         )
-    if report.divergent:
-        kinds = {d.name.rsplit(".", 1)[-1] for d in report.divergent}
+    unexplained = [d for d in report.divergent if d.reason not in ("nonfinite", "no_grad")]
+    if unexplained:
+        kinds = {d.name.rsplit(".", 1)[-1] for d in unexplained}
         if kinds & {"running_mean", "running_var", "num_batches_tracked"} and len(kinds) <= 3:
             steps.append(
                 NextStep(
@@ -298,3 +329,7 @@ def _ranks(ranks: Sequence[int]) -> str:
         out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
         i = j + 1
     return ",".join(out)
+
+
+def _label(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(set(ranks)) == 1 else f"ranks {_ranks(ranks)}"

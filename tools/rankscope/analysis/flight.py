@@ -178,8 +178,11 @@ def _normalise(dump: LoadedDump, pgs: dict[str, _PG]) -> FrDump:
     last_done: dict[str, int] = {}
     if isinstance(status, dict):
         for pg_id, st in status.items():
-            if isinstance(st, dict) and isinstance(st.get("last_completed_collective"), int):
-                last_done[str(pg_id)] = st["last_completed_collective"]
+            value = st.get("last_completed_collective") if isinstance(st, dict) else None
+            if isinstance(value, str) and value.lstrip("-").isdigit():
+                value = int(value)  # the JSON dump writes numbers as strings
+            if isinstance(value, int):
+                last_done[str(pg_id)] = value
 
     names_in_entries = list(dict.fromkeys(_pg_of(e) for e in entries))
     config = data.get("pg_config")

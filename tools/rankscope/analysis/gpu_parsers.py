@@ -76,17 +76,15 @@ def parse_gpu_query(text: str) -> list[GpuInfo]:
     return gpus
 
 
+def _is_header(tokens: list[str]) -> bool:
+    # The header names the columns (GPU0 GPU1 ...); the GPU0 row starts "GPU0 X ...".
+    return "GPU0" in tokens and (tokens[0] != "GPU0" or len(tokens) < 2 or tokens[1] != "X")
+
+
 def parse_topology(text: str) -> GpuTopology | None:
     """`nvidia-smi topo -m` as a link matrix plus CPU/NUMA affinity and NIC names."""
     lines = text.splitlines()
-    header_idx = next(
-        (
-            i
-            for i, ln in enumerate(lines)
-            if re.search(r"\bGPU0\b", ln) and not ln.lstrip().startswith("GPU0")
-        ),
-        None,
-    )
+    header_idx = next((i for i, ln in enumerate(lines) if _is_header(ln.split())), None)
     if header_idx is None:
         return None
     header = lines[header_idx]

@@ -36,6 +36,7 @@ _CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<signal>S
 _TABLE_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _TABLE_RANK = re.compile(r"(?P<rank>-?\d+|<N/A>)(?: \(local_rank: (?P<local_rank>-?\d+|<N/A>)\))?")
 _TABLE_EXIT = re.compile(r"(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<signal>SIG\w+)\))?")
+_PG_RANK = re.compile(r"\[(?:PG ID (?P<pg_id>\d+) PG GUID (?P<pg_guid>[^\]]*?) |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\]")
 _SIZE = re.compile(r"([\d.]+) ([KMGTP]?)i?B")
 _SIGNUM = {
     "SIGHUP": 1,
@@ -184,6 +185,8 @@ class LogScanner:
     def _apply(self, rule: Rule, text: str, line_no: int, source: str, rank: int | None) -> None:
         if rule.kind == "rendezvous_failure" and "EADDRINUSE" in text:
             return  # the port is taken: address_in_use says it better
+        if rule.kind == "peer_closed" and text.lstrip().startswith("ConnectionResetError"):
+            return  # a Python socket (multiprocessing, DataLoader fd passing), not a collective peer
         facts: dict[str, Any] = {}
         if rule.pattern is not None:
             m = rule.pattern.search(text)
@@ -191,6 +194,11 @@ class LogScanner:
                 return
             if m is not None:
                 facts = _facts_from(m)
+        if rule.kind == "collective_timeout":
+            pm = _PG_RANK.search(text)
+            if pm is not None:
+                for k, v in _facts_from(pm).items():
+                    facts.setdefault(k, v)
         if rank is None and isinstance(facts.get("rank"), int):
             rank = facts["rank"]
         if rank is not None:
@@ -620,6 +628,8 @@ def conclude(
     steps: list[NextStep] = []
     seen_steps: set[tuple[str | None, str | None]] = set()
     for f in findings:
+        if f.severity == "info":
+            continue
         if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
             continue
         for s in f.next_steps:

@@ -23,6 +23,7 @@ import itertools
 import math
 import re
 import statistics
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -88,6 +89,11 @@ _NOISE_FUNCS = (
 _NATIVE_SUFFIX = (".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh")
 
 
+def _is_native(filename: str) -> bool:
+    """C/C++ frames: symbolized with a source suffix, or '??' when symbols are missing."""
+    return filename in ("??", "") or filename.endswith(_NATIVE_SUFFIX) or ".so" in filename
+
+
 def _frame_filter_fallback(name: str, filename: str) -> bool:
     """Keep frames the way ``_memory_viz._frame_filter`` does (drop interpreter/unwinder noise)."""
     return not any(n in name for n in _NOISE_FUNCS) and not name.startswith(("PyEval_", "PyObject_"))
@@ -146,7 +152,7 @@ class _SiteNamer:
             if site:
                 return site
         for f in frames:  # no user frame: innermost Python frame
-            if not str(f.get("filename", "")).endswith(_NATIVE_SUFFIX):
+            if not _is_native(str(f.get("filename", ""))):
                 return _fmt_frame(f)
         return _fmt_frame(frames[0])
 
@@ -156,7 +162,7 @@ class _SiteNamer:
             for f in frames
             if self.frame_filter(str(f.get("name", "")), str(f.get("filename", "")))
         ]
-        python = [s for s in out if not s.split(":", 1)[0].endswith(_NATIVE_SUFFIX)]
+        python = [s for s in out if not _is_native(s.split(":", 1)[0])]
         return (python or out)[:limit]
 
 
@@ -205,7 +211,7 @@ def analyze_snapshot(
     end_res: dict[int, int] = {}
     pending = 0
     sites: dict[str, list[int]] = {}  # site -> [bytes, blocks]
-    stacks: dict[str, list[str]] = {}
+    stacks: dict[str, list[Any]] = {}  # site -> frames of one of its blocks (rendered for the top sites only)
     free_blocks: list[tuple[int, str]] = []  # (size, segment_type)
     has_frames = False
     expandable: bool | None = None
@@ -227,7 +233,7 @@ def analyze_snapshot(
                 acc[0] += size
                 acc[1] += 1
                 if name not in stacks:
-                    stacks[name] = namer.stack(frames)
+                    stacks[name] = frames
             elif state == "inactive":
                 free_blocks.append((size, seg_type))
             else:  # active_pending_free / active_awaiting_free
@@ -250,29 +256,29 @@ def analyze_snapshot(
     boundaries = [min(n - 1, (n * (w + 1)) // windows - 1) for w in range(windows)] if n else []
     next_boundary = boundaries.pop(0) if boundaries else -1
     addr_site: dict[int, str] = {}
-    site_live: dict[str, int] = {}
-    site_allocs: dict[str, int] = {}
-    site_frees: dict[str, int] = {}
+    site_live: defaultdict[str, int] = defaultdict(int)
+    site_allocs: defaultdict[str, int] = defaultdict(int)
+    site_frees: defaultdict[str, int] = defaultdict(int)
     samples: list[dict[str, int]] = []
     ooms: list[OomEvent] = []
     site_of = namer.site
     for i, e in enumerate(trace):
         action = e["action"]
-        size = e.get("size") or 0
+        size = e["size"]
         if action == "alloc":
             alloc_now += size
-            frames = e.get("frames")
-            name = site_of(frames) if frames else NO_FRAMES
-            addr_site[e.get("addr", 0)] = name
-            site_live[name] = site_live.get(name, 0) + size
-            site_allocs[name] = site_allocs.get(name, 0) + 1
+            tframes = e.get("frames")
+            name = site_of(tframes) if tframes else NO_FRAMES
+            addr_site[e["addr"]] = name
+            site_live[name] += size
+            site_allocs[name] += 1
             if alloc_now > peak_alloc:
                 peak_alloc, peak_idx = alloc_now, i
         elif action == "free_completed":
             alloc_now -= size
-            name = addr_site.pop(e.get("addr", 0), BEFORE_TRACE)
-            site_live[name] = site_live.get(name, 0) - size
-            site_frees[name] = site_frees.get(name, 0) + 1
+            name = addr_site.pop(e["addr"], BEFORE_TRACE)
+            site_live[name] -= size
+            site_frees[name] += 1
         elif action == "segment_alloc" or action == "segment_map":
             res_now += size
             if res_now > peak_res:
@@ -280,13 +286,13 @@ def analyze_snapshot(
         elif action == "segment_free" or action == "segment_unmap":
             res_now -= size
         elif action == "oom":
-            frames = e.get("frames")
+            tframes = e.get("frames")
             ooms.append(
                 OomEvent(
                     requested_bytes=size,
                     device_free_bytes=int(e["device_free"]) if e.get("device_free") is not None else None,
                     stream=e.get("stream"),
-                    site=site_of(frames) if frames else None,
+                    site=site_of(tframes) if tframes else None,
                 )
             )
         if i == next_boundary:
@@ -311,7 +317,7 @@ def analyze_snapshot(
     )
     ranked = sorted(sites.items(), key=lambda kv: kv[1][0], reverse=True)
     top_sites = [
-        AllocationSite(site=name, live_bytes=v[0], blocks=v[1], stack=stacks.get(name, []))
+        AllocationSite(site=name, live_bytes=v[0], blocks=v[1], stack=namer.stack(stacks.get(name, [])))
         for name, v in ranked[:top]
     ]
     rest = ranked[top:]

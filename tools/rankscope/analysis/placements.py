@@ -127,7 +127,9 @@ def _share(part: int, total: int) -> float:
     return round(part / total, 4) if total else 0.0
 
 
-def tiling_problems(fqn: str, global_shape: Sequence[int], chunks: Sequence[Chunk], *, replicas_allowed: bool = False) -> list[str]:
+def tiling_problems(
+    fqn: str, global_shape: Sequence[int], chunks: Sequence[Chunk], *, replicas_allowed: bool = False
+) -> list[str]:
     """Chunks out of bounds, overlapping, or leaving gaps in their tensor.
 
     With ``replicas_allowed`` (per-rank placement reports) identical chunks are
@@ -141,7 +143,9 @@ def tiling_problems(fqn: str, global_shape: Sequence[int], chunks: Sequence[Chun
             problems.append(f"{fqn}: chunk at {c.offsets} has {len(c.sizes)} dims, the tensor has {ndim}")
             continue
         if any(o < 0 or o + s > g for o, s, g in zip(c.offsets, c.sizes, global_shape, strict=True)):
-            problems.append(f"{fqn}: chunk offsets {c.offsets} sizes {c.sizes} fall outside the global shape {list(global_shape)}")
+            problems.append(
+                f"{fqn}: chunk offsets {c.offsets} sizes {c.sizes} fall outside the global shape {list(global_shape)}"
+            )
             continue
         box = (tuple(c.offsets), tuple(c.sizes))
         if replicas_allowed and box in boxes:

@@ -102,14 +102,20 @@ def lib_where(frame: Frame) -> str:
 
 
 def blocked_in(frames: list[Frame]) -> str | None:
-    """The innermost Python frame, when it is not user code: what an idle rank waits on."""
+    """The library call the user code is waiting in (``Queue.get``), for a rank in no collective.
+
+    That is the outermost non-user Python frame inside the innermost user frame.
+    """
+    last: Frame | None = None
     for frame in frames:
         if frame.native:
             continue
         if is_user_frame(frame):
-            return None
-        return f"{frame.function} ({lib_where(frame)})"
-    return None
+            break
+        last = frame
+    else:
+        return None
+    return f"{last.function} ({lib_where(last)})" if last is not None else None
 
 
 def short_site(site: CallSite | None) -> str:

@@ -21,16 +21,75 @@ from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding, Group, StacksReport
 from rankscope.models.repro import Catalog, ParamSpec, ParamValue, TemplateChoice, TemplateSpec
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # snake_case only: no dunders, no CONSTANTS of the script
 _SHAPE = re.compile(r"^[1-9][0-9]{0,5}(x[1-9][0-9]{0,5}){0,3}$")
 # Names the generated scripts use themselves; a parameter may not shadow them.
 RESERVED_NAMES = frozenset(
     {
-        "os", "sys", "dist", "torch", "nn", "mp", "datetime", "faulthandler", "socket", "threading", "time",
-        "signal", "json", "hashlib", "tempfile", "main", "run", "setup", "log", "rank", "world_size", "device",
-        "self", "cls", "exec", "eval", "compile", "open", "globals", "locals", "getattr", "setattr", "delattr",
-        "vars", "input", "breakpoint", "help", "exit", "quit", "print", "subprocess", "importlib", "shutil",
-        "pathlib", "builtins",
+        "os",
+        "sys",
+        "dist",
+        "torch",
+        "nn",
+        "mp",
+        "datetime",
+        "faulthandler",
+        "socket",
+        "threading",
+        "time",
+        "signal",
+        "json",
+        "hashlib",
+        "tempfile",
+        "main",
+        "run",
+        "setup",
+        "log",
+        "rank",
+        "world_size",
+        "device",
+        "self",
+        "cls",
+        "exec",
+        "eval",
+        "compile",
+        "open",
+        "globals",
+        "locals",
+        "getattr",
+        "setattr",
+        "delattr",
+        "vars",
+        "input",
+        "breakpoint",
+        "help",
+        "exit",
+        "quit",
+        "print",
+        "subprocess",
+        "importlib",
+        "shutil",
+        "pathlib",
+        "builtins",
+        "collective",
+        "init",
+        "device_for",
+        "start_watchdog",
+        "report_symptom",
+        "skip_without_cuda",
+        "self_launch",
+        "repro",
+        "fingerprints",
+        "check_consistency",
+        "average_gradients",
+        "shard",
+        "sync_bn_buffers",
+        "gather_state",
+        "write_checkpoint",
+        "wait_for_checkpoint",
+        "checkpoint_path",
+        "samples",
+        "net",
     }
 )
 
@@ -68,7 +127,10 @@ def parse_catalog(text: str) -> Catalog:
     seen: set[str] = set()
     for spec in catalog.templates:
         if spec.name in seen:
-            raise InvalidInput(f"template {spec.name!r} appears twice in the catalog.", fix="Give each template a unique name.")
+            raise InvalidInput(
+                f"template {spec.name!r} appears twice in the catalog.",
+                fix="Give each template a unique name.",
+            )
         seen.add(spec.name)
         validate_params(spec, {})  # defaults must pass their own checks
     return catalog
@@ -79,12 +141,16 @@ def find_template(catalog: Catalog, name: str) -> TemplateSpec:
         if spec.name == name:
             return spec
     names = ", ".join(s.name for s in catalog.templates)
-    raise InvalidInput(f"no repro template named {name!r}.", fix=f"Pick one of: {names} (`rankscope repro list`).")
+    raise InvalidInput(
+        f"no repro template named {name!r}.", fix=f"Pick one of: {names} (`rankscope repro list`)."
+    )
 
 
 def _check_identifier(value: str) -> str:
     if not (_IDENT.match(value) and value.isidentifier() and value.isascii()):
-        raise ValueError("must be a plain Python name: letters, digits and '_', at most 40 characters, not starting with a digit")
+        raise ValueError(
+            "must be a snake_case Python name: lowercase letters, digits and '_', starting with a letter, at most 40 characters"
+        )
     if keyword.iskeyword(value) or keyword.issoftkeyword(value):
         raise ValueError(f"{value!r} is a Python keyword")
     if value.startswith("__") or value in RESERVED_NAMES or hasattr(builtins, value):
@@ -107,7 +173,9 @@ def _field_type(p: ParamSpec) -> Any:
         return Annotated[float, Field(ge=p.min, le=p.max, allow_inf_nan=False)]
     if p.type == "choice":
         if not p.choices:
-            raise InvalidInput(f"parameter {p.name!r} is a choice without choices.", fix="Add 'choices' to the manifest.")
+            raise InvalidInput(
+                f"parameter {p.name!r} is a choice without choices.", fix="Add 'choices' to the manifest."
+            )
         return Literal[tuple(p.choices)]
     return str  # identifier / shape: checked by validators below
 
@@ -117,7 +185,8 @@ _MODELS: dict[str, type[BaseModel]] = {}
 
 def params_model(spec: TemplateSpec) -> type[BaseModel]:
     """A pydantic model generated from the template's typed, bounded parameters."""
-    cached = _MODELS.get(spec.name)
+    key = spec.model_dump_json(include={"name", "params"})
+    cached = _MODELS.get(key)
     if cached is not None:
         return cached
     fields: dict[str, Any] = {p.name: (_field_type(p), p.default) for p in spec.params}
@@ -128,14 +197,14 @@ def params_model(spec: TemplateSpec) -> type[BaseModel]:
         validators["check_identifiers"] = field_validator(*idents)(lambda cls, v: _check_identifier(v))
     if shapes:
         validators["check_shapes"] = field_validator(*shapes)(lambda cls, v: _check_shape(v))
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         f"Params_{spec.name}",
         __config__=ConfigDict(extra="forbid", validate_default=True),
         __validators__=validators,
         **fields,
     )
-    _MODELS[spec.name] = model
-    return model  # type: ignore[no-any-return]
+    _MODELS[key] = model
+    return model
 
 
 def validate_params(spec: TemplateSpec, raw: Mapping[str, ParamValue] | None) -> dict[str, ParamValue]:
@@ -156,10 +225,10 @@ def validate_params(spec: TemplateSpec, raw: Mapping[str, ParamValue] | None) ->
     by_name = {p.name: p for p in spec.params}
     for p in spec.params:
         if p.below_param is not None:
-            limit = values[p.below_param]
-            if isinstance(limit, (int, float)) and not values[p.name] < limit:  # type: ignore[operator]
+            limit, value = values[p.below_param], values[p.name]
+            if isinstance(limit, (int, float)) and isinstance(value, (int, float)) and not value < limit:
                 raise InvalidInput(
-                    f"{p.name}={values[p.name]!r} must be smaller than {p.below_param}={limit!r} for template {spec.name!r}.",
+                    f"{p.name}={value!r} must be smaller than {p.below_param}={limit!r} for template {spec.name!r}.",
                     fix=f"Pick {p.name} between {int(by_name[p.name].min or 0)} and {limit - 1}.",
                 )
     for group in spec.distinct:
@@ -184,7 +253,9 @@ def _template_rules(name: str, v: Mapping[str, ParamValue]) -> None:
                 "so the repro would not show uneven batches.",
                 fix="Pick a dataset_size that leaves a remainder, e.g. world_size*batch_size*2+1.",
             )
-    if name == "dataloader_worker_crash" and int(v["crash_index"]) >= int(v["dataset_size"]) // int(v["world_size"]):
+    if name == "dataloader_worker_crash" and int(v["crash_index"]) >= int(v["dataset_size"]) // int(
+        v["world_size"]
+    ):
         raise InvalidInput(
             f"crash_index={v['crash_index']} is never loaded: each rank reads {int(v['dataset_size']) // int(v['world_size'])} samples.",
             fix="Pick a crash_index smaller than dataset_size // world_size.",
@@ -195,7 +266,11 @@ def _describe(p: ParamSpec) -> str:
     if p.type == "choice":
         return f"{p.name} (one of {', '.join(p.choices or [])}; default {p.default!r})"
     if p.type in ("int", "float"):
-        return f"{p.name} ({p.type} {p.min:g}..{p.max:g}; default {p.default!r})" if p.min is not None and p.max is not None else f"{p.name} ({p.type})"
+        return (
+            f"{p.name} ({p.type} {p.min:g}..{p.max:g}; default {p.default!r})"
+            if p.min is not None and p.max is not None
+            else f"{p.name} ({p.type})"
+        )
     return f"{p.name} ({p.type}; default {p.default!r})"
 
 
@@ -213,10 +288,15 @@ def literal(p: ParamSpec, value: ParamValue) -> str:
         return repr(float(value))
     if p.type == "choice" and str(value) in (p.choices or []):
         return repr(str(value))
-    raise InvalidInput(f"value {value!r} of {p.name!r} cannot be written into a script.", fix="Pass a value the manifest allows.")
+    raise InvalidInput(
+        f"value {value!r} of {p.name!r} cannot be written into a script.",
+        fix="Pass a value the manifest allows.",
+    )
 
 
-def render_context(spec: TemplateSpec, values: Mapping[str, ParamValue], fixed: bool, meta: str) -> dict[str, Any]:
+def render_context(
+    spec: TemplateSpec, values: Mapping[str, ParamValue], fixed: bool, meta: str
+) -> dict[str, Any]:
     """What the Jinja2 template sees: ``P`` holds safe source literals, ``V`` the validated values (for template logic)."""
     by_name = {p.name: p for p in spec.params}
     return {
@@ -274,6 +354,24 @@ def _site_function(group: Group) -> str | None:
         return None
 
 
+def _split_mismatch(groups: list[Group], suspects: set[int]) -> tuple[Group, Group]:
+    """(the odd group, the main group) of a mismatched-collectives verdict.
+
+    The odd ones out: ranks that left DTensor redistribution, else ranks already in a barrier (the
+    collective that usually comes after), else the verdict's suspects when they are a strict minority.
+    """
+    dtensor = [g for g in groups if _is_dtensor(g)]
+    if dtensor and len(dtensor) < len(groups):
+        return next(g for g in groups if g not in dtensor), dtensor[0]
+    barrier = [g for g in groups if _op(g.op) == "barrier"]
+    if barrier and len(barrier) < len(groups):
+        return barrier[0], max((g for g in groups if g not in barrier), key=lambda g: len(g.ranks))
+    strict = [g for g in groups if suspects and set(g.ranks) <= suspects]
+    if strict and len(strict) < len(groups):
+        return strict[0], max((g for g in groups if g not in strict), key=lambda g: len(g.ranks))
+    return groups[-1], groups[0]
+
+
 def choose_from_stacks(report: StacksReport) -> TemplateChoice:
     """Pick a template from a hang verdict: mismatched collectives, divergent ranks, missing ranks."""
     verdict = report.verdict
@@ -287,16 +385,19 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
         shape_params["shape"] = shape
         reasons.append(f"tensor shape {shape} read from the captured locals")
     else:
-        reasons.append("no tensor shape in the report (capture with --locals to get one); the template's small default is used")
+        reasons.append(
+            "no tensor shape in the report (capture with --locals to get one); the template's small default is used"
+        )
     if verdict.kind == "mismatched_collectives":
-        minority = [g for g in groups if suspects & set(g.ranks)] or groups[-1:]
-        majority = [g for g in groups if g not in minority] or groups[:1]
-        odd, main = minority[0], majority[0]
+        odd, main = _split_mismatch(groups, suspects)
         if any(_is_dtensor(g) for g in groups):
-            reasons.append("a group waits inside DTensor redistribution: ranks disagree on the placements they redistribute from")
+            reasons.append(
+                f"rank(s) {main.ranks} wait inside DTensor redistribution while rank(s) {odd.ranks} went on: "
+                "the ranks disagree on the placements they redistribute from, so only some of them communicate"
+            )
             return TemplateChoice(
                 template="dtensor_placement_mismatch",
-                params={"world_size": ws, "odd_rank": min(odd.ranks), **({} if not shape else {})},
+                params={"world_size": ws, "odd_rank": min(odd.ranks)},
                 reasons=reasons,
                 from_kind=verdict.kind,
             )
@@ -313,13 +414,23 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
                 f"ranks {main.ranks} wait in {main_op} while rank(s) {odd.ranks} already wait in {odd_op}: "
                 f"rank {min(odd.ranks)} skipped the {main_op} the others entered"
             )
-            return TemplateChoice(template="skip_collective", params=params, reasons=reasons, from_kind=verdict.kind)
-        params.update({"op": main_op, "next_op": "barrier" if main_op != "barrier" else "all_reduce", "skip_rank": min(odd.ranks)})
+            return TemplateChoice(
+                template="skip_collective", params=params, reasons=reasons, from_kind=verdict.kind
+            )
+        params.update(
+            {
+                "op": main_op,
+                "next_op": "barrier" if main_op != "barrier" else "all_reduce",
+                "skip_rank": min(odd.ranks),
+            }
+        )
         reasons.append(
             f"every rank waits in {main_op} but at different call sites ({main.call_site} vs {odd.call_site}): "
             f"rank {min(odd.ranks)} skipped one call and went on to the next one"
         )
-        return TemplateChoice(template="skip_collective", params=params, reasons=reasons, from_kind=verdict.kind)
+        return TemplateChoice(
+            template="skip_collective", params=params, reasons=reasons, from_kind=verdict.kind
+        )
     if verdict.kind == "divergent_ranks":
         waiting = [g for g in groups if g.op is not None]
         idle = [g for g in groups if g.op is None]
@@ -331,13 +442,17 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
             f"rank(s) {busy.ranks if busy else '?'} wait in {op or 'a collective'} while {where} are in none: "
             "work done by some ranks only (rank-0-only checkpoint/eval/logging) calls a collective the others never reach"
         )
-        return TemplateChoice(template="rank_conditional_collective", params=params, reasons=reasons, from_kind=verdict.kind)
+        return TemplateChoice(
+            template="rank_conditional_collective", params=params, reasons=reasons, from_kind=verdict.kind
+        )
     if verdict.kind == "missing_ranks":
         reasons.append(
             "some ranks of the world are gone while the others wait: the classic cause is a rank that ran out of batches "
             "and left the loop early (uneven data across ranks)"
         )
-        return TemplateChoice(template="uneven_batches", params={"world_size": ws}, reasons=reasons, from_kind=verdict.kind)
+        return TemplateChoice(
+            template="uneven_batches", params={"world_size": ws}, reasons=reasons, from_kind=verdict.kind
+        )
     fix = {
         "all_in_same_collective": "every rank waits in the same call, so the program is consistent: look at the network, "
         "another host or a slow GPU (`rankscope env`, NCCL_DEBUG=INFO) instead of a repro",
@@ -345,19 +460,29 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
         "(data loading, a lock, compute) and `rankscope stacks --native`",
         "inconclusive": "too little was captured; capture again with `rankscope stacks --json` while the job hangs",
     }.get(verdict.kind, "capture the hang with `rankscope stacks --json` and try again")
-    raise InvalidInput(f"no repro template reproduces a {verdict.kind!r} verdict.", fix=fix[0].upper() + fix[1:] + ".")
+    raise InvalidInput(
+        f"no repro template reproduces a {verdict.kind!r} verdict.", fix=fix[0].upper() + fix[1:] + "."
+    )
 
 
 # finding kind -> (template, why); the first finding with a template wins, in this priority order.
 _FINDING_TEMPLATES: tuple[tuple[str, str, str], ...] = (
-    ("collective_mismatch", "shape_mismatch", "ranks called the same collective with different tensor shapes or dtypes"),
+    (
+        "collective_mismatch",
+        "shape_mismatch",
+        "ranks called the same collective with different tensor shapes or dtypes",
+    ),
     ("unused_parameters", "ddp_unused_params", "DDP found parameters that received no gradient"),
     ("dataloader_worker_killed", "dataloader_worker_crash", "a DataLoader worker process died"),
     ("cuda_oom", "cuda_oom_growth", "CUDA ran out of memory"),
     ("address_in_use", "port_in_use", "the rendezvous port was already taken"),
     ("rendezvous_failure", "unreachable_master", "ranks could not reach the rendezvous store"),
     ("collective_timeout", "skip_collective", "a collective timed out: most often a rank never entered it"),
-    ("peer_closed", "uneven_batches", "a peer closed its connection: most often a rank that left the loop early"),
+    (
+        "peer_closed",
+        "uneven_batches",
+        "a peer closed its connection: most often a rank that left the loop early",
+    ),
 )
 
 
@@ -406,6 +531,8 @@ def choose_from_findings(findings: Iterable[Finding], world_size: int | None = N
     listed = ", ".join(sorted(set(kinds))) or "none"
     raise InvalidInput(
         f"no repro template matches the findings in this report (kinds: {listed}).",
-        fix="Templates exist for: " + ", ".join(k for k, _, _ in _FINDING_TEMPLATES) + ". For other failures, render one "
+        fix="Templates exist for: "
+        + ", ".join(k for k, _, _ in _FINDING_TEMPLATES)
+        + ". For other failures, render one "
         "by name (`rankscope repro list`) or write the repro by hand from the skill's playbook.",
     )

@@ -44,7 +44,9 @@ def render_consistency(model: BaseModel) -> Iterator[str]:
 
 class CompareCommand(Command):
     name = "compare"
-    help = "compare per-rank fingerprint files or torch.save'd state_dicts: which tensors differ on which ranks"
+    help = (
+        "compare per-rank fingerprint files or torch.save'd state_dicts: which tensors differ on which ranks"
+    )
     description = (
         "Compare the fingerprints-rank<R>.json files written by rankscope.probe.dump(model, DIR), or one "
         "torch.save'd state_dict per rank (rank in the file name, e.g. model_rank3.pt). Reports the tensors "
@@ -54,8 +56,12 @@ class CompareCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("dir", metavar="DIR", help="directory with one file per rank")
-        parser.add_argument("--atol", type=float, default=0.0, help="absolute tolerance on sum/abs-max (default: exact bytes)")
-        parser.add_argument("--rtol", type=float, default=0.0, help="relative tolerance on sum/abs-max (default: exact bytes)")
+        parser.add_argument(
+            "--atol", type=float, default=0.0, help="absolute tolerance on sum/abs-max (default: exact bytes)"
+        )
+        parser.add_argument(
+            "--rtol", type=float, default=0.0, help="relative tolerance on sum/abs-max (default: exact bytes)"
+        )
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:

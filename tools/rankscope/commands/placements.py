@@ -50,7 +50,9 @@ class PlacementsCommand(Command):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("path", metavar="PATH", help="DCP checkpoint directory, or placement report file/directory")
+        parser.add_argument(
+            "path", metavar="PATH", help="DCP checkpoint directory, or placement report file/directory"
+        )
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:

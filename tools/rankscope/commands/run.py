@@ -119,9 +119,7 @@ class RunCommand(Command):
         from rankscope.api import run_job
 
         as_json = bool(args.json)
-        script_args = [a for a in args.script_args]
-        if script_args[:1] == ["--"]:
-            script_args = script_args[1:]
+        script_args = [str(a) for a in args.script_args]  # argparse already consumed the `--` before SCRIPT
         hang = float(args.hang_timeout) if args.hang_timeout else None
         report = run_job(
             str(args.script),

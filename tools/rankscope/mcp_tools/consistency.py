@@ -42,5 +42,15 @@ async def inspect_placements(path: str) -> PlacementsReport:
 
 
 def register(server: MCPServer) -> None:
-    add_tool(server, check_tensor_consistency, title="Compare per-rank tensors saved by a job", annotations=READ_ONLY)
-    add_tool(server, inspect_placements, title="Sharding layout of a DCP checkpoint or placement reports", annotations=READ_ONLY)
+    add_tool(
+        server,
+        check_tensor_consistency,
+        title="Compare per-rank tensors saved by a job",
+        annotations=READ_ONLY,
+    )
+    add_tool(
+        server,
+        inspect_placements,
+        title="Sharding layout of a DCP checkpoint or placement reports",
+        annotations=READ_ONLY,
+    )

@@ -131,7 +131,9 @@ def diagnose_wrong_results(pid: str = "") -> str:
 
 def diagnose_oom(pid: str = "", snapshot_dir: str = "") -> str:
     """Diagnose an out-of-memory error in distributed training (CUDA OOM on one rank, host OOM killer)."""
-    target = f" Snapshots are in {snapshot_dir}." if snapshot_dir else (f" The job's pid is {pid}." if pid else "")
+    target = (
+        f" Snapshots are in {snapshot_dir}." if snapshot_dir else (f" The job's pid is {pid}." if pid else "")
+    )
     return (
         "A distributed PyTorch job runs out of memory." + target + f" Follow {URI_PREFIX}oom.md.\n"
         "1. inspect_memory on the live job (per-rank GPU and host memory, imbalance) or on memory snapshots "

@@ -143,7 +143,7 @@ class MemoryReport(Model):
 
     mode: Literal["live", "snapshots"]
     job: Job | None = None
-    gpu_available: bool = False
+    gpu_available: bool = Field(default=False, description="Live mode: nvidia-smi answered on this host.")
     gpu_note: str | None = Field(
         default=None, description="Why GPU numbers are missing, e.g. no NVIDIA driver."
     )

@@ -28,20 +28,28 @@ class Fingerprint(Model):
     shape: list[int]
     dtype: str
     numel: int = 0
-    checksum: str = Field(description="blake2b-128 of the tensor's bytes (local shard for a DTensor): exact equality.")
-    sum: float | None = Field(default=None, description="Sum in float64 (floating/integer tensors); NaN/Inf when present.")
+    checksum: str = Field(
+        description="CRC-32 and length of the tensor's bytes (local shard for a DTensor): exact equality."
+    )
+    sum: float | None = Field(
+        default=None, description="Sum (fp32/fp64 accumulation for floats, int64 for integers); NaN/Inf when present."
+    )
     abs_max: float | None = None
     nan: int = 0
     inf: int = 0
     dtensor: bool = False
-    placements: list[str] | None = Field(default=None, description="DTensor placements, e.g. ['Shard(dim=0)', 'Replicate()'].")
+    placements: list[str] | None = Field(
+        default=None, description="DTensor placements, e.g. ['Shard(dim=0)', 'Replicate()']."
+    )
     mesh_dim_names: list[str] | None = None
     shard_key: str | None = Field(
         default=None,
         description="Coordinates of this rank along the mesh dims that are not Replicate: ranks with the same key hold "
         "replicas of the same local shard and are the only ones compared.",
     )
-    partial: bool = Field(default=False, description="A Partial placement: local values are pending a reduction.")
+    partial: bool = Field(
+        default=False, description="A Partial placement: local values are pending a reduction."
+    )
 
 
 class RankFingerprints(Model):
@@ -68,7 +76,9 @@ class RankValue(Model):
     abs_max: float | None = None
     nan: int = 0
     inf: int = 0
-    max_abs_diff: float | None = Field(default=None, description="Max |x - reference| (second phase, max_diff=True).")
+    max_abs_diff: float | None = Field(
+        default=None, description="Max |x - reference| (second phase, max_diff=True)."
+    )
 
 
 class DivergentTensor(Model):
@@ -77,11 +87,17 @@ class DivergentTensor(Model):
     name: str
     ranks: list[int] = Field(description="Ranks that disagree with the majority (the reference).")
     reference_ranks: list[int] = Field(default_factory=list, description="Ranks holding the majority value.")
-    tie: bool = Field(default=False, description="No strict majority: the reference is the group of the lowest rank.")
+    tie: bool = Field(
+        default=False, description="No strict majority: the reference is the group of the lowest rank."
+    )
     reason: Literal["shape", "dtype", "values", "nonfinite", "no_grad"] = "values"
-    replica_group: list[int] = Field(default_factory=list, description="Ranks that hold this (shard of the) tensor and were compared.")
+    replica_group: list[int] = Field(
+        default_factory=list, description="Ranks that hold this (shard of the) tensor and were compared."
+    )
     shard_key: str | None = None
-    values: list[RankValue] = Field(default_factory=list, description="Per-rank summaries of the disagreeing and reference ranks.")
+    values: list[RankValue] = Field(
+        default_factory=list, description="Per-rank summaries of the disagreeing and reference ranks."
+    )
 
 
 class NonFinite(Model):
@@ -111,13 +127,19 @@ class ConsistencyReport(Model):
     job_ids: list[str] = Field(default_factory=list)
     tensors: int = Field(default=0, description="Distinct tensor names seen.")
     compared: int = Field(default=0, description="Tensors compared across at least two ranks.")
-    sharded_not_compared: int = Field(default=0, description="DTensor shards held by one rank only (nothing to compare).")
+    sharded_not_compared: int = Field(
+        default=0, description="DTensor shards held by one rank only (nothing to compare)."
+    )
     divergent: list[DivergentTensor] = Field(default_factory=list, description="In module order.")
     first_divergent: str | None = None
     nonfinite: list[NonFinite] = Field(default_factory=list)
     missing_keys: list[KeyPresence] = Field(default_factory=list)
-    partial: list[str] = Field(default_factory=list, description="DTensors with a Partial placement (not reduced yet).")
-    problems: list[str] = Field(default_factory=list, description="Inputs that could not be used (bad files, mixed jobs, ...).")
+    partial: list[str] = Field(
+        default_factory=list, description="DTensors with a Partial placement (not reduced yet)."
+    )
+    problems: list[str] = Field(
+        default_factory=list, description="Inputs that could not be used (bad files, mixed jobs, ...)."
+    )
     notes: list[str] = Field(default_factory=list)
     summary: str = ""
     next_steps: list[NextStep] = Field(default_factory=list)
@@ -135,7 +157,9 @@ class TensorPlacement(Model):
     placements: list[str] | None = None
     global_shape: list[int]
     local_shape: list[int]
-    global_offset: list[int] | None = Field(default=None, description="Offset of the local shard in the global tensor.")
+    global_offset: list[int] | None = Field(
+        default=None, description="Offset of the local shard in the global tensor."
+    )
     dtype: str
     local_bytes: int
     global_bytes: int
@@ -169,10 +193,14 @@ class CoverageSummary(Model):
         description="Modules with parameters that are not their own FSDP unit: their parameters are all-gathered "
         "together with their enclosing unit.",
     )
-    largest_unit: SizedName | None = Field(default=None, description="FSDP unit gathering the most bytes at once.")
+    largest_unit: SizedName | None = Field(
+        default=None, description="FSDP unit gathering the most bytes at once."
+    )
     est_param_bytes_per_rank: int = 0
     est_grad_bytes_per_rank: int = 0
-    est_adam_state_bytes_per_rank: int = Field(default=0, description="Adam: exp_avg + exp_avg_sq in fp32 (8 bytes/element).")
+    est_adam_state_bytes_per_rank: int = Field(
+        default=0, description="Adam: exp_avg + exp_avg_sq in fp32 (8 bytes/element)."
+    )
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -196,7 +224,9 @@ class Chunk(Model):
     sizes: list[int]
     file: str | None = None
     bytes: int | None = None
-    ranks: list[int] = Field(default_factory=list, description="Ranks holding this chunk (placement reports).")
+    ranks: list[int] = Field(
+        default_factory=list, description="Ranks holding this chunk (placement reports)."
+    )
 
 
 class StoredTensor(Model):
@@ -221,7 +251,9 @@ class PlacementsReport(Model):
     path: str
     source: Literal["dcp", "placement_report"]
     tensors: list[StoredTensor] = Field(default_factory=list)
-    objects: list[str] = Field(default_factory=list, description="Non-tensor entries (bytes) of a DCP checkpoint.")
+    objects: list[str] = Field(
+        default_factory=list, description="Non-tensor entries (bytes) of a DCP checkpoint."
+    )
     files: list[FileBytes] = Field(default_factory=list)
     sharded: int = 0
     whole: int = 0

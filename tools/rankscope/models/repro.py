@@ -34,7 +34,10 @@ class ParamSpec(Model):
     min: float | None = Field(default=None, description="Inclusive lower bound (int, float).")
     max: float | None = Field(default=None, description="Inclusive upper bound (int, float).")
     choices: list[str] | None = Field(default=None, description="Allowed values of a 'choice'.")
-    below_param: str | None = Field(default=None, description="The value must be smaller than this other parameter (e.g. a rank < world_size).")
+    below_param: str | None = Field(
+        default=None,
+        description="The value must be smaller than this other parameter (e.g. a rank < world_size).",
+    )
     help: str = ""
 
 
@@ -42,7 +45,9 @@ class Symptom(Model):
     """What the buggy repro must show, and what its fixed twin must not."""
 
     source: SymptomSource
-    kind: str = Field(description="A verdict kind, a triage finding kind, or a probe result such as 'divergent_tensors'.")
+    kind: str = Field(
+        description="A verdict kind, a triage finding kind, or a probe result such as 'divergent_tensors'."
+    )
     description: str = ""
 
 
@@ -54,9 +59,13 @@ class TemplateSpec(Model):
     failure_class: str
     description: str
     symptom: Symptom
-    fixed_description: str = Field(description="What the fixed rendering changes, i.e. the fix to apply to real code.")
+    fixed_description: str = Field(
+        description="What the fixed rendering changes, i.e. the fix to apply to real code."
+    )
     params: list[ParamSpec] = Field(default_factory=list)
-    distinct: list[list[str]] = Field(default_factory=list, description="Groups of parameters that must differ from each other.")
+    distinct: list[list[str]] = Field(
+        default_factory=list, description="Groups of parameters that must differ from each other."
+    )
     skill_section: str
     requires_cuda: bool = False
     template: str = Field(description="File name of the Jinja2 template in repro_templates/.")
@@ -66,7 +75,9 @@ class Catalog(Model):
     """The validated manifest of every template."""
 
     version: int = 1
-    exit_codes: dict[str, int] = Field(default_factory=dict, description="Documented exit codes of a rendered repro.")
+    exit_codes: dict[str, int] = Field(
+        default_factory=dict, description="Documented exit codes of a rendered repro."
+    )
     templates: list[TemplateSpec]
 
 
@@ -115,8 +126,12 @@ class VerifyResult(Model):
     fixed: bool
     expected: Literal["symptom", "clean"]
     answer: RunAnswer
-    ok: bool = Field(description="True when the answer is what was expected: the bug shows, or the fix runs clean.")
-    outcome: str | None = Field(default=None, description="`rankscope run` outcome: ok, crashed, hung, timeout.")
+    ok: bool = Field(
+        description="True when the answer is what was expected: the bug shows, or the fix runs clean."
+    )
+    outcome: str | None = Field(
+        default=None, description="`rankscope run` outcome: ok, crashed, hung, timeout."
+    )
     exit_code: int | None = None
     verdict_kind: str | None = None
     suspect_ranks: list[int] = Field(default_factory=list)
@@ -140,6 +155,8 @@ class RenderedRepro(Model):
     path: str | None = Field(default=None, description="Where the script was written (None: only returned).")
     script: str
     run_commands: list[str] = Field(default_factory=list)
-    reasons: list[str] = Field(default_factory=list, description="Why this template was chosen (from-report).")
+    reasons: list[str] = Field(
+        default_factory=list, description="Why this template was chosen (from-report)."
+    )
     skill_section: str
     verify: VerifyResult | None = None

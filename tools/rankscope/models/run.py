@@ -69,7 +69,9 @@ class RunReport(Model):
         default=None, description="torchrun's exit status (None when rankscope stopped it)."
     )
     command: list[str] = Field(default_factory=list, description="The launched command line (redacted).")
-    launcher_pid: int | None = Field(default=None, description="pid of the torchrun process (gone by the time of the answer).")
+    launcher_pid: int | None = Field(
+        default=None, description="pid of the torchrun process (gone by the time of the answer)."
+    )
     nproc: int
     duration_s: float
     failed_ranks: list[RankExit] = Field(

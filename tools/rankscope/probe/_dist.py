@@ -133,7 +133,9 @@ def job_id() -> str | None:
     if run_id and run_id != "none":
         return run_id
     if env.get("SLURM_JOB_ID"):
-        return "slurm:" + env["SLURM_JOB_ID"] + (f".{env['SLURM_STEP_ID']}" if env.get("SLURM_STEP_ID") else "")
+        return (
+            "slurm:" + env["SLURM_JOB_ID"] + (f".{env['SLURM_STEP_ID']}" if env.get("SLURM_STEP_ID") else "")
+        )
     if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
         return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
     return None

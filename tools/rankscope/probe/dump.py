@@ -16,10 +16,20 @@ from rankscope.errors import InvalidInput
 KINDS = ("fingerprints", "placements")
 
 
-def dump(obj: Any, dir: str | os.PathLike[str], *, kind: str = "fingerprints", which: str = "params", group: Any = None) -> Path:
+def dump(
+    obj: Any,
+    dir: str | os.PathLike[str],
+    *,
+    kind: str = "fingerprints",
+    which: str = "params",
+    group: Any = None,
+) -> Path:
     """Write this rank's ``kind`` report about ``obj`` to ``dir``; returns the file written."""
     if kind not in KINDS:
-        raise InvalidInput(f"kind={kind!r} is not one of {', '.join(KINDS)}", fix="Pass kind='fingerprints' or kind='placements'.")
+        raise InvalidInput(
+            f"kind={kind!r} is not one of {', '.join(KINDS)}",
+            fix="Pass kind='fingerprints' or kind='placements'.",
+        )
     if kind == "fingerprints":
         from rankscope.probe.consistency import local_fingerprints
 

@@ -53,20 +53,32 @@ def _describe(fqn: str, t: Any, kind: str, dtensor_cls: Any) -> TensorPlacement:
         else:
             layout = "replicated"
         return TensorPlacement(
-            fqn=fqn, kind=kind,  # type: ignore[arg-type]
-            is_dtensor=True, layout=layout,  # type: ignore[arg-type]
+            fqn=fqn,
+            kind=kind,
+            is_dtensor=True,
+            layout=layout,
             mesh_shape=list(mesh.shape),
             mesh_dim_names=list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
             placements=[repr(p) for p in placements],
-            global_shape=list(t.shape), local_shape=list(local.shape), global_offset=global_offset,
-            dtype=dtype, local_bytes=local.numel() * elem, global_bytes=math.prod(t.shape) * elem,
+            global_shape=list(t.shape),
+            local_shape=list(local.shape),
+            global_offset=global_offset,
+            dtype=dtype,
+            local_bytes=local.numel() * elem,
+            global_bytes=math.prod(t.shape) * elem,
             requires_grad=requires_grad,
         )
     nbytes = t.numel() * elem
     return TensorPlacement(
-        fqn=fqn, kind=kind,  # type: ignore[arg-type]
-        global_shape=list(t.shape), local_shape=list(t.shape), global_offset=[0] * t.dim(),
-        dtype=dtype, local_bytes=nbytes, global_bytes=nbytes, requires_grad=requires_grad,
+        fqn=fqn,
+        kind=kind,
+        global_shape=list(t.shape),
+        local_shape=list(t.shape),
+        global_offset=[0] * t.dim(),
+        dtype=dtype,
+        local_bytes=nbytes,
+        global_bytes=nbytes,
+        requires_grad=requires_grad,
     )
 
 
@@ -78,10 +90,13 @@ def placement_report(model: Any) -> PlacementReport:
             f"placement_report needs an nn.Module, got {type(model).__name__}",
             fix="Pass the model after fully_shard / parallelize_module / DDP wrapping.",
         )
+    dtensor_cls: Any = None
     try:
-        from torch.distributed.tensor import DTensor as dtensor_cls
-    except ImportError:  # pragma: no cover
-        dtensor_cls = None
+        from torch.distributed.tensor import DTensor
+
+        dtensor_cls = DTensor
+    except ImportError:  # pragma: no cover - builds without distributed
+        pass
     tensors = [_describe(n, p, "param", dtensor_cls) for n, p in model.named_parameters()]
     tensors += [_describe(n, b, "buffer", dtensor_cls) for n, b in model.named_buffers()]
     wrapping: list[ModuleWrapping] = []
@@ -90,10 +105,15 @@ def placement_report(model: Any) -> PlacementReport:
     for fqn, mod in model.named_modules():
         kind = _wrapping(mod)
         if kind is not None:
-            wrapping.append(ModuleWrapping(fqn=fqn, cls=type(mod).__name__, wrapping=kind))  # type: ignore[arg-type]
+            wrapping.append(ModuleWrapping(fqn=fqn, cls=type(mod).__name__, wrapping=kind))
         modules.append((fqn, isinstance(mod, containers) and kind is None))
     rank, world = _dist.rank_and_world()
     return PlacementReport(
-        rank=rank, world_size=world, job_id=_dist.job_id(), host=_dist.hostname(),
-        tensors=tensors, wrapping=wrapping, coverage=coverage(tensors, wrapping, modules),
+        rank=rank,
+        world_size=world,
+        job_id=_dist.job_id(),
+        host=_dist.hostname(),
+        tensors=tensors,
+        wrapping=wrapping,
+        coverage=coverage(tensors, wrapping, modules),
     )

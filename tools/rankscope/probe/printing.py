@@ -23,7 +23,9 @@ def format_all_ranks(*objs: Any, group: Any = None, sep: str = " ") -> list[str]
     return render_collapsed(collapse_rank_lines({int(r): list(v) for r, v in gathered.items()}))
 
 
-def print_all_ranks(*objs: Any, group: Any = None, file: TextIO | None = None, sep: str = " ", all_print: bool = False) -> list[str]:
+def print_all_ranks(
+    *objs: Any, group: Any = None, file: TextIO | None = None, sep: str = " ", all_print: bool = False
+) -> list[str]:
     """Print ``objs`` from every rank of ``group`` as one ordered, collapsed listing.
 
     Every rank of the group must call it (one gather, with the probe timeout).

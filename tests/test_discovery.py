@@ -1,0 +1,132 @@
+"""Discovery from /proc against real processes started the way each launcher starts ranks.
+
+The stand-in ranks (tests/programs/fake_rank.py) do not import torch, so these tests
+are fast; the real torchrun / mp.spawn jobs are in test_stacks_live.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from rankscope.discovery import find_job, list_jobs, proc_state
+from rankscope.errors import NotADistributedJob, ProcessNotFound
+from rankscope.models.core import Job
+from tests.jobs import JobFactory, RunningJob, wait_for
+
+
+def launch(
+    jobs: JobFactory, kind: str, n: int, world: int, *extra: str, ready: list[str] | None = None
+) -> RunningJob:
+    job = jobs.python("fake_launcher.py", nproc=n, args=[kind, str(n), str(world), *extra])
+    job.wait_ready(ready if ready is not None else ["launched", *[f"rank{r}" for r in range(n)]], timeout=60)
+    return job
+
+
+def job_of(job: RunningJob) -> Job:
+    return find_job(job.pid)
+
+
+def test_torchrun_env_ranks_with_workers_and_redacted_cmdline(jobs: JobFactory) -> None:
+    job = launch(jobs, "torchrun", 2, 2, "--with-worker", "--password=pa55word-xyz")
+    found = job_of(job)
+    assert found.launcher == "torchrun" and found.launcher_pid == job.pid
+    assert found.world_size == 2 and found.missing_ranks == [] and found.exited_ranks == []
+    assert found.job_id.startswith("torchrun:fake-")
+    assert [(r.rank, r.local_rank, r.rank_source) for r in found.ranks] == [
+        (0, 0, "env:RANK"),
+        (1, 1, "env:RANK"),
+    ]
+    for r in found.ranks:
+        # the worker inherited RANK but is the rank's child, not a rank
+        assert len(r.children) == 1
+        assert find_job(r.children[0]).job_id == found.job_id
+        assert "--password=<redacted>" in r.cmdline and not any("pa55word" in w for w in r.cmdline)
+        assert r.state == "sleeping" and r.python
+    listed = [j for j in list_jobs().jobs if j.launcher_pid == job.pid]
+    assert len(listed) == 1 and len(listed[0].ranks) == 2
+    assert list_jobs(job.pid).jobs[0].job_id == found.job_id
+
+
+@pytest.mark.parametrize(
+    ("kind", "launcher", "source"),
+    [
+        ("slurm", "slurm", "env:SLURM_PROCID"),
+        ("mpi", "mpi", "env:OMPI_COMM_WORLD_RANK"),
+        ("pmi", "mpi", "env:PMI_RANK"),
+    ],
+)
+def test_slurm_and_mpi_ranks_and_ranks_on_other_hosts(
+    jobs: JobFactory, kind: str, launcher: str, source: str
+) -> None:
+    job = launch(jobs, kind, 2, 4)
+    found = job_of(job)
+    assert found.launcher == launcher
+    assert [r.rank for r in found.ranks] == [0, 1] and {r.rank_source for r in found.ranks} == {source}
+    assert found.world_size == 4
+    assert found.missing_ranks == [2, 3] and found.exited_ranks == []
+
+
+def test_shell_wrapper_carrying_rank_is_not_a_rank(jobs: JobFactory) -> None:
+    job = launch(jobs, "env", 2, 2, "--shell")
+    found = job_of(job)
+    assert found.launcher == "env"
+    assert len(found.ranks) == 2
+    for r in found.ranks:
+        assert os.path.basename(r.python or "").startswith("python")
+    # the bash wrappers in between still resolve to the job
+    wrappers = [p for p in job.rank_pids() if p not in {r.pid for r in found.ranks}]
+    assert wrappers and all(find_job(w).job_id == found.job_id for w in wrappers)
+
+
+def test_exited_rank_is_a_zombie_and_counted_exited(jobs: JobFactory) -> None:
+    job = launch(jobs, "torchrun", 3, 3, "--exit-rank", "2", ready=["launched", "rank0", "rank1"])
+    wait_for(
+        lambda: any(proc_state(p) == "zombie" for p in job.rank_pids()), 30, "the exited rank to be a zombie"
+    )
+    found = job_of(job)
+    assert [r.rank for r in found.ranks] == [0, 1]
+    assert found.missing_ranks == [2] and found.exited_ranks == [2]
+    assert any("zombie" in n for n in found.notes)
+
+
+def test_stopped_rank_state(jobs: JobFactory) -> None:
+    job = launch(jobs, "env", 2, 2)
+    found = job_of(job)
+    pid = found.ranks[1].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(pid) == "stopped", 30, "SIGSTOP to land")
+        assert job_of(job).ranks[1].state == "stopped"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_several_jobs_need_a_pid(jobs: JobFactory) -> None:
+    a = launch(jobs, "env", 1, 1)
+    b = launch(jobs, "torchrun", 1, 1)
+    assert job_of(a).job_id != job_of(b).job_id
+    with pytest.raises(NotADistributedJob) as info:
+        find_job(None)
+    assert str(a.pid) in info.value.message or str(b.pid) in info.value.message
+    assert "--pid" in info.value.fix
+
+
+def test_pids_that_are_no_job() -> None:
+    with pytest.raises(ProcessNotFound):
+        find_job(2**22 + 12345)
+    sleeper = subprocess.Popen(["sleep", "600"])
+    plain = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+    try:
+        with pytest.raises(NotADistributedJob, match="not a Python process"):
+            find_job(sleeper.pid)
+        with pytest.raises(NotADistributedJob, match="not part of a distributed PyTorch job"):
+            find_job(plain.pid)
+    finally:
+        for p in (sleeper, plain):
+            p.kill()
+            p.wait(timeout=10)

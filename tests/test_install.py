@@ -1,0 +1,277 @@
+"""install-skill and mcp-config, from a source checkout and from a freshly built wheel."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from rankscope.errors import InvalidInput
+from rankscope.install import MANIFEST, LocalEditsFound, install_skill, mcp_config
+from rankscope.resources import bundle_root
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+RANKSCOPE = str(VENV_BIN / "rankscope")
+CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode")
+
+
+def shipped_files() -> set[str]:
+    root = bundle_root()
+    out = {"SKILL.md"}
+    for folder in ("skill", "repro_templates"):
+        out |= {
+            p.relative_to(root).as_posix()
+            for p in (root / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+    return out
+
+
+def cli(
+    *args: str, cwd: Path | None = None, exe: str = RANKSCOPE, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [exe, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(cwd) if cwd else None,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def stdio_tools(command: str, args: list[str], env: dict[str, str] | None = None) -> list[str]:
+    params = StdioServerParameters(command=command, args=args, env=env, cwd="/")
+
+    async def main() -> list[str]:
+        with anyio.fail_after(120):
+            async with Client(params) as client:
+                return [t.name for t in (await client.list_tools()).tools]
+
+    return anyio.run(main)
+
+
+# -- install-skill -------------------------------------------------------------------------------
+
+
+def test_install_is_idempotent_and_keeps_local_edits(tmp_path: Path) -> None:
+    dest = tmp_path / "skills" / "rankscope"
+    first = install_skill(dir=str(dest))
+    assert first.target == "dir" and first.directory == str(dest) and first.changed
+    assert {f.path for f in first.files} == shipped_files()
+    assert all(f.action == "created" for f in first.files)
+    assert (dest / "SKILL.md").read_bytes() == (bundle_root() / "SKILL.md").read_bytes()
+    assert (dest / "skill" / "hangs.md").is_file()
+    manifest = json.loads((dest / MANIFEST).read_text())
+    assert manifest["files"]["SKILL.md"] == hashlib.sha256((dest / "SKILL.md").read_bytes()).hexdigest()
+
+    second = install_skill(dir=str(dest))
+    assert not second.changed and {f.action for f in second.files} == {"unchanged"}
+
+    edited = dest / "skill" / "hangs.md"
+    edited.write_text(edited.read_text() + "\nOur cluster: always check the IB switch first.\n")
+    mine = edited.read_text()
+    with pytest.raises(LocalEditsFound) as exc:
+        install_skill(dir=str(dest))
+    assert "skill/hangs.md" in exc.value.message and "Nothing was changed" in exc.value.message
+    assert "--force" in exc.value.render()
+    assert edited.read_text() == mine
+
+    forced = install_skill(dir=str(dest), force=True)
+    actions = {f.path: f.action for f in forced.files}
+    assert actions["skill/hangs.md"] == "overwritten" and actions["SKILL.md"] == "unchanged"
+    assert edited.read_bytes() == (bundle_root() / "skill" / "hangs.md").read_bytes()
+
+
+def test_install_updates_untouched_files_and_removes_stale_ones(tmp_path: Path) -> None:
+    dest = tmp_path / "rankscope"
+    install_skill(dir=str(dest))
+    # what an older rankscope left behind: a different SKILL.md and a playbook no longer shipped,
+    # both recorded in the manifest (so not edited by anyone)
+    (dest / "SKILL.md").write_text("---\nname: rankscope\ndescription: old\n---\nold body\n")
+    (dest / "skill" / "retired.md").write_text("# retired\n")
+    manifest = json.loads((dest / MANIFEST).read_text())
+    for rel in ("SKILL.md", "skill/retired.md"):
+        manifest["files"][rel] = hashlib.sha256((dest / rel).read_bytes()).hexdigest()
+    (dest / MANIFEST).write_text(json.dumps(manifest))
+
+    report = install_skill(dir=str(dest))
+    actions = {f.path: f.action for f in report.files}
+    assert actions["SKILL.md"] == "updated" and actions["skill/retired.md"] == "removed"
+    assert not (dest / "skill" / "retired.md").exists()
+    assert (dest / "SKILL.md").read_bytes() == (bundle_root() / "SKILL.md").read_bytes()
+
+
+def test_files_not_written_by_rankscope_count_as_edits(tmp_path: Path) -> None:
+    dest = tmp_path / "rankscope"
+    dest.mkdir()
+    (dest / "SKILL.md").write_text("my own skill\n")
+    with pytest.raises(LocalEditsFound, match=r"SKILL\.md"):
+        install_skill(dir=str(dest))
+    assert (dest / "SKILL.md").read_text() == "my own skill\n" and not (dest / MANIFEST).exists()
+
+
+def test_project_and_user_destinations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = install_skill(target="project", cwd=str(tmp_path))
+    assert project.directory == str(tmp_path.resolve() / ".claude" / "skills" / "rankscope")
+    default = install_skill(cwd=str(tmp_path))
+    assert default.target == "project" and not default.changed
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    user = install_skill(target="user")
+    assert user.directory == str(tmp_path / "home" / ".claude" / "skills" / "rankscope")
+    assert (Path(user.directory) / "SKILL.md").is_file()
+    with pytest.raises(InvalidInput, match="Choose one destination"):
+        install_skill(target="user", dir=str(tmp_path / "x"))
+
+
+def test_install_skill_cli(tmp_path: Path) -> None:
+    out = cli("install-skill", "--project", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"installed in {tmp_path.resolve()}/.claude/skills/rankscope" in out.stdout
+    again = cli("install-skill", "--json", cwd=tmp_path)
+    assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
+    skill = tmp_path / ".claude" / "skills" / "rankscope" / "SKILL.md"
+    skill.write_text(skill.read_text() + "\nlocal note\n")
+    refused = cli("install-skill", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert (
+        "differ from what rankscope installed there: SKILL.md" in refused.stderr
+        and "--force" in refused.stderr
+    )
+    assert "Traceback" not in refused.stderr
+    forced = cli("install-skill", "--force", cwd=tmp_path)
+    assert forced.returncode == 0 and "overwritten" in forced.stdout
+    both = cli("install-skill", "--user", "--dir", str(tmp_path), cwd=tmp_path)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+# -- mcp-config ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_mcp_config_for_every_client(client: str) -> None:
+    out = cli("mcp-config", "--client", client, "--json")
+    assert out.returncode == 0, out.stderr
+    cfg = json.loads(out.stdout)
+    key = "servers" if client == "vscode" else "mcpServers"
+    assert cfg["top_level_key"] == key and list(cfg["snippet"]) == [key]
+    entry = cfg["snippet"][key]["rankscope"]
+    assert (
+        entry["command"] == RANKSCOPE
+        and os.path.isabs(entry["command"])
+        and os.access(entry["command"], os.X_OK)
+    )
+    assert entry["args"] == ["mcp"]
+    assert ("type" in entry) == (client == "vscode") and entry.get("type", "stdio") == "stdio"
+    if client == "claude-code":
+        assert cfg["command_line"] == f"claude mcp add rankscope -- {RANKSCOPE} mcp"
+    else:
+        assert cfg["command_line"] is None
+    text = cli("mcp-config", "--client", client)
+    assert text.returncode == 0 and json.dumps(cfg["snippet"], indent=2) in text.stdout
+
+
+def test_mcp_config_rejects_unknown_clients() -> None:
+    with pytest.raises(InvalidInput, match="Unknown MCP client"):
+        mcp_config("emacs")  # type: ignore[arg-type]
+    out = cli("mcp-config", "--client", "emacs")
+    assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_the_registered_command_starts_a_working_server() -> None:
+    entry = mcp_config("vscode").snippet["servers"]["rankscope"]
+    names = stdio_tools(entry["command"], entry["args"], env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert {"list_jobs", "dump_stacks"} <= set(names)
+
+
+# -- the wheel -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the wheel from a copy of the source (other builds may run in the checkout)."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "setup.py", "SKILL.md", "README.md", "LICENSE"):
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, src / name)
+    if not (src / "README.md").exists():
+        (src / "README.md").write_text("rankscope\n")  # pyproject names it; the package does not need it
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_bundle", "*.egg-info")
+    for name in ("tools", "skill", "repro_templates"):
+        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+    out = tmp_path_factory.mktemp("wheelhouse")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    (whl,) = out.glob("rankscope-*.whl")
+    return whl
+
+
+def test_wheel_carries_skill_playbooks_and_templates(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    bundled = {n.removeprefix("rankscope/_bundle/") for n in names if n.startswith("rankscope/_bundle/")}
+    assert shipped_files() <= bundled
+    assert {
+        "rankscope/cli.py",
+        "rankscope/mcp_server.py",
+        "rankscope/mcp_tools/jobs.py",
+        "rankscope/py.typed",
+    } <= names
+    assert not [n for n in names if n.endswith(".pyc")]
+
+
+def test_wheel_in_a_fresh_venv_installs_the_skill_and_serves_mcp(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    # Dependencies (pydantic, mcp, ...) come from the test environment, offline: a path entry,
+    # not a site dir, so the checkout's editable install (a .pth there) is not picked up.
+    site = Path(
+        subprocess.check_output(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    (site / "_deps_from_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    exe = str(venv / "bin" / "rankscope")
+
+    where = subprocess.run(
+        [str(py), "-c", "import rankscope, rankscope.resources as r; print(rankscope.__file__); print(r.bundle_root())"],
+        capture_output=True, text=True, timeout=60, env=env, cwd="/",
+    )  # fmt: skip
+    assert where.returncode == 0, where.stderr
+    module, bundle = where.stdout.split()
+    assert module.startswith(str(site)) and bundle == str(site / "rankscope" / "_bundle")
+
+    dest = tmp_path / "agent-skills" / "rankscope"
+    installed = cli("install-skill", "--dir", str(dest), "--json", exe=exe, env=env)
+    assert installed.returncode == 0, installed.stderr
+    report = json.loads(installed.stdout)
+    assert report["source"] == bundle and report["skill_name"] == "rankscope"
+    assert {f["path"] for f in report["files"]} == shipped_files()
+    assert (dest / "skill" / "hangs.md").read_bytes() == (bundle_root() / "skill" / "hangs.md").read_bytes()
+
+    config = cli("mcp-config", "--client", "claude-code", "--json", exe=exe, env=env)
+    assert json.loads(config.stdout)["command"] == exe
+    names = stdio_tools(exe, ["mcp"], env=env)
+    assert {"list_jobs", "dump_stacks"} <= set(names)

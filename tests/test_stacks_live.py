@@ -1,0 +1,193 @@
+"""rankscope on real hung gloo jobs: discovery, concurrent capture, verdicts, the CLI.
+
+Every job is started through the ``jobs`` fixture (reaped at teardown, pass or fail).
+A readiness file is written just before a rank enters its blocking call, so each test
+polls the stacks until the expected verdict shows instead of assuming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+from collections.abc import Callable
+
+import pytest
+
+from rankscope import cli
+from rankscope.api import dump_stacks, find_job, list_jobs
+from rankscope.models.core import StacksReport
+from rankscope.proctree import descendants
+from tests.jobs import JobFactory, RunningJob, wait_for
+
+pytestmark = pytest.mark.slow
+
+SECRET = "hunter2-very-secret-value"
+CLI_SECRET = "cli-secret-0123456789"
+READY_S = 180.0
+"""Readiness can take long when the 2 cores are shared: every rank imports torch."""
+
+
+def settle(
+    pid: int, until: Callable[[StacksReport], bool], timeout: float = 90.0, **kw: object
+) -> StacksReport:
+    """Dump until ``until(report)`` holds (ranks may still be on their way to the blocking call)."""
+    box: list[StacksReport] = []
+
+    def ok() -> bool:
+        box[:] = [dump_stacks(pid, **kw)]  # type: ignore[arg-type]
+        return until(box[0])
+
+    try:
+        wait_for(ok, timeout, "the expected verdict", interval=0.3)
+    except TimeoutError:
+        raise AssertionError(f"last report: {box[0].verdict if box else None}") from None
+    return box[0]
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def rank_pids(job: RunningJob, n: int) -> list[int]:
+    pids: list[int] = []
+
+    def found() -> bool:
+        pids[:] = [r.pid for r in find_job(job.pid).ranks]
+        return len(pids) == n
+
+    wait_for(found, READY_S, f"{n} ranks")
+    return pids
+
+
+def test_mismatched_collectives_torchrun(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun(
+        "hang_collectives.py",
+        nproc=3,
+        args=["--mode", "mismatch", "--odd", "2", "--loader", f"--api-key={CLI_SECRET}"],
+        env={"HANG_SECRET_TOKEN": SECRET},
+    )
+    job.wait_ready(timeout=READY_S)
+    report = settle(job.pid, lambda r: r.verdict.kind == "mismatched_collectives")
+    assert report.verdict.suspect_ranks == [2]
+    assert "rank 2 waits in barrier at hang_collectives.py:" in report.verdict.summary
+    assert "ranks 0-1 wait in all_reduce" in report.verdict.summary
+    found = report.job
+    assert found.launcher == "torchrun" and found.launcher_pid == job.pid and found.world_size == 3
+    assert [r.rank for r in found.ranks] == [0, 1, 2] and found.missing_ranks == []
+    # DataLoader worker: a child of rank 0 that inherited RANK, never a rank itself
+    rank0 = found.ranks[0]
+    rank_set = {r.pid for r in found.ranks}
+    assert rank0.children and not set(rank0.children) & rank_set
+    # every pid of the job resolves to the same job: launcher, a rank, the worker
+    for pid in (found.ranks[1].pid, rank0.children[0]):
+        assert find_job(pid).job_id == found.job_id
+    by_rank = dump_stacks(found.ranks[1].pid)
+    assert by_rank.verdict.kind == "mismatched_collectives" and by_rank.verdict.suspect_ranks == [2]
+    assert any(j.job_id == found.job_id for j in list_jobs().jobs)
+
+    # locals and command lines are redacted; the secret never leaves
+    with_locals = dump_stacks(job.pid, locals=True)
+    text = with_locals.model_dump_json()
+    assert SECRET not in text and CLI_SECRET not in text
+    assert "<redacted>" in text
+    main_frames = [
+        f
+        for s in with_locals.stacks
+        for t in s.threads
+        if t.is_main
+        for f in t.frames
+        if f.function == "main"
+    ]
+    assert main_frames and all(f.locals for f in main_frames)
+
+    # the CLI: human view, JSON, ps
+    code, out, _ = run_cli("stacks", "--pid", str(job.pid))
+    assert code == 0
+    assert (
+        "== ranks 0-1 (2): all_reduce at" in out
+        and "verdict: mismatched_collectives (suspects: rank 2)" in out
+    )
+    code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--rank", "2")
+    data = json.loads(out)
+    assert code == 0 and [s["rank"] for s in data["stacks"]] == [2]
+    assert {"world_size", "ranks", "missing_ranks"} <= set(data["job"]) and {
+        "kind",
+        "suspect_ranks",
+        "summary",
+        "next_steps",
+    } <= set(data["verdict"])
+    code, out, _ = run_cli("ps", "--pid", str(found.ranks[2].pid), "--json")
+    assert code == 0 and json.loads(out)["jobs"][0]["job_id"] == found.job_id
+    code, out, _ = run_cli("ps")
+    assert code == 0 and found.job_id in out and CLI_SECRET not in out
+
+
+def test_queue_blocked_and_stopped_ranks_are_divergent(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun(
+        "hang_collectives.py", nproc=3, args=["--mode", "divergent", "--odd", "1", "--stop", "2"]
+    )
+    job.wait_ready(timeout=READY_S)
+    pids = rank_pids(job, 3)
+    try:
+        # attach by a rank pid this time
+        report = settle(
+            pids[0],
+            lambda r: r.verdict.kind == "divergent_ranks" and r.verdict.suspect_ranks == [1, 2],
+        )
+        assert "rank 2 is stopped" in report.verdict.summary
+        assert "Queue.get" in report.verdict.summary
+        states = {s.rank: s.state for s in report.stacks}
+        assert states[2] == "stopped"
+        assert not next(s for s in report.stacks if s.rank == 2).threads  # never ptraced
+        assert report.errors == []
+    finally:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_spawn_job_ranks_come_from_the_spawn_index(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.python("hang_spawn.py", nproc=2, args=["--nproc", "2", "--odd", "1"])
+    job.wait_ready(timeout=READY_S)
+    report = settle(job.pid, lambda r: {g.op for g in r.groups} == {"all_reduce", "barrier"})
+    found = report.job
+    assert found.launcher == "mp_spawn" and found.launcher_pid == job.pid
+    assert found.world_size == 2  # read from the parent's start_processes(nprocs=...)
+    assert [(r.rank, r.rank_source) for r in found.ranks] == [(0, "spawn_index"), (1, "spawn_index")]
+    assert report.verdict.kind == "mismatched_collectives"
+    barrier = next(g for g in report.groups if g.op == "barrier")
+    assert barrier.ranks == [1] and barrier.call_site and barrier.call_site.function == "worker"
+    # rank 0's forked DataLoader worker has a rank's command line but is its child
+    # (and the resource tracker, another child of the parent, is no rank either)
+    worker = found.ranks[0].children
+    assert worker and not set(worker) & {r.pid for r in found.ranks}
+    assert {r.pid for r in found.ranks} < set(descendants(job.pid))
+    # locals were read for the index but not handed out unasked
+    assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)
+
+
+def test_all_in_same_collective_and_ranks_that_never_came(jobs: JobFactory, pyspy_works: str) -> None:
+    same = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "same"])
+    partial = jobs.python("hang_envlaunch.py", nproc=2, args=["--world", "3", "--started", "2"])
+    same.wait_ready(timeout=READY_S)
+    partial.wait_ready(timeout=READY_S)
+    report = settle(same.pid, lambda r: r.verdict.kind == "all_in_same_collective")
+    assert {g.op for g in report.groups} == {"recv"} and report.verdict.suspect_ranks == []
+    report = settle(partial.pid, lambda r: {s.op for s in r.stacks} == {"init_process_group"})
+    assert report.job.launcher == "env" and report.job.world_size == 3
+    assert report.verdict.kind == "missing_ranks" and report.verdict.suspect_ranks == [2]
+    code, out, _ = run_cli("stacks", "--pid", str(partial.pid))
+    assert code == 0 and "verdict: missing_ranks (suspects: rank 2)" in out
+
+
+def test_no_collective(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
+    job.wait_ready(timeout=READY_S)
+    report = settle(job.pid, lambda r: all(s.threads for s in r.stacks) and r.verdict.kind == "no_collective")
+    assert "Event.wait" in report.verdict.summary

@@ -1,0 +1,169 @@
+"""Log triage against fixture logs: GPU-only messages, captured gloo runs, error.json, garbage."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from rankscope.analysis.logs import LogScanner, conclude, parse_size
+from rankscope.cli import main
+from rankscope.errors import InvalidInput
+from rankscope.triage import rank_hint, triage_logs
+
+LOGS = Path(__file__).resolve().parent / "data" / "logs"
+
+
+def _by_kind(report_findings: list, kind: str) -> list:  # type: ignore[type-arg]
+    return [f for f in report_findings if f.kind == kind]
+
+
+def test_nccl_watchdog_timeouts_name_the_lagging_rank() -> None:
+    r = triage_logs([str(LOGS / "nccl_watchdog_lagging_rank.log")])
+    timeouts = {f.ranks[0]: f for f in _by_kind(r.findings, "collective_timeout")}
+    assert sorted(timeouts) == [0, 1, 2, 3]
+    f0 = timeouts[0]
+    assert f0.facts["seq"] == 42 and f0.facts["op"] == "ALLREDUCE"
+    assert f0.facts["numel_in"] == 26214400 and f0.facts["timeout_ms"] == 600000 and f0.facts["ran_for_ms"] == 600046
+    assert f0.facts["last_enqueued"] == 42 and f0.facts["last_completed"] == 41
+    assert f0.facts["pg_id"] == 0
+    assert timeouts[2].facts["last_enqueued"] == 41
+    assert f0.line_numbers[0] == 5 and "Watchdog caught" in f0.excerpt
+    assert r.suspect_ranks == [2]
+    assert r.victim_ranks == [0, 1, 3]
+    assert any("#41" in e for e in r.evidence)
+    step = f0.next_steps[0]
+    assert step.tool == "dump_stacks" and step.skill_section == "skill/communication-errors.md#collective-timeout"
+
+
+def test_per_rank_files_silent_rank_is_the_suspect() -> None:
+    r = triage_logs([str(LOGS / "nccl_per_rank")])
+    assert [s.rank_hint for s in r.sources] == [0, 1, 2, 3]
+    assert sorted(x for f in _by_kind(r.findings, "collective_timeout") for x in f.ranks) == [0, 1, 2]
+    assert r.suspect_ranks == [3]
+    assert "reported no collective timeout" in " ".join(r.evidence)
+
+
+def test_cuda_oom_facts_and_victims() -> None:
+    r = triage_logs([str(LOGS / "cuda_oom.log")])
+    (oom,) = _by_kind(r.findings, "cuda_oom")
+    assert oom.ranks == [3]
+    assert oom.facts["requested_bytes"] == 2 * 1024**3
+    assert oom.facts["gpu"] == 3 and oom.facts["free"] == "1.23 GiB"
+    assert oom.facts["reserved_unallocated"] == "6.50 GiB" and oom.facts["allocated_by_pytorch"] == "70.12 GiB"
+    assert oom.next_steps[0].tool == "inspect_memory" and oom.next_steps[0].skill_section == "skill/oom.md"
+    assert r.suspect_ranks == [3] and r.victim_ranks == [0, 1]
+    assert r.findings[0].kind == "cuda_oom"  # causes come before victims
+
+
+def test_nccl_unhandled_cuda_error() -> None:
+    r = triage_logs([str(LOGS / "nccl_unhandled_cuda.log")])
+    (nccl,) = [f for f in _by_kind(r.findings, "nccl_error") if f.ranks == [1]]
+    assert nccl.facts["reason"] == "unhandled cuda error" and nccl.facts["nccl_version"] == "2.21.5"
+    # the NCCL WARN line is attributed to rank 1 through the pid of NCCL's "comm ... rank 1" init line
+    assert nccl.facts["cuda_device"] == 1
+    cuda = [f for f in _by_kind(r.findings, "cuda_error") if f.ranks == [1]]
+    assert cuda and cuda[0].facts["cuda_failure"] == "an illegal memory access was encountered"
+    assert r.suspect_ranks == [1]
+
+
+def test_xid_lines() -> None:
+    r = triage_logs([str(LOGS / "dmesg_xid.txt")])
+    (xid,) = _by_kind(r.findings, "gpu_xid")
+    assert xid.severity == "critical" and xid.facts["xid"] == 79 and xid.facts["pci"] == "PCI:0000:3b:00"
+    assert "fallen off the bus" in xid.facts["meaning"]
+    assert "Xid" in r.summary
+
+
+def test_torchelastic_log_dir_with_error_json() -> None:
+    r = triage_logs([str(LOGS / "torchelastic")])
+    kinds = {s.path.rsplit("/", 2)[-2] + "/" + Path(s.path).name: s.kind for s in r.sources}
+    assert kinds["1/error.json"] == "error_json"
+    (dl,) = _by_kind(r.findings, "dataloader_worker_killed")
+    assert dl.ranks == [1] and dl.facts["worker_pids"] == 90121
+    assert _by_kind(r.findings, "shm_exhausted")[0].ranks == [1]
+    assert any(f.error_file and f.error_file.endswith("error.json") for f in r.failures)
+    assert r.suspect_ranks == [1]
+    assert r.seen_ranks == [0, 1]
+
+
+def test_captured_gloo_runs() -> None:
+    expect = {
+        "timeout": ("collective_timeout", [1]),
+        "exit_early": ("peer_closed", [1]),
+        "sigkill": ("killed_by_signal", [1]),
+        "dl_worker_kill": ("dataloader_worker_killed", [1]),
+        "unused_params": ("unused_parameters", [0, 1]),
+        "mismatch": ("collective_mismatch", [1, 0]),
+        "port": ("address_in_use", []),
+        "rdzv": ("rendezvous_failure", []),
+    }
+    for name, (kind, suspects) in expect.items():
+        r = triage_logs([str(LOGS / f"torchrun_gloo_{name}.log")])
+        assert kind in r.kinds, (name, r.kinds)
+        assert r.suspect_ranks == suspects, (name, r.suspect_ranks, r.evidence)
+    port = triage_logs([str(LOGS / "torchrun_gloo_port.log")])
+    assert port.findings[0].facts["port"] == 29777 and "rendezvous_failure" not in port.kinds
+
+
+def test_binary_and_garbage_input() -> None:
+    r = triage_logs([str(LOGS / "garbage.bin")])
+    assert r.findings == [] and r.sources[0].skipped and "binary" in r.sources[0].skipped
+    assert "Nothing was analysed" in r.summary
+    r = triage_logs([], text="\ufffd\ufffd random words, Signal without meaning, Failures: none\n" * 50)
+    assert r.findings == [] and r.suspect_ranks == []
+    r = triage_logs([], text="x" * 3_000_000)  # one huge line, no newline
+    assert r.findings == []
+    with pytest.raises(InvalidInput):
+        triage_logs([str(LOGS / "does-not-exist.log")])
+    with pytest.raises(InvalidInput):
+        triage_logs([])
+
+
+def test_cli_stdin_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = (LOGS / "torchrun_gloo_sigkill.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["triage", "-", "--json"]) == 0
+    report = json.loads(out.getvalue())
+    assert report["suspect_ranks"] == [1] and report["sources"][0]["path"] == "-"
+    assert report["failures"][1]["signal"] == "SIGKILL" and report["failures"][1]["first_observed"] is True
+    human = io.StringIO()
+    with redirect_stdout(human):
+        assert main(["triage", str(LOGS / "torchrun_gloo_sigkill.log")]) == 0
+    assert "Suspect ranks: 1" in human.getvalue() and "OOM killer" in human.getvalue()
+
+
+def test_redaction_and_bounded_findings() -> None:
+    text = "".join(
+        f"[rank{i}]: RuntimeError: Connection closed by peer [10.0.0.{i}]:4242 url=https://u:pw-S3cret@h/x token=abcdef123456\n"
+        for i in range(80)
+    )
+    r = triage_logs([], text=text, max_findings=10)
+    assert len(r.findings) == 10 and r.truncated and r.dropped_findings == 70
+    dumped = r.model_dump_json()
+    assert "pw-S3cret" not in dumped and "abcdef123456" not in dumped
+
+
+def test_rank_hints_from_file_names() -> None:
+    assert rank_hint("/logs/rank3.log") == 3
+    assert rank_hint("/logs/train-rank-12.txt") == 12
+    assert rank_hint("/tmp/te/run_0/attempt_1/5/stderr.log") == 5
+    assert rank_hint("/logs/train.log") is None
+
+
+def test_scanner_is_streaming_and_pure() -> None:
+    sc = LogScanner()
+    sc.feed("[rank2]:[E1121 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank 2] Timeout at NCCL work: 9, "
+            "last enqueued NCCL work: 9, last completed NCCL work: 8.", 1, "a.log")
+    sc.feed("[rank0]:[E1121 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 9, "
+            "last enqueued NCCL work: 10, last completed NCCL work: 8.", 2, "a.log")
+    findings = sc.findings()
+    c = conclude(findings, sc.failures(), sc.seen_ranks)
+    assert c.suspect_ranks == [2] and c.victim_ranks == [0]
+    assert parse_size("1.50 MiB") == 1572864 and parse_size("12 B") == 12 and parse_size("huge") is None

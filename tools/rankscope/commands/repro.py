@@ -1,0 +1,198 @@
+"""`rankscope repro`: list, render, pick from a diagnosis, and verify minimal repros."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from typing import Any, cast
+
+from pydantic import BaseModel
+
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.errors import InvalidInput
+from rankscope.models.repro import RenderedRepro, TemplateList, VerifyResult
+
+EXIT_NOT_REPRODUCED = 1
+"""`--verify` exit status when the answer is not the expected one (not reproduced / not clean)."""
+
+
+def parse_sets(items: list[str]) -> dict[str, str | int | float | bool]:
+    """``--set key=value`` pairs; the template's parameter model converts and bounds the values."""
+    out: dict[str, str | int | float | bool] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"--set {item!r} is not key=value.", fix="Write it like --set world_size=4.")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def render_list(model: BaseModel) -> Iterator[str]:
+    report = cast(TemplateList, model)
+    width = max((len(t.name) for t in report.templates), default=10)
+    for t in report.templates:
+        cuda = "  [needs CUDA]" if t.requires_cuda else ""
+        yield f"{t.name:<{width}}  {t.symptom_source}:{t.symptom:<24} {t.title}{cuda}"
+    yield ""
+    yield report.hint
+
+
+def render_verify_lines(v: VerifyResult) -> Iterator[str]:
+    yield f"verify: {v.answer.upper()} ({'as expected' if v.ok else 'NOT as expected'})"
+    yield f"  {v.summary}"
+    for line in v.evidence:
+        yield f"  - {line}"
+    for step in v.next_steps:
+        yield f"  next: {step.action}"
+
+
+def render_repro_text(model: BaseModel) -> Iterator[str]:
+    r = cast(RenderedRepro, model)
+    fixed = " (fixed)" if r.fixed else ""
+    yield f"{r.template}{fixed}: {r.title}; symptom {r.symptom_source}:{r.symptom}" + (
+        "; needs CUDA" if r.requires_cuda else ""
+    )
+    for reason in r.reasons:
+        yield f"  why: {reason}"
+    yield "  params: " + ", ".join(f"{k}={v!r}" for k, v in r.params.items())
+    if r.path:
+        yield f"  wrote {r.path}"
+        for cmd in r.run_commands:
+            yield f"  run: {cmd}"
+    yield f"  playbook: {r.skill_section}"
+    if r.verify is not None:
+        yield from render_verify_lines(r.verify)
+
+
+def _render_verify(model: BaseModel) -> Iterator[str]:
+    return render_verify_lines(cast(VerifyResult, model))
+
+
+def _add_verify_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--nproc", type=int, default=None, metavar="N", help="ranks to run it on (default: its world_size)"
+    )
+    p.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="seconds of silence that count as a hang (default 15)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=120.0, metavar="S", help="limit for the whole run (default 120)"
+    )
+
+
+class ReproCommand(Command):
+    name = "repro"
+    help = (
+        "generate a minimal repro of a failure class (from a template or a diagnosis) and prove it reproduces"
+    )
+    description = (
+        "Minimal repros from tested templates: `list` them, `render` one by name (--set key=value, --fixed for the "
+        "corrected code), pick one `from-report` (a `rankscope stacks --json` or `rankscope triage --json` report), "
+        "and `verify` that it shows its declared symptom under `rankscope run` (or, fixed, runs clean). "
+        "A rendered script runs under `torchrun --nproc_per_node=N repro.py` and as `python repro.py`. "
+        "Exit status: 0, 1 when --verify does not get the expected answer, 2 bad arguments."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="repro_command", metavar="ACTION")
+        p_list = sub.add_parser("list", help="list the templates, their symptoms and parameters")
+        add_json_flag(p_list)
+        p_render = sub.add_parser("render", help="render a template by name")
+        p_render.add_argument("template", metavar="NAME", help="template name (`rankscope repro list`)")
+        p_render.add_argument(
+            "--set",
+            dest="sets",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a parameter value (repeatable)",
+        )
+        p_render.add_argument(
+            "--fixed", action="store_true", help="render the corrected code instead of the bug"
+        )
+        p_render.add_argument(
+            "--out", metavar="PATH", help="write the script here (without it, print the script)"
+        )
+        p_render.add_argument(
+            "--verify", action="store_true", help="run it and check the symptom (needs --out)"
+        )
+        _add_verify_options(p_render)
+        add_json_flag(p_render)
+        p_from = sub.add_parser(
+            "from-report", help="pick and fill a template from a stacks/triage/run JSON report"
+        )
+        p_from.add_argument("report", metavar="REPORT.json")
+        p_from.add_argument(
+            "--fixed", action="store_true", help="render the corrected code instead of the bug"
+        )
+        p_from.add_argument(
+            "--out", metavar="PATH", help="write the script here (without it, print the script)"
+        )
+        p_from.add_argument(
+            "--verify", action="store_true", help="run it and check the symptom (needs --out)"
+        )
+        _add_verify_options(p_from)
+        add_json_flag(p_from)
+        p_verify = sub.add_parser("verify", help="run a rendered repro and check its declared symptom")
+        p_verify.add_argument("path", metavar="PATH")
+        _add_verify_options(p_verify)
+        add_json_flag(p_verify)
+        self._parser = parser
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rankscope import api
+
+        action = args.repro_command
+        if action is None:
+            self._parser.print_help(sys.stderr)
+            return 2
+        if action == "list":
+            emit(api.list_templates(), args.json, render_list)
+            return 0
+        if action == "verify":
+            result = api.verify_repro(
+                args.path, **_verify_kwargs(args.nproc, args.hang_timeout, args.timeout, None)
+            )
+            emit(result, args.json, _render_verify)
+            return 0 if result.ok else EXIT_NOT_REPRODUCED
+        if args.verify and not args.out:
+            raise InvalidInput(
+                "--verify needs --out: the script must exist on disk to run.", fix="Add --out repro.py."
+            )
+        if action == "render":
+            rendered = api.render_repro(args.template, parse_sets(args.sets), fixed=args.fixed, out=args.out)
+        else:
+            rendered = api.repro_from_report(args.report, out=args.out, fixed=args.fixed)
+        if args.verify and rendered.path:
+            world = rendered.params.get("world_size")
+            kwargs = _verify_kwargs(
+                args.nproc, args.hang_timeout, args.timeout, world if isinstance(world, int) else None
+            )
+            rendered = rendered.model_copy(update={"verify": api.verify_repro(rendered.path, **kwargs)})
+        if not args.out and not args.json:
+            sys.stdout.write(rendered.script)
+            for line in render_repro_text(rendered):
+                sys.stderr.write(f"# {line}\n")
+            return 0
+        emit(rendered, args.json, render_repro_text)
+        return 0 if rendered.verify is None or rendered.verify.ok else EXIT_NOT_REPRODUCED
+
+
+def _verify_kwargs(
+    nproc: int | None, hang_timeout: float, timeout: float, world: int | None
+) -> dict[str, Any]:
+    n = nproc if nproc is not None else (world or 2)
+    if n < 1 or hang_timeout <= 0 or timeout <= 0:
+        raise InvalidInput(
+            f"--nproc, --hang-timeout and --timeout must be positive (got {n}, {hang_timeout}, {timeout}).",
+            fix="For example: --nproc 2 --hang-timeout 15 --timeout 120.",
+        )
+    return {"nproc": n, "hang_timeout": hang_timeout, "timeout": timeout}
+
+
+COMMANDS = [ReproCommand]

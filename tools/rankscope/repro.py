@@ -1,0 +1,378 @@
+"""Minimal repros: list the templates, render one, pick one from a diagnosis, and prove it reproduces.
+
+The shell around ``rankscope.analysis.templates``: it reads the manifest and
+the Jinja2 templates from ``repro_templates/``, writes scripts, and verifies
+them by running them through ``rankscope run`` (``api.run_job``) and judging
+the result with rankscope's own verdict and log triage.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from jinja2 import FileSystemLoader, StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+from pydantic import BaseModel, ValidationError
+
+from rankscope import api
+from rankscope.analysis.templates import (
+    choose_from_findings,
+    choose_from_stacks,
+    find_template,
+    parse_catalog,
+    render_context,
+    validate_params,
+)
+from rankscope.errors import InvalidInput, RankscopeError
+from rankscope.models.core import Finding, NextStep, StacksReport
+from rankscope.models.repro import (
+    Catalog,
+    ParamValue,
+    RenderedRepro,
+    TemplateChoice,
+    TemplateInfo,
+    TemplateList,
+    TemplateSpec,
+    VerifyResult,
+)
+from rankscope.resources import templates_dir
+
+META_PREFIX = "# rankscope-repro: "
+SYMPTOM_MARK = "rankscope-repro: SYMPTOM "
+SKIP_MARK = "rankscope-repro: skipped: needs CUDA"
+
+
+@lru_cache(maxsize=4)
+def _load_catalog(path: str, mtime: float) -> Catalog:
+    return parse_catalog(Path(path).read_text())
+
+
+def catalog() -> Catalog:
+    """The validated manifest (re-read when the file changes)."""
+    path = templates_dir() / "catalog.json"
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as exc:
+        raise RankscopeError(
+            f"the repro template manifest {path} is missing.",
+            fix="Reinstall rankscope from a wheel or a full source checkout (repro_templates/ ships with it).",
+        ) from exc
+    return _load_catalog(str(path), mtime)
+
+
+def _jinja() -> SandboxedEnvironment:
+    # Sandboxed, StrictUndefined (a typo in a template fails loudly), no autoescape: this is Python, not HTML.
+    return SandboxedEnvironment(
+        loader=FileSystemLoader(str(templates_dir())),
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def _info(spec: TemplateSpec) -> TemplateInfo:
+    return TemplateInfo(
+        name=spec.name,
+        title=spec.title,
+        failure_class=spec.failure_class,
+        symptom=spec.symptom.kind,
+        symptom_source=spec.symptom.source,
+        requires_cuda=spec.requires_cuda,
+        skill_section=spec.skill_section,
+        description=spec.description,
+        fixed_description=spec.fixed_description,
+        params=spec.params,
+    )
+
+
+def list_templates() -> TemplateList:
+    """Every repro template with its symptom, whether it needs CUDA, and its parameters."""
+    cat = catalog()
+    return TemplateList(templates=[_info(s) for s in cat.templates], exit_codes=cat.exit_codes)
+
+
+def _run_commands(spec: TemplateSpec, values: dict[str, ParamValue], path: str | None) -> list[str]:
+    script = path or "repro.py"
+    ws = values.get("world_size", 2)
+    return [
+        f"torchrun --nproc_per_node={ws} {script}",
+        f"python {script}",
+        f"rankscope repro verify {script}",
+    ]
+
+
+def render_repro(
+    name: str,
+    params: dict[str, ParamValue] | None = None,
+    *,
+    fixed: bool = False,
+    out: str | None = None,
+    reasons: list[str] | None = None,
+) -> RenderedRepro:
+    """Render template ``name`` with validated ``params`` (the bug, or with ``fixed`` its correction); write it to ``out``."""
+    cat = catalog()
+    spec = find_template(cat, name)
+    values = validate_params(spec, params)
+    meta = META_PREFIX.lstrip("# ") + json.dumps(
+        {
+            "template": spec.name,
+            "symptom": spec.symptom.kind,
+            "source": spec.symptom.source,
+            "fixed": bool(fixed),
+            "requires_cuda": spec.requires_cuda,
+            "world_size": values.get("world_size", 2),
+        },
+        sort_keys=True,
+    )
+    context: dict[str, Any] = render_context(spec, values, fixed, meta)
+    context["exit_codes"] = cat.exit_codes
+    try:
+        script = _jinja().get_template(spec.template).render(context)
+    except TemplateError as exc:
+        raise RankscopeError(
+            f"repro template {spec.template} failed to render: {exc}",
+            fix="This is a bug in rankscope's repro_templates/; report it with the command you ran.",
+        ) from exc
+    try:
+        ast.parse(script, filename=spec.template)
+    except SyntaxError as exc:
+        raise RankscopeError(
+            f"repro template {spec.template} rendered invalid Python (line {exc.lineno}: {exc.msg}).",
+            fix="This is a bug in rankscope's repro_templates/; report it with the parameters you passed.",
+        ) from exc
+    written: str | None = None
+    if out is not None:
+        target = Path(out).expanduser()
+        if target.is_dir():
+            raise InvalidInput(f"--out {out} is a directory.", fix="Pass a file path, e.g. --out repro.py.")
+        if not target.parent.is_dir():
+            raise InvalidInput(
+                f"the folder of --out {out} does not exist.",
+                fix=f"Create it first: mkdir -p {target.parent}.",
+            )
+        target.write_text(script)
+        target.chmod(0o755)
+        written = str(target.resolve())
+    return RenderedRepro(
+        template=spec.name,
+        title=spec.title,
+        symptom=spec.symptom.kind,
+        symptom_source=spec.symptom.source,
+        requires_cuda=spec.requires_cuda,
+        fixed=fixed,
+        params=values,
+        path=written,
+        script=script,
+        run_commands=_run_commands(spec, values, out),
+        reasons=list(reasons or []),
+        skill_section=spec.skill_section,
+    )
+
+
+def _load_report(report: str | os.PathLike[str] | BaseModel | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(report, BaseModel):
+        return report.model_dump(mode="json")
+    if isinstance(report, dict):
+        return report
+    path = Path(report).expanduser()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot read report {path}: {exc.strerror or exc}.",
+            fix="Save one first: `rankscope stacks --json > report.json` or `rankscope triage LOGS --json > report.json`.",
+        ) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"{path} is not JSON ({exc.msg} at line {exc.lineno}).",
+            fix="Pass the output of `rankscope stacks --json` or `rankscope triage --json`, not the human-readable text.",
+        ) from exc
+    if not isinstance(data, dict):
+        raise InvalidInput(
+            f"{path} holds JSON but not a rankscope report.",
+            fix="Pass a `--json` report of stacks, triage or run.",
+        )
+    return data
+
+
+def choose_template(report: str | os.PathLike[str] | BaseModel | dict[str, Any]) -> TemplateChoice:
+    """Read a StacksReport, TriageReport or RunReport and pick the template that reproduces it."""
+    data = _load_report(report)
+    try:
+        if "outcome" in data and "nproc" in data:  # a `rankscope run --json` RunReport
+            if data.get("stacks"):
+                return choose_from_stacks(StacksReport.model_validate(data["stacks"]))
+            text = "\n".join(_run_output_lines(data))
+            triage = api.triage_logs([], text=text)
+            return choose_from_findings(triage.findings, world_size=data.get("nproc"))
+        if "verdict" in data and "job" in data:
+            return choose_from_stacks(StacksReport.model_validate(data))
+        if "findings" in data:
+            findings = [Finding.model_validate(f) for f in data["findings"]]
+            seen = data.get("seen_ranks") or []
+            return choose_from_findings(findings, world_size=(max(seen) + 1) if seen else None)
+    except ValidationError as exc:
+        raise InvalidInput(
+            f"the report does not match rankscope's report format: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}",
+            fix="Regenerate it with the same rankscope version (`rankscope stacks --json`, `rankscope triage --json`).",
+        ) from exc
+    raise InvalidInput(
+        "this JSON is neither a stacks report (verdict, job), a triage report (findings) nor a run report (outcome).",
+        fix="Pass the output of `rankscope stacks --json`, `rankscope triage --json` or `rankscope run --json`.",
+    )
+
+
+def repro_from_report(
+    report: str | os.PathLike[str] | BaseModel | dict[str, Any],
+    *,
+    out: str | None = None,
+    fixed: bool = False,
+) -> RenderedRepro:
+    """Pick the template from a diagnosis, fill in what the report says (ops, world size, shape), render it."""
+    choice = choose_template(report)
+    return render_repro(choice.template, choice.params, fixed=fixed, out=out, reasons=choice.reasons)
+
+
+def read_meta(script: str) -> dict[str, Any]:
+    """The header a rendered repro carries: template, symptom, source, fixed."""
+    for line in script.splitlines()[:5]:
+        if line.startswith(META_PREFIX):
+            try:
+                meta = json.loads(line[len(META_PREFIX) :])
+            except json.JSONDecodeError:
+                break
+            if isinstance(meta, dict) and {"template", "symptom", "source", "fixed"} <= meta.keys():
+                return meta
+    raise InvalidInput(
+        "this script has no rankscope repro header, so there is no declared symptom to check.",
+        fix="Verify scripts rendered by `rankscope repro render`; for any other script use `rankscope run --hang-timeout S -- script.py`.",
+    )
+
+
+def _run_output_lines(run: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for rank_out in run.get("ranks") or []:
+        r = rank_out.get("rank")
+        lines.extend(
+            f"[rank{r}]: {line}" for line in (rank_out.get("stdout") or []) + (rank_out.get("stderr") or [])
+        )
+    lines.extend(run.get("launcher_output") or [])
+    return lines
+
+
+def verify_repro(
+    path: str, *, nproc: int = 2, hang_timeout: float = 15.0, timeout: float = 120.0
+) -> VerifyResult:
+    """Run a rendered repro under `rankscope run` and say whether its declared symptom appears.
+
+    A buggy repro must show its symptom ("reproduced"); a fixed one must run
+    clean and not show it ("clean"). The symptom is judged by rankscope itself:
+    the hang verdict of the captured stacks, the findings of log triage on the
+    ranks' output, or the repro's own cross-rank check line.
+    """
+    script_path = Path(path).expanduser()
+    try:
+        script = script_path.read_text()
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot read {path}: {exc.strerror or exc}.", fix="Pass the path of a rendered repro."
+        ) from exc
+    meta = read_meta(script)
+    kind, source, fixed = str(meta["symptom"]), str(meta["source"]), bool(meta["fixed"])
+    started = time.monotonic()
+    run = api.run_job(str(script_path), [], nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
+    lines = _run_output_lines(run.model_dump(mode="json"))
+    text = "\n".join(lines)
+    evidence = [f"rankscope run: {run.summary}"]
+    if run.hang_evidence:
+        evidence.append(f"hang evidence: {run.hang_evidence}")
+    verdict = run.stacks.verdict if run.stacks is not None else None
+    if verdict is not None:
+        evidence.append(f"verdict {verdict.kind}: {verdict.summary}")
+    finding_kinds: list[str] = []
+    if run.outcome != "ok" and text.strip():
+        triage = api.triage_logs([], text=text)
+        finding_kinds = sorted({f.kind for f in triage.findings})
+        for f in triage.findings:
+            if f.kind == kind:
+                evidence.append(f"finding {f.kind} (ranks {f.ranks}): {f.message}: {f.excerpt[:300]}")
+                break
+    marks = [line for line in lines if SYMPTOM_MARK in line]
+    evidence.extend(marks[:5])
+    skipped = any(SKIP_MARK in line for line in lines)
+    if source == "verdict":
+        seen = run.outcome == "hung" and verdict is not None and verdict.kind == kind
+    elif source == "finding":
+        seen = kind in finding_kinds
+    else:
+        seen = any(f"{SYMPTOM_MARK}{kind}:" in line for line in marks)
+    clean = run.outcome == "ok" and run.exit_code == 0 and not seen
+    if skipped:
+        answer, ok = "skipped", True
+        evidence.append(next(line for line in lines if SKIP_MARK in line))
+        summary = f"skipped: {script_path.name} needs CUDA and none is visible here; run it on a GPU node."
+    elif fixed:
+        answer, ok = ("clean", True) if clean else ("not clean", False)
+        summary = (
+            f"clean: the fixed repro ran to completion without {kind}."
+            if clean
+            else f"not clean: the fixed repro ended {run.outcome}"
+            + (f" and still shows {kind}" if seen else "")
+            + "."
+        )
+    else:
+        answer, ok = ("reproduced", True) if seen else ("not reproduced", False)
+        summary = (
+            f"reproduced: {kind} appeared ({source})."
+            if seen
+            else f"not reproduced: expected {kind} ({source}); the run ended {run.outcome}"
+            + (f" with verdict {verdict.kind}" if verdict else "")
+            + (f" and findings {', '.join(finding_kinds)}" if finding_kinds else "")
+            + "."
+        )
+    next_steps = []
+    if answer == "reproduced":
+        next_steps.append(
+            NextStep(
+                action="Hand the repro over with its command lines, then render the fixed version and check it runs clean.",
+                tool="generate_repro",
+                skill_section="skill/repro.md#hand-it-over",
+            )
+        )
+    elif not ok:
+        next_steps.append(
+            NextStep(
+                action="Rerun with a longer hang timeout or different parameters; read the evidence for what happened instead.",
+                tool="run_all_ranks",
+                skill_section="skill/repro.md#when-it-does-not-reproduce",
+            )
+        )
+    return VerifyResult(
+        path=str(script_path),
+        template=str(meta["template"]),
+        symptom=kind,
+        symptom_source=source,
+        fixed=fixed,
+        expected="clean" if fixed else "symptom",
+        answer=answer,
+        ok=ok,
+        outcome=run.outcome,
+        exit_code=run.exit_code,
+        verdict_kind=verdict.kind if verdict else None,
+        suspect_ranks=list(verdict.suspect_ranks) if verdict else [],
+        finding_kinds=finding_kinds,
+        evidence=evidence,
+        summary=summary,
+        duration_s=round(time.monotonic() - started, 2),
+        next_steps=next_steps,
+    )

@@ -77,14 +77,14 @@ def worker(rank: int, world: int, port: int, layers: int, dim: int, repeat: int,
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     from rankscope.probe import check_consistency
-    from rankscope.probe.consistency import collect
+    from rankscope.probe.consistency import collect_rows
 
     model = build(layers, dim)
     check_consistency(torch.zeros(1))  # create the probe's gloo group once, as a training loop would
     report = check_consistency(model)
     assert report.consistent, report.summary
     rows = {
-        "local fingerprint pass (no communication)": timed(lambda: collect(model, "params"), repeat),
+        "local fingerprint pass (no communication)": timed(lambda: collect_rows(model, "params"), repeat),
         "rankscope check_consistency": timed(lambda: check_consistency(model), repeat),
         "per-tensor all_gather_object of sums": timed(lambda: per_tensor_snippet(model), repeat),
         "all_gather of full tensors + torch.equal": timed(lambda: full_all_gather(model), repeat),
@@ -109,7 +109,10 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     mp.start_processes(
-        worker, args=(args.nproc, port, args.layers, args.dim, args.repeat, queue), nprocs=args.nproc, start_method="spawn"
+        worker,
+        args=(args.nproc, port, args.layers, args.dim, args.repeat, queue),
+        nprocs=args.nproc,
+        start_method="spawn",
     )
     rows, n_tensors, n_params = queue.get()
     base = rows["rankscope check_consistency"]
@@ -120,7 +123,11 @@ def main() -> None:
         f"{n_tensors} tensors, {n_params / 1e6:.1f}M parameters (fp32), {args.nproc} ranks, gloo on CPU, "
         f"1 thread per rank, {os.cpu_count()} CPU cores; median of {args.repeat} runs, slowest rank.",
         "Command: `python benchmarks/bench_consistency.py"
-        + (f" --nproc {args.nproc} --layers {args.layers} --dim {args.dim} --repeat {args.repeat}`" if sys.argv[1:] else "`"),
+        + (
+            f" --nproc {args.nproc} --layers {args.layers} --dim {args.dim} --repeat {args.repeat}`"
+            if sys.argv[1:]
+            else "`"
+        ),
         "",
         "| method | time (s) | vs check_consistency |",
         "|---|---:|---:|",

@@ -8,7 +8,8 @@ and measures, each in a fresh process, side by side on the same file:
 * ``rankscope``              restricted load + ``analyze_snapshot`` (the ``rankscope memory`` path);
 * ``torch _memory_viz``      torch's own text summaries of the same file (``segsum`` + ``trace``).
 
-Usage: ``python benchmarks/bench_memory.py [--sizes 50,500] [--out benchmarks/results/memory.md]``
+Usage: ``python benchmarks/bench_memory.py [--sizes 50,500] [--data DIR] [--out benchmarks/results/memory.md]``
+(``--data`` keeps the generated snapshots there and reuses them on the next run.)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ MiB = 1024 * 1024
 ROOT = Path(__file__).resolve().parent.parent
 
 MEASURE = r"""
-import json, os, pickle, resource, sys, time
+import json, os, pickle, sys, time
 path, mode = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 if mode == "pickle.load":
@@ -49,8 +50,9 @@ else:
     text2 = mv.trace(data)
     detail = f"{len(text) + len(text2)} chars of text"
 elapsed = time.perf_counter() - t0
-peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": elapsed, "peak_rss": peak_kib * 1024, "detail": detail}))
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent's memory.
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+print(json.dumps({"seconds": elapsed, "peak_rss": int(hwm) * 1024, "detail": detail}))
 """
 
 
@@ -153,15 +155,23 @@ def main() -> None:
     ap.add_argument("--sizes", default="50,500", help="snapshot sizes in MiB, comma separated")
     ap.add_argument("--modes", default="pickle.load,rankscope,torch _memory_viz")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory.md"))
+    ap.add_argument("--data", default=None, help="directory to keep (and reuse) the generated snapshots")
     args = ap.parse_args()
     modes = args.modes.split(",")
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(args.data) if args.data else Path(tmp)
+        data_dir.mkdir(parents=True, exist_ok=True)
         for mb in (int(x) for x in args.sizes.split(",")):
-            path = Path(tmp) / f"snapshot-rank0-{mb}.pickle"
-            t0 = time.perf_counter()
-            size = generate(path, mb)
-            print(f"generated {size / MiB:.0f} MiB in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            path = data_dir / f"snapshot-rank0-{mb}.pickle"
+            if not path.exists():
+                # in a child, so that this process stays small while the readers are measured
+                t0 = time.perf_counter()
+                code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_memory as b; from pathlib import Path; b.generate(Path({str(path)!r}), {mb})"
+                subprocess.run([sys.executable, "-c", code], check=True, timeout=3600)
+                print(f"generated in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            size = path.stat().st_size
+            print(f"{path.name}: {size / MiB:.0f} MiB", file=sys.stderr)
             base: dict[str, Any] | None = None
             for mode in modes:
                 r = measure(path, mode)
@@ -174,7 +184,8 @@ def main() -> None:
                     f"| {size / MiB:.0f} MiB | {mode} | {r['seconds']:.1f} s | {r['seconds'] / base['seconds']:.2f}x "
                     f"| {r['peak_rss'] / MiB:.0f} MiB | {r['peak_rss'] / size:.1f}x | {r['detail']} |"
                 )
-            path.unlink()
+            if not args.data:
+                path.unlink()
     table = "\n".join(
         [
             "| snapshot | reader | time | time vs pickle.load | peak RSS | peak RSS / file size | result |",

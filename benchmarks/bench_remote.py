@@ -29,19 +29,31 @@ def host_report(host: str, node: int, per_node: int, world: int, culprit: int) -
     for local in range(per_node):
         rank = node * per_node + local
         if rank == culprit:
-            frames = [Frame(function="load_batch", file="/job/data.py", line=12), Frame(function="main", file="/job/train.py", line=30)]
+            frames = [
+                Frame(function="load_batch", file="/job/data.py", line=12),
+                Frame(function="main", file="/job/train.py", line=30),
+            ]
         else:
             frames = [
                 Frame(function="all_reduce", file=TORCH, line=3252),
-                Frame(function="wrapper", file="/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line=83),
+                Frame(
+                    function="wrapper",
+                    file="/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py",
+                    line=83,
+                ),
                 Frame(function="step", file="/job/train.py", line=21),
                 Frame(function="main", file="/job/train.py", line=30),
             ]
         frames.append(Frame(function="<module>", file="/job/train.py", line=40))
         ranks.append(RankProcess(rank=rank, local_rank=local, pid=1000 + local, host=host, state="sleeping"))
         stacks.append(
-            RankStack(rank=rank, pid=1000 + local, host=host, state="sleeping",
-                      threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)])
+            RankStack(
+                rank=rank,
+                pid=1000 + local,
+                host=host,
+                state="sleeping",
+                threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+            )
         )
     job = Job(job_id="bench", launcher="torchrun", world_size=world, hosts=[host], ranks=ranks)
     return StacksReport(job=job, verdict=Verdict(kind="inconclusive", summary="per host"), stacks=stacks)
@@ -49,7 +61,10 @@ def host_report(host: str, node: int, per_node: int, world: int, culprit: int) -
 
 def bench_merge(hosts: int = 128, per_node: int = 8, repeat: int = 5) -> tuple[float, str]:
     world = hosts * per_node
-    texts = {f"node{i:03d}": host_report(f"node{i:03d}", i, per_node, world, culprit=world - 3).model_dump_json() for i in range(hosts)}
+    texts = {
+        f"node{i:03d}": host_report(f"node{i:03d}", i, per_node, world, culprit=world - 3).model_dump_json()
+        for i in range(hosts)
+    }
     times = []
     verdict = ""
     for _ in range(repeat):
@@ -63,7 +78,9 @@ def bench_merge(hosts: int = 128, per_node: int = 8, repeat: int = 5) -> tuple[f
     return statistics.median(times), verdict
 
 
-def bench_fanout(tmp: Path, counts: list[int], base: float = 0.2, slow: float = 1.0) -> list[tuple[int, float, float, float]]:
+def bench_fanout(
+    tmp: Path, counts: list[int], base: float = 0.2, slow: float = 1.0
+) -> list[tuple[int, float, float, float]]:
     canned = tmp / "reports"
     canned.mkdir()
     script = tmp / "fake-rankscope"
@@ -76,7 +93,9 @@ def bench_fanout(tmp: Path, counts: list[int], base: float = 0.2, slow: float = 
     rows = []
     for n in counts:
         for i in range(n):
-            (canned / f"h{i:03d}.json").write_text(host_report(f"h{i:03d}", i, 8, n * 8, culprit=-1).model_dump_json())
+            (canned / f"h{i:03d}.json").write_text(
+                host_report(f"h{i:03d}", i, 8, n * 8, culprit=-1).model_dump_json()
+            )
         hosts = [f"h{i:03d}" for i in range(n)]
         t0 = time.perf_counter()
         report = dump_stacks_remote(hosts, via="local", rankscope_cmd=str(script), timeout=30)
@@ -109,7 +128,7 @@ def main() -> None:
         "",
         "## Fan-out wall time vs number of hosts",
         "",
-        "Each simulated host (`via=\"local\"`, a fake `rankscope` under that host's name) sleeps 0.2 s and "
+        'Each simulated host (`via="local"`, a fake `rankscope` under that host\'s name) sleeps 0.2 s and '
         "prints a canned 8-rank report; one host is slow (1.0 s). Up to 64 hosts run at once.",
         "",
         "| hosts | wall | wall / slowest host | one after another (sum of sleeps) |",

@@ -129,3 +129,15 @@ def test_permission_denied_real_cli_subprocess(fake_job: RunningJob) -> None:
     assert "Traceback" not in out.stderr
     assert "permission denied" in out.stderr.lower()
     assert "CAP_SYS_PTRACE" in out.stderr and "ptrace_scope" in out.stderr
+
+
+def test_hang_modules_do_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "import rankscope.commands.ps, rankscope.commands.stacks, rankscope.stacks, rankscope.discovery\n"
+        "import rankscope.analysis.stacks, rankscope.analysis.bound, rankscope.analysis.render_stacks\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

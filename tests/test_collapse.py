@@ -93,3 +93,18 @@ def test_collapse_scales_to_many_ranks() -> None:
     assert len(out) == 201
     assert CollapsedLine(ranks=[17], text="loss nan", uniform=False) in out
     assert out[100].ranks == [r for r in range(64) if r != 17]
+
+
+def test_repeated_lines_stay_aligned_and_long_divergence_falls_back_to_positions() -> None:
+    dots = ["."] * 3000
+    by_rank = {0: list(dots), 1: [*dots[:1500], "stall", *dots[1501:]], 2: list(dots)}
+    out = collapse_rank_lines(by_rank)
+    assert len(out) == 3001
+    assert CollapsedLine(ranks=[1], text="stall", uniform=False) in out
+    assert sum(c.uniform for c in out) == 2999
+    # two long, entirely different outputs: paired line by line instead of a quadratic alignment
+    a = [f"a{i % 7}" for i in range(1000)]
+    b = [f"b{i % 5}" for i in range(1200)]
+    out = collapse_rank_lines({0: a, 1: b})
+    assert [c.text for c in out[:2]] == ["a0", "b0"]
+    assert sorted(c.text for c in out) == sorted(a + b)

@@ -18,6 +18,7 @@ SECRETS = {
     "TORCH_STORE_URL": "https://alice:s3cretUrlPw@store.example.com/run",
 }
 SECRET_VALUES = ("tok-9f8e7d6c5b4a3210", "wandbkey-0123456789abcdef", "hunter2-pa55word", "s3cretUrlPw")
+LEAKS = (*SECRET_VALUES, "cmdlinePw77")  # the last one is in a URL on the ranks' command line
 
 
 def _two_node_launch(jobs: JobFactory) -> tuple[int, int]:
@@ -26,9 +27,18 @@ def _two_node_launch(jobs: JobFactory) -> tuple[int, int]:
     launchers = []
     for node_rank, algo in ((0, "Ring"), (1, "Tree")):
         argv = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node_rank}",
-            "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", "--monitor_interval=0.2",
-            str(PROGRAMS / "env_hold.py"), "--db-url", "postgres://bob:cmdlinePw77@db.example.com/x",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node_rank={node_rank}",
+            "--nproc_per_node=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "--monitor_interval=0.2",
+            str(PROGRAMS / "env_hold.py"),
+            "--db-url",
+            "postgres://bob:cmdlinePw77@db.example.com/x",
         ]
         job = jobs._start(argv, 1, port, {"NCCL_ALGO": algo, **SECRETS}, f"node{node_rank}")
         launchers.append(job)
@@ -55,7 +65,7 @@ def test_ranks_differing_in_one_nccl_variable_and_secrets_redacted(jobs: JobFact
         assert r.env["WORLD_SIZE"] == "2"
 
     dumped = report.model_dump_json()
-    for value in SECRET_VALUES + ("cmdlinePw77",):
+    for value in LEAKS:
         assert value not in dumped
 
     out = io.StringIO()
@@ -63,14 +73,14 @@ def test_ranks_differing_in_one_nccl_variable_and_secrets_redacted(jobs: JobFact
         assert main(["env", "--pid", str(pid0), "--no-torch", "--json"]) == 0
     text = out.getvalue()
     assert json.loads(text)["differences"][0]["name"] == "NCCL_ALGO"
-    for value in SECRET_VALUES + ("cmdlinePw77",):
+    for value in LEAKS:
         assert value not in text
 
     human = io.StringIO()
     with redirect_stdout(human):
         assert main(["env", "--pid", str(pid0), "--no-torch"]) == 0
     assert "NCCL_ALGO: rank 0=Ring, rank 1=Tree" in human.getvalue()
-    for value in SECRET_VALUES + ("cmdlinePw77",):
+    for value in LEAKS:
         assert value not in human.getvalue()
 
 

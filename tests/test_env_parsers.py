@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from rankscope.analysis.env_checks import check_env, diff_ranks
-from rankscope.analysis.gpu_parsers import non_nvlink_gpu_pairs, parse_gpu_query, parse_topology, parse_xid_lines
+from rankscope.analysis.gpu_parsers import (
+    non_nvlink_gpu_pairs,
+    parse_gpu_query,
+    parse_topology,
+    parse_xid_lines,
+)
 from rankscope.envinfo import parse_limits
 from rankscope.models.env import GpuInfo, NetInterface, NodeInfo, RankEnv, ShmInfo
 
@@ -23,10 +28,19 @@ def _node(**kw: object) -> NodeInfo:
 
 
 def _rank(rank: int, env: dict[str, str], **kw: object) -> RankEnv:
-    full = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
-            "MASTER_PORT": "29500", "TORCH_FR_BUFFER_SIZE": "2000", "NCCL_DEBUG": "WARN", **env}
-    return RankEnv.model_validate({"rank": rank, "local_rank": rank, "pid": 1000 + rank, "host": "gpu-node-01",
-                                   "env": full, **kw})
+    full = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "NCCL_DEBUG": "WARN",
+        **env,
+    }
+    return RankEnv.model_validate(
+        {"rank": rank, "local_rank": rank, "pid": 1000 + rank, "host": "gpu-node-01", "env": full, **kw}
+    )
 
 
 def _kinds(node: NodeInfo, ranks: list[RankEnv]) -> dict[str, list[int]]:
@@ -41,7 +55,9 @@ def test_gpu_query_rows_with_na_values() -> None:
     assert gpus[0].driver_version == "550.54.15" and gpus[0].pci_bus_id == "00000000:18:00.0"
     assert gpus[1].ecc_uncorrected_volatile == 2 and gpus[1].ecc_uncorrected_aggregate == 17
     assert gpus[2].ecc_uncorrected_volatile is None and gpus[2].utilization_pct is None
-    assert parse_gpu_query("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == []
+    assert (
+        parse_gpu_query("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == []
+    )
 
 
 def test_topology_matrix_with_nics_and_legend() -> None:
@@ -112,15 +128,32 @@ def test_gpu_sharing_by_visible_devices_and_local_rank() -> None:
 
 
 def test_settings_checks() -> None:
-    ranks = [_rank(0, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "CUDA_LAUNCH_BLOCKING": "1", "NCCL_P2P_DISABLE": "1",
-                       "NCCL_IB_DISABLE": "1", "TORCH_FR_BUFFER_SIZE": "0"})]
+    ranks = [
+        _rank(
+            0,
+            {
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+                "CUDA_LAUNCH_BLOCKING": "1",
+                "NCCL_P2P_DISABLE": "1",
+                "NCCL_IB_DISABLE": "1",
+                "TORCH_FR_BUFFER_SIZE": "0",
+            },
+        )
+    ]
     kinds = _kinds(_node(), ranks)
-    for kind in ("async_error_handling_off", "cuda_launch_blocking", "nccl_p2p_disable", "nccl_ib_disable",
-                 "flight_recorder_off"):
+    for kind in (
+        "async_error_handling_off",
+        "cuda_launch_blocking",
+        "nccl_p2p_disable",
+        "nccl_ib_disable",
+        "flight_recorder_off",
+    ):
         assert kinds[kind] == [0], kind
     healthy = _kinds(_node(), [_rank(0, {})])
     assert healthy == {}, healthy
-    assert "flight_recorder_off" not in _kinds(_node(), [_rank(0, {"TORCH_FR_BUFFER_SIZE": "", "TORCH_NCCL_TRACE_BUFFER_SIZE": "500"})])
+    assert "flight_recorder_off" not in _kinds(
+        _node(), [_rank(0, {"TORCH_FR_BUFFER_SIZE": "", "TORCH_NCCL_TRACE_BUFFER_SIZE": "500"})]
+    )
     unset = _rank(0, {})
     unset.env.pop("NCCL_DEBUG")
     assert "nccl_debug_unset" in _kinds(_node(gpus=[GpuInfo(index=0)]), [unset])
@@ -138,12 +171,21 @@ def test_socket_ifname_semantics() -> None:
     assert not missing("^docker,lo")  # excludes: eth0 and ib0 remain
     assert missing("^eth,ib,lo")  # excludes everything
     assert missing("bond0", "GLOO_SOCKET_IFNAME")
+    # each rank's own value is checked, not only the first one seen
+    two = [_rank(0, {"NCCL_SOCKET_IFNAME": "eth"}), _rank(1, {"NCCL_SOCKET_IFNAME": "enp65s0"})]
+    _, findings = check_env(_node(), two)
+    assert [f.ranks for f in findings if f.kind == "socket_ifname_missing"] == [[1]]
+    assert {f.facts["variable"]: f.severity for f in findings if f.kind == "env_mismatch"} == {
+        "NCCL_SOCKET_IFNAME": "warning"
+    }
 
 
 def test_shm_too_small_for_workers_and_mixed_versions() -> None:
     tiny = _node(shm=ShmInfo(size_bytes=64 * 1024**2, used_bytes=10 * 1024**2))
-    ranks = [_rank(0, {}, children=4, torch_version="2.13.0+cu128", python="/venv/bin/python"),
-             _rank(1, {}, children=4, torch_version="2.12.1+cu126", python="/opt/conda/bin/python")]
+    ranks = [
+        _rank(0, {}, children=4, torch_version="2.13.0+cu128", python="/venv/bin/python"),
+        _rank(1, {}, children=4, torch_version="2.12.1+cu126", python="/opt/conda/bin/python"),
+    ]
     _, findings = check_env(tiny, ranks)
     by = {f.kind: f for f in findings}
     assert by["shm_too_small"].severity == "error" and by["shm_too_small"].facts["workers"] == 8

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from rankscope import api
+from rankscope.analysis.flight import LoadedDump, analyze
 from rankscope.cli import main as cli_main
 from rankscope.errors import InvalidInput
 from rankscope.flight import analyze_flight_recorder
@@ -59,45 +60,48 @@ def _rank_pids(job: object) -> list[int]:
     return pids
 
 
+CASES = {
+    # mode: (verdict kind, first mismatch kind, rank whose main thread is stuck in all_reduce)
+    "skip": ("divergent_ranks", "not_entered", 0),
+    "swap": ("mismatched_collectives", "op_mismatch", 0),
+    "shape": ("mismatched_collectives", "size_mismatch", None),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("mode", "kind", "mismatch", "stuck_rank"),
-    [
-        ("skip", "divergent_ranks", "not_entered", 0),
-        ("swap", "mismatched_collectives", "op_mismatch", 0),
-        ("shape", "mismatched_collectives", "size_mismatch", None),
-    ],
-)
-def test_real_gloo_hang_dumped_by_probe(
-    jobs: JobFactory, tmp_path: Path, mode: str, kind: str, mismatch: str, stuck_rank: int | None
-) -> None:
-    dump = tmp_path / "dump"
-    job = jobs.torchrun("fr_hang.py", nproc=2, args=[mode, str(dump)])
-    job.wait_ready(["rank0", "rank1"], timeout=90)
-    pids = _rank_pids(job)
-    assert len(pids) == 2, job.output()
-    _signal_until_dumped(pids, dump, 2)
-    assert job.proc.poll() is None, "SIGUSR1 must not kill the ranks"
+def test_real_gloo_hangs_dumped_by_probe(jobs: JobFactory, tmp_path: Path) -> None:
+    # The three jobs start together: most of each start is waiting, not computing.
+    started = {
+        mode: jobs.torchrun("fr_hang.py", nproc=2, args=[mode, str(tmp_path / mode)]) for mode in CASES
+    }
+    for mode, job in started.items():
+        job.wait_ready(["rank0", "rank1"], timeout=120)
+        pids = _rank_pids(job)
+        assert len(pids) == 2, job.output()
+        _signal_until_dumped(pids, tmp_path / mode, 2)
+        assert job.proc.poll() is None, "SIGUSR1 must not kill the ranks"
 
-    if stuck_rank is not None:
-        # The dump was written while this rank's main thread sat inside the gloo all_reduce:
-        # the proof that the wakeup-fd thread works where a Python signal handler cannot run.
-        sections = (dump / f"stacks_rank_{stuck_rank}.txt").read_text().split("\n\n")
-        main_thread = next(sec for sec in sections if "fr_hang.py" in sec and " in main" in sec)
-        assert not main_thread.lstrip().startswith("Current thread"), main_thread
-        assert "distributed_c10d.py" in main_thread and " in all_reduce" in main_thread, main_thread
+    for mode, (kind, mismatch, stuck_rank) in CASES.items():
+        dump = tmp_path / mode
+        if stuck_rank is not None:
+            # The dump was written while this rank's main thread sat inside the gloo all_reduce:
+            # the proof that the wakeup-fd thread works where a Python signal handler cannot run.
+            sections = (dump / f"stacks_rank_{stuck_rank}.txt").read_text().split("\n\n")
+            main_thread = next(sec for sec in sections if "fr_hang.py" in sec and " in main" in sec)
+            assert not main_thread.lstrip().startswith("Current thread"), main_thread
+            assert "distributed_c10d.py" in main_thread and " in all_reduce" in main_thread, main_thread
 
-    report = analyze_flight_recorder([str(dump)])
-    assert report.ranks == [0, 1] and report.errors == []
-    assert report.verdict.kind == kind
-    assert report.verdict.suspect_ranks == [1]
-    assert report.first_mismatch is not None
-    assert report.first_mismatch.kind == mismatch
-    assert report.first_mismatch.seq_id == 3
-    # Gloo's pg_config has an empty name: repaired from the entries.
-    assert any("empty name" in r for d in report.dumps for r in d.repaired)
-    sites = {e.call_site.file for e in report.first_mismatch.entries if e.call_site}
-    assert sites and all(s.endswith("fr_hang.py") for s in sites)
+        report = analyze_flight_recorder([str(dump)])
+        assert report.ranks == [0, 1] and report.errors == [], mode
+        assert report.verdict.kind == kind, (mode, report.verdict)
+        assert report.verdict.suspect_ranks == [1], mode
+        assert report.first_mismatch is not None
+        assert report.first_mismatch.kind == mismatch, mode
+        assert report.first_mismatch.seq_id == 3
+        # Gloo's pg_config has an empty name: repaired from the entries.
+        assert any("empty name" in r for d in report.dumps for r in d.repaired)
+        sites = {e.call_site.file for e in report.first_mismatch.entries if e.call_site}
+        assert sites and all(s.endswith("fr_hang.py") for s in sites)
 
 
 def test_gloo_skip_from_captured_dumps() -> None:
@@ -258,3 +262,70 @@ def test_enable_flight_recorder_rejects_bad_buffer(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidInput):
         enable_flight_recorder(str(tmp_path), buffer_size=0)
+
+
+# ----------------------------------------------------------------------------- pure analysis
+
+
+def _event(
+    seq: int, op: str = "nccl:all_reduce", state: str = "completed", **kw: object
+) -> dict[str, object]:
+    e: dict[str, object] = {
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "profiling_name": op,
+        "input_sizes": [[8]],
+        "output_sizes": [[8]],
+        "input_dtypes": ["Float"],
+        "output_dtypes": ["Float"],
+        "state": state,
+        "retired": state == "completed",
+        "is_p2p": False,
+        "time_created_ns": seq,
+        "frames": [{"name": "step", "filename": "/job/train.py", "line": 10 + seq}],
+    }
+    e.update(kw)
+    return e
+
+
+def _dumps(per_rank: dict[int, list[dict[str, object]]], world: int) -> list[LoadedDump]:
+    cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": json.dumps(list(range(world)))}}
+    return [
+        LoadedDump(
+            path=f"r{r}", rank=r, format="pickle", data={"version": "2.10", "pg_config": cfg, "entries": es}
+        )
+        for r, es in per_rank.items()
+    ]
+
+
+def test_extra_collective_on_one_rank_blames_that_rank() -> None:
+    done = [_event(1), _event(2)]
+    per_rank = {0: [*done, _event(3, state="started")], 1: done, 2: done, 3: done}
+    report = analyze(_dumps(per_rank, 4))
+    assert report.verdict.kind == "divergent_ranks"
+    assert report.verdict.suspect_ranks == [0]
+    assert "called a collective the others did not" in report.verdict.summary
+
+
+def test_everyone_waits_in_the_same_collective() -> None:
+    per_rank = {r: [_event(1), _event(2, state="started")] for r in range(3)}
+    report = analyze(_dumps(per_rank, 3))
+    assert report.verdict.kind == "all_in_same_collective"
+    assert "nccl:all_reduce #2" in report.verdict.summary
+
+
+def test_all_completed_is_no_collective_and_p2p_is_noted() -> None:
+    p2p = _event(0, op="nccl:send 0->1", is_p2p=True, p2p_seq_id=1)
+    per_rank = {0: [_event(1), p2p], 1: [_event(1)]}
+    report = analyze(_dumps(per_rank, 2))
+    assert report.verdict.kind == "no_collective"
+    assert any("p2p" in n for n in report.notes)
+
+
+def test_duplicate_rank_files_keep_one() -> None:
+    dumps = _dumps({0: [_event(1)], 1: [_event(1)]}, 2)
+    dumps.append(LoadedDump(path="r1-again", rank=1, format="json", data=dumps[1].data))
+    report = analyze(dumps)
+    assert report.ranks == [0, 1] and any("two dumps for rank 1" in n for n in report.notes)

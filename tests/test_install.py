@@ -16,6 +16,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from rankscope.commands.mcp import render_mcp_config
 from rankscope.errors import InvalidInput
 from rankscope.install import MANIFEST, LocalEditsFound, install_skill, mcp_config
 from rankscope.resources import bundle_root
@@ -179,8 +180,10 @@ def test_mcp_config_for_every_client(client: str) -> None:
         assert cfg["command_line"] == f"claude mcp add rankscope -- {RANKSCOPE} mcp"
     else:
         assert cfg["command_line"] is None
-    text = cli("mcp-config", "--client", client)
-    assert text.returncode == 0 and json.dumps(cfg["snippet"], indent=2) in text.stdout
+    text = "\n".join(
+        render_mcp_config(mcp_config(client))
+    )  # what `rankscope mcp-config` prints without --json
+    assert json.dumps(cfg["snippet"], indent=2) in text
 
 
 def test_mcp_config_rejects_unknown_clients() -> None:
@@ -268,8 +271,11 @@ def test_wheel_in_a_fresh_venv_installs_the_skill_and_serves_mcp(wheel: Path, tm
     assert installed.returncode == 0, installed.stderr
     report = json.loads(installed.stdout)
     assert report["source"] == bundle and report["skill_name"] == "rankscope"
-    assert {f["path"] for f in report["files"]} == shipped_files()
-    assert (dest / "skill" / "hangs.md").read_bytes() == (bundle_root() / "skill" / "hangs.md").read_bytes()
+    with zipfile.ZipFile(wheel) as zf:
+        prefix = "rankscope/_bundle/"
+        in_wheel = {n.removeprefix(prefix): zf.read(n) for n in zf.namelist() if n.startswith(prefix)}
+    assert {f["path"] for f in report["files"]} == set(in_wheel)
+    assert (dest / "skill" / "hangs.md").read_bytes() == in_wheel["skill/hangs.md"]
 
     config = cli("mcp-config", "--client", "claude-code", "--json", exe=exe, env=env)
     assert json.loads(config.stdout)["command"] == exe

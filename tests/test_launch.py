@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rankscope.errors import InvalidInput, TorchMissing
-from rankscope.launch import parse_failures, run_job
-from rankscope.models.run import CollapsedLine
+from rankscope.launch import bound_run_report, parse_failures, run_job
+from rankscope.models.run import CollapsedLine, RankOutput, RunReport
 from rankscope.proctree import descendants, reap_tree
 from tests.jobs import PROGRAMS, wait_for
 
@@ -82,6 +82,24 @@ def test_bad_input_is_rejected_before_anything_starts(tmp_path: Path) -> None:
         run_job(SCRIPT, nproc=0)
     with pytest.raises(InvalidInput, match="hang timeout"):
         run_job(SCRIPT, hang_timeout=0)
+
+
+def test_bounded_report_keeps_head_and_tail_and_says_what_was_cut() -> None:
+    lines = [CollapsedLine(ranks=[0, 1], text=f"step {i} " + "x" * 60, uniform=True) for i in range(2000)]
+    raw = [RankOutput(rank=r, stdout=[line.text for line in lines]) for r in (0, 1)]
+    report = RunReport(outcome="ok", summary="ok", nproc=2, duration_s=1.0, collapsed_stdout=lines, ranks=raw)
+    bounded = bound_run_report(report)
+    assert bounded.truncated and bounded.ranks == []
+    texts = [c.text for c in bounded.collapsed_stdout]
+    assert texts[0].startswith("step 0 ") and texts[-1].startswith("step 1999 ")
+    marker = next(t for t in texts if "line(s) cut" in t)
+    assert int(marker.split()[1]) == 2000 - (len(texts) - 1)
+    assert (
+        bounded.hint is not None
+        and "collapsed stdout" in bounded.hint
+        and "raw per-rank output" in bounded.hint
+    )
+    assert len(bounded.model_dump_json()) < 20_000
 
 
 def test_interpreter_without_torch_gets_torch_missing(tmp_path: Path) -> None:

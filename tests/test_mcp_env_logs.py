@@ -23,13 +23,15 @@ def _call(calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, list[Any]]:
 
 
 def test_triage_logs_and_collect_env_over_mcp() -> None:
-    tools, (triage, pasted, missing, env, bad_pid) = _call([
-        ("triage_logs", {"paths": [str(LOGS / "nccl_watchdog_lagging_rank.log")]}),
-        ("triage_logs", {"paths": [], "text": (LOGS / "cuda_oom.log").read_text()}),
-        ("triage_logs", {"paths": [str(LOGS / "nope.log")]}),
-        ("collect_env", {"include_torch": False}),
-        ("collect_env", {"pid": 999999999, "include_torch": False}),
-    ])
+    tools, (triage, pasted, missing, env, bad_pid) = _call(
+        [
+            ("triage_logs", {"paths": [str(LOGS / "nccl_watchdog_lagging_rank.log")]}),
+            ("triage_logs", {"paths": [], "text": (LOGS / "cuda_oom.log").read_text()}),
+            ("triage_logs", {"paths": [str(LOGS / "nope.log")]}),
+            ("collect_env", {"include_torch": False}),
+            ("collect_env", {"pid": 999999999, "include_torch": False}),
+        ]
+    )
     by_name = {t.name: t for t in tools.tools}
     for name, field in (("triage_logs", "suspect_ranks"), ("collect_env", "findings")):
         tool = by_name[name]
@@ -40,7 +42,9 @@ def test_triage_logs_and_collect_env_over_mcp() -> None:
     assert triage.structured_content["suspect_ranks"] == [2]
     assert triage.structured_content["kinds"]["collective_timeout"] == 4
     assert pasted.structured_content["findings"][0]["kind"] == "cuda_oom"
-    assert missing.is_error and "no such file" in missing.content[0].text and "Fix:" in missing.content[0].text
+    assert (
+        missing.is_error and "no such file" in missing.content[0].text and "Fix:" in missing.content[0].text
+    )
 
     assert not env.is_error, env.content
     node = env.structured_content["node"]

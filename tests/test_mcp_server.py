@@ -178,11 +178,25 @@ def test_prompts_for_the_main_procedures() -> None:
         ("dump_stacks", {"timeout": 0}, "timeout must be positive, got 0.0. Fix: Pass a timeout in seconds"),
         ("dump_stacks", {"full_ranks": [-2]}, "full_ranks must hold rank numbers (0 and up), got [-2]. Fix:"),
         ("dump_stacks", {"hosts": []}, "hosts is empty. Fix: Leave hosts out for this host"),
-        ("dump_stacks", {"job": "1234"}, "job and namespace only apply with hosts"),
+        (
+            "dump_stacks",
+            {"via": "kubectl"},
+            "--via kubectl needs --hosts PODS or --job JOBNAME Fix: Pass --job",
+        ),
+        (
+            "dump_stacks",
+            {"via": "srun"},
+            "no Slurm allocation in the environment (SLURM_JOB_NODELIST is unset). Fix:",
+        ),
+        ("dump_stacks", {"hosts": ["node[01-03"]}, "unbalanced '[' in hostlist 'node[01-03' Fix:"),
+        ("dump_stacks", {"via": "telnet"}, "Input should be 'ssh', 'srun', 'kubectl' or 'debug-server'"),
         ("dump_stacks", {"pid": "abc"}, "Error executing tool dump_stacks"),
     ],
 )
-def test_bad_arguments_are_tool_errors_with_the_fix(tool: str, args: dict[str, Any], expected: str) -> None:
+def test_bad_arguments_are_tool_errors_with_the_fix(
+    tool: str, args: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)  # the srun case must not find an allocation
     text = error_text(call(tool, args))
     assert expected in text
     assert "Traceback" not in text

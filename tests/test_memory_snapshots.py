@@ -260,3 +260,22 @@ def test_mcp_inspect_memory_in_memory(tmp_path: Path) -> None:
     assert ok.structured_content["snapshots"][0]["fragmentation"]["kind"] == "fragmentation"
     assert bad.is_error
     assert "Fix:" in bad.content[0].text
+
+
+def test_pending_free_blocks_keep_the_replay_consistent() -> None:
+    """A block freed on another stream is 'active_pending_free' until free_completed: the trace still counts it."""
+    b = SnapshotBuilder()
+    b.alloc(10 * MiB, user_frames(TRAIN, 1, "a"))
+    side = b.alloc(30 * MiB, user_frames(TRAIN, 2, "b"))
+    data = b.build()
+    for seg in data["segments"]:
+        for blk in seg["blocks"]:
+            if blk["address"] == side:
+                blk["state"] = "active_pending_free"
+    data["device_traces"][0].append(
+        {"action": "free_requested", "addr": side, "size": 30 * MiB, "stream": 0, "frames": []}
+    )
+    s = analyze_snapshot(data, "pending")
+    assert (s.allocated_bytes, s.pending_free_bytes) == (10 * MiB, 30 * MiB)
+    assert s.peak_allocated_bytes == 40 * MiB
+    assert [t.site for t in s.top_sites] == [f"{TRAIN}:1 in a"]

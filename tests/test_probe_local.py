@@ -59,7 +59,11 @@ def test_optimizer_state_includes_scalars() -> None:
 
 def test_which_selects_params_grads_buffers() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
-    assert [f.name for f in collect(model, "buffers")[0]] == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    assert [f.name for f in collect(model, "buffers")[0]] == [
+        "1.running_mean",
+        "1.running_var",
+        "1.num_batches_tracked",
+    ]
     grads = collect(model, "grads")[0]
     assert all(f.dtype == "none" and f.kind == "grad" for f in grads)  # before backward: no grads
     assert len(collect(model, "all")[0]) == 4 + 4 + 3

@@ -328,10 +328,10 @@ def test_cli_list_render_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert all({"name", "symptom", "requires_cuda"} <= t.keys() for t in listed["templates"])
     out = tmp_path / "repro.py"
     assert (
-        main(["repro", "render", "uneven_batches", "--set", "dataset_size=11", "--fixed", "--out", str(out)])
+        main(["repro", "render", "uneven_batches", "--set", "dataset_size=13", "--fixed", "--out", str(out)])
         == 0
     )
-    assert "wrote" in capsys.readouterr().out and "DATASET_SIZE = 11" in out.read_text()
+    assert "wrote" in capsys.readouterr().out and "DATASET_SIZE = 13" in out.read_text()
     assert main(["repro", "render", "skip_collective", "--set", 'op="); import os#', "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "invalid parameters" in err and "Fix:" in err
@@ -385,3 +385,46 @@ def test_importing_the_faces_does_not_import_torch() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
+
+
+def test_from_report_accepts_a_run_report_with_captured_stacks() -> None:
+    run = {
+        "outcome": "hung",
+        "summary": "Hung",
+        "nproc": 2,
+        "duration_s": 9.0,
+        "stacks": _load("stacks_rank_conditional.json"),
+    }
+    r = repro_from_report(run)
+    assert r.template == "rank_conditional_collective" and r.params["busy_rank"] == 0
+
+
+def _anchors(markdown: str) -> set[str]:
+    import re
+
+    return {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in markdown.splitlines()
+        if line.startswith("#")
+    }
+
+
+def test_skill_sections_named_by_templates_and_answers_resolve() -> None:
+    root = templates_dir().parent
+    repro_md = (root / "skill" / "repro.md").read_text()
+    assert {
+        "when-to-generate-a-repro",
+        "hand-it-over",
+        "when-it-does-not-reproduce",
+        "verify-it",
+    } <= _anchors(repro_md)
+    checked = 0
+    for t in list_templates().templates:
+        path, _, anchor = t.skill_section.partition("#")
+        playbook = root / path
+        if (
+            playbook.is_file()
+        ):  # playbooks written alongside (crashes, communication errors) are checked once present
+            assert anchor in _anchors(playbook.read_text()), t.skill_section
+            checked += 1
+    assert checked >= 6  # hangs.md, wrong-results.md, oom.md at least

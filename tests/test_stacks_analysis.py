@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ DATA = Path(__file__).parent / "data" / "stacks"
 SP = "/opt/venv/lib/python3.11/site-packages/"
 
 
-def load(case: str) -> tuple[Job, list[RankStack], dict[str, object]]:
+def load(case: str) -> tuple[Job, list[RankStack], dict[str, Any]]:
     raw = json.loads((DATA / f"{case}.json").read_text())
     job = Job.model_validate(raw["job"])
     stacks = [
@@ -149,9 +150,9 @@ def test_ddp_backward_read_from_locals() -> None:
 def test_spawn_ranks_read_their_index_from_wrap() -> None:
     job, stacks, _ = load("spawn_mismatch")
     assert job.launcher == "mp_spawn"
-    assert sorted(_spawn_index(s.threads) for s in stacks) == [0, 1]
-    for s in stacks:
-        assert _spawn_index(s.threads) == s.rank
+    indices = [_spawn_index(s.threads) for s in stacks]
+    assert indices == [s.rank for s in stacks]
+    assert sorted(i for i in indices if i is not None) == [0, 1]
     report = analyze(job, stacks, [])
     assert report.verdict.kind == "mismatched_collectives"
     assert {g.op for g in report.groups} == {"all_reduce", "barrier"}
@@ -205,6 +206,25 @@ def test_rank_that_exited_during_capture_does_not_hide_the_others() -> None:
     assert report.errors == [err]
     assert {s.rank: s.op for s in report.stacks if s.threads} == {0: "all_reduce", 2: "barrier"}
     assert 1 in report.job.exited_ranks
+
+
+def test_rank_in_d_state_among_waiting_peers_is_the_suspect() -> None:
+    job, stacks, _ = load("same_recv")
+    # read with --nonblocking, its stack looks like the others', but it is stuck in the kernel
+    stacks[1] = stacks[1].model_copy(update={"state": "disk_sleep"})
+    report = analyze(job, stacks, [])
+    assert report.verdict.kind == "divergent_ranks"
+    assert report.verdict.suspect_ranks == [1]
+    assert "uninterruptible sleep" in report.verdict.summary
+
+
+def test_whole_job_stopped() -> None:
+    job, stacks, _ = load("same_recv")
+    stopped = [s.model_copy(update={"threads": [], "state": "stopped"}) for s in stacks]
+    report = analyze(job, stopped, [])
+    assert report.verdict.kind == "no_collective"
+    assert report.verdict.suspect_ranks == [0, 1]
+    assert "not running" in report.verdict.summary
 
 
 def test_nothing_captured_is_inconclusive() -> None:
@@ -310,6 +330,19 @@ def test_nccl_work_wait_seen_only_in_native_frames() -> None:
     assert find_call_site(frames) is not None and find_call_site(frames).line == 33  # type: ignore[union-attr]
 
 
+def test_object_collectives_are_named_by_the_api_called() -> None:
+    frames = [
+        py("all_gather", "torch/distributed/distributed_c10d.py", 4000),
+        py("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py", 83),
+        py("all_gather_object", "torch/distributed/distributed_c10d.py", 3300),
+        py("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py", 83),
+        py("gather_metrics", USER, 7),
+        # an outer collective-looking frame beyond the user frame does not count
+        py("barrier", "torch/distributed/distributed_c10d.py", 5356),
+    ]
+    assert recognise_op(frames)[0] == "all_gather_object"
+
+
 def test_user_frames_exclude_torch_site_packages_and_stdlib() -> None:
     assert is_user_frame(py("main", USER, 1))
     assert not is_user_frame(py("all_reduce", "torch/distributed/distributed_c10d.py", 1))
@@ -331,7 +364,7 @@ def synthetic(
 ) -> tuple[Job, list[RankStack], int]:
     """``world`` ranks built from a real 2-rank native capture: rank 0's stack for most, rank 1's for ``odd``."""
     job, stacks, raw = load(case)
-    raw_bytes = [len(json.dumps(r["pyspy"])) for r in raw["ranks"]]  # type: ignore[index]
+    raw_bytes = [len(json.dumps(r["pyspy"])) for r in raw["ranks"]]
     ranks = []
     out = []
     total = 0

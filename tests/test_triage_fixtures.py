@@ -28,7 +28,11 @@ def test_nccl_watchdog_timeouts_name_the_lagging_rank() -> None:
     assert sorted(timeouts) == [0, 1, 2, 3]
     f0 = timeouts[0]
     assert f0.facts["seq"] == 42 and f0.facts["op"] == "ALLREDUCE"
-    assert f0.facts["numel_in"] == 26214400 and f0.facts["timeout_ms"] == 600000 and f0.facts["ran_for_ms"] == 600046
+    assert (
+        f0.facts["numel_in"] == 26214400
+        and f0.facts["timeout_ms"] == 600000
+        and f0.facts["ran_for_ms"] == 600046
+    )
     assert f0.facts["last_enqueued"] == 42 and f0.facts["last_completed"] == 41
     assert f0.facts["pg_id"] == 0
     assert timeouts[2].facts["last_enqueued"] == 41
@@ -37,7 +41,10 @@ def test_nccl_watchdog_timeouts_name_the_lagging_rank() -> None:
     assert r.victim_ranks == [0, 1, 3]
     assert any("#41" in e for e in r.evidence)
     step = f0.next_steps[0]
-    assert step.tool == "dump_stacks" and step.skill_section == "skill/communication-errors.md#collective-timeout"
+    assert (
+        step.tool == "dump_stacks"
+        and step.skill_section == "skill/communication-errors.md#collective-timeout"
+    )
 
 
 def test_per_rank_files_silent_rank_is_the_suspect() -> None:
@@ -54,7 +61,9 @@ def test_cuda_oom_facts_and_victims() -> None:
     assert oom.ranks == [3]
     assert oom.facts["requested_bytes"] == 2 * 1024**3
     assert oom.facts["gpu"] == 3 and oom.facts["free"] == "1.23 GiB"
-    assert oom.facts["reserved_unallocated"] == "6.50 GiB" and oom.facts["allocated_by_pytorch"] == "70.12 GiB"
+    assert (
+        oom.facts["reserved_unallocated"] == "6.50 GiB" and oom.facts["allocated_by_pytorch"] == "70.12 GiB"
+    )
     assert oom.next_steps[0].tool == "inspect_memory" and oom.next_steps[0].skill_section == "skill/oom.md"
     assert r.suspect_ranks == [3] and r.victim_ranks == [0, 1]
     assert r.findings[0].kind == "cuda_oom"  # causes come before victims
@@ -159,11 +168,47 @@ def test_rank_hints_from_file_names() -> None:
 
 def test_scanner_is_streaming_and_pure() -> None:
     sc = LogScanner()
-    sc.feed("[rank2]:[E1121 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank 2] Timeout at NCCL work: 9, "
-            "last enqueued NCCL work: 9, last completed NCCL work: 8.", 1, "a.log")
-    sc.feed("[rank0]:[E1121 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 9, "
-            "last enqueued NCCL work: 10, last completed NCCL work: 8.", 2, "a.log")
+    sc.feed(
+        "[rank2]:[E1121 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank 2] Timeout at NCCL work: 9, "
+        "last enqueued NCCL work: 9, last completed NCCL work: 8.",
+        1,
+        "a.log",
+    )
+    sc.feed(
+        "[rank0]:[E1121 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 9, "
+        "last enqueued NCCL work: 10, last completed NCCL work: 8.",
+        2,
+        "a.log",
+    )
     findings = sc.findings()
     c = conclude(findings, sc.failures(), sc.seen_ranks)
     assert c.suspect_ranks == [2] and c.victim_ranks == [0]
     assert parse_size("1.50 MiB") == 1572864 and parse_size("12 B") == 12 and parse_size("huge") is None
+
+
+def test_every_skill_section_emitted_resolves_to_a_heading() -> None:
+    import re as _re
+
+    from rankscope.analysis.log_rules import RULES, SECTIONS
+
+    root = Path(__file__).resolve().parents[1]
+
+    def anchors(md: str) -> set[str]:
+        out = set()
+        for line in md.splitlines():
+            m = _re.match(r"^#{1,6}\s+(.*)$", line)
+            if m:
+                out.add(_re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+        return out
+
+    sections = set(SECTIONS.values()) | {
+        s.skill_section for r in RULES for s in r.next_steps if s.skill_section
+    }
+    env_src = (root / "tools" / "rankscope" / "analysis" / "env_checks.py").read_text()
+    names = {"CE": "skill/communication-errors.md", "CR": "skill/crashes.md"}
+    sections |= {f"{names[f]}#{a}" for f, a in _re.findall(r"\{_(CE|CR)\}#([a-z-]+)", env_src)}
+    for section in sorted(s for s in sections if s):
+        path, _, anchor = section.partition("#")
+        assert (root / path).is_file(), section
+        if anchor:
+            assert anchor in anchors((root / path).read_text()), section

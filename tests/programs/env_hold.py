@@ -12,7 +12,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from _common import mark_ready
 
 

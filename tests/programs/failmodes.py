@@ -14,7 +14,6 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
 from _common import mark_ready
 
 
@@ -24,7 +23,7 @@ def _init(timeout_s: float = 60.0) -> tuple[int, int]:
 
 
 def timeout() -> None:
-    rank, _ = _init(timeout_s=3.0)
+    rank, _ = _init(timeout_s=5.0)
     t = torch.ones(4)
     dist.all_reduce(t)  # seq 1 on both ranks
     if rank == 1:

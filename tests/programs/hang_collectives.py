@@ -61,12 +61,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--loader", action="store_true")
     p.add_argument("--api-key", default="", help="a secret on the command line, for redaction tests")
+    p.add_argument("--pg-timeout", type=float, default=600.0, help="gloo timeout: how long the hang lasts")
     a = p.parse_args()
     api_key = a.api_key  # a secret-named local, for redaction tests
     auth_header = f"Bearer {os.environ.get('HANG_SECRET_TOKEN', 'none')}"
     if a.mode == "partial":
         mark_ready(f"rank{os.environ['RANK']}")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=a.pg_timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     batches = None
     if a.loader and rank == 0:

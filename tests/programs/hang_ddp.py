@@ -18,7 +18,7 @@ def main() -> None:
     p.add_argument("--odd", type=int, default=1)
     p.add_argument("--steps", type=int, default=2)
     a = p.parse_args()
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
     rank = dist.get_rank()
     model = DDP(torch.nn.Linear(8, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

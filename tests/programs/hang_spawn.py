@@ -20,7 +20,7 @@ def worker(index: int, world: int, odd: int) -> None:
         init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
         rank=index,
         world_size=world,
-        timeout=timedelta(seconds=120),
+        timeout=timedelta(seconds=600),
     )
     keep = None
     if index == 0:

@@ -9,7 +9,6 @@ marks itself ready and then waits to be inspected (until killed).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -38,13 +37,11 @@ def main() -> None:
     report = memory_report()
     Path(args.out, f"report-rank{rank}.json").write_text(report.model_dump_json())
     mark_ready(f"rank{rank}")
-    try:
-        while True:  # stay alive to be inspected; the test reaps the job
-            time.sleep(0.2)
-    finally:
-        assert hold is None or hold.numel() > 0
-        worker.kill()
-        os._exit(0)
+    # Stay alive (holding ``hold``) to be inspected; the test reaps the job. The stand-in
+    # worker exits on its own when this rank dies and its stdin pipe closes.
+    while hold is None or hold.numel() > 0:
+        time.sleep(0.2)
+    worker.kill()
 
 
 if __name__ == "__main__":

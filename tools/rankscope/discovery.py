@@ -164,10 +164,28 @@ class _Candidate:
     key: tuple[str, ...]
 
 
+LAUNCHER_WORDS = frozenset(
+    {
+        "torchrun",
+        "torch.distributed.run",
+        "torch.distributed.launch",
+        "accelerate",
+        "deepspeed",
+        "deepspeed.launcher.launch",
+        "deepspeed.launcher.runner",
+    }
+)
+"""Launcher processes: never ranks, even when RANK leaked into their environment."""
+
+
+def _is_launcher(cmdline: list[str]) -> bool:
+    return any(os.path.basename(w) in LAUNCHER_WORDS for w in cmdline[:3])
+
+
 def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:
     """Decide whether a process looks like a rank (before the worker filter)."""
     env = info.env or {}
-    if not info.is_python:
+    if not info.is_python or _is_launcher(info.cmdline):
         return None
     world, _ = _int(env, "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
     local, _ = _int(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
@@ -302,8 +320,7 @@ def _make_job(
                 children=_descendants(c.info.pid, procs),
             )
         )
-    if launcher == "mp_spawn" and world is None:
-        world = None  # nprocs is known only to the parent; left unknown rather than guessed
+    # mp.spawn: nprocs is known only to the parent; rankscope.stacks reads it from its stack.
     found = {r.rank for r in rank_procs if r.rank is not None}
     missing = sorted(set(range(world)) - found) if world else []
     exited: list[int] = []

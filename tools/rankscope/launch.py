@@ -659,6 +659,11 @@ def _run_once(
             return _report(
                 "crashed", runner, watch, exit_code, stacks, evidence, local_notes, start, launcher_lines
             ), True
+    if watch.rank_pids and all(rl.stdout.path is None for rl in runner.ranks.values()):
+        local_notes.append(
+            "torchrun wrote no per-rank log files where rankscope looks (<log_dir>/*/attempt_*/<rank>/); "
+            "this torch version lays them out differently, so the ranks' output is missing here."
+        )
     if outcome is None:
         outcome = "ok" if exit_code == 0 else "crashed"
     return _report(
@@ -740,24 +745,30 @@ def _summary(
             text += f"; torchrun then stopped {'rank' if len(stopped) == 1 else 'ranks'} {format_ranks(e.rank for e in stopped)}"
         return text + f". torchrun exited {exit_code} after {duration:.1f}s."
     if outcome == "hung":
-        verdict = (
-            f" Verdict: {stacks.verdict.summary}"
-            if stacks is not None
-            else " Stacks could not be captured (see notes)."
-        )
-        return f"Hung: {evidence}. Stacks captured, then the job was terminated.{verdict}"
+        if stacks is None:
+            return f"Hung: {evidence}. Stacks could not be captured (see notes); the job was terminated."
+        return f"Hung: {evidence}. Stacks captured, then the job was terminated. Verdict: {stacks.verdict.summary}"
     return f"Timed out: {evidence}; the job was terminated."
 
 
 def _next_steps(outcome: RunOutcome, failed: list[RankExit], stacks: StacksReport | None) -> list[NextStep]:
     if outcome == "crashed" and failed:
         root = next((e for e in failed if e.root_cause), failed[0])
+        if root.signal is not None:
+            return [
+                NextStep(
+                    action=f"Rank {root.rank} was killed by {root.signal}: check the kernel log (dmesg) for the OOM "
+                    f"killer and rank {root.rank}'s last output; SIGSEGV/SIGABRT point at native code.",
+                    tool="triage_logs",
+                    skill_section="skill/crashes.md#killed-by-signal",
+                )
+            ]
         return [
             NextStep(
                 action=f"Read rank {root.rank}'s stderr (ranks[{root.rank}].stderr): its traceback is the first failure; "
                 "the other ranks' errors usually follow from it.",
                 tool="triage_logs",
-                skill_section="skill/crashes.md",
+                skill_section="skill/crashes.md#child-failed",
             )
         ]
     if outcome == "hung" and stacks is not None:
@@ -869,7 +880,9 @@ def bound_run_report(report: RunReport, max_collapsed_bytes: int = MAX_COLLAPSED
             "ranks": [],
             "launcher_output": report.launcher_output[-40:],
             "stacks": stacks,
-            "truncated": bool(cut) or report.truncated,
+            "truncated": bool(cut_out or cut_err)
+            or report.truncated
+            or bool(stacks is not None and stacks.truncated),
             "hint": hint,
         }
     )

@@ -9,6 +9,7 @@ process", ...).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -76,8 +77,17 @@ def pyspy_version(exe: str) -> tuple[int, ...]:
 
 
 def check_pyspy(exe: str | None = None) -> str:
-    """Find py-spy and make sure it is recent enough for ``dump --json``."""
+    """Find py-spy and make sure it is recent enough for ``dump --json``.
+
+    The py-spy installed beside this interpreter is rankscope's own dependency (pinned
+    >= 0.3.14), so only a foreign one ($RANKSCOPE_PYSPY, another PATH entry) costs a
+    ``--version`` run.
+    """
     exe = exe or find_pyspy()
+    beside = Path(sys.executable).parent / "py-spy"
+    with contextlib.suppress(OSError):
+        if beside.exists() and os.path.samefile(exe, beside) and not os.environ.get("RANKSCOPE_PYSPY"):
+            return exe
     version = pyspy_version(exe)
     if version < MIN_VERSION:
         raise PySpyNotFound(

@@ -763,8 +763,15 @@ def dump_stacks_remote(
         return dump_stacks_debug_server(hosts, job=job, timeout=timeout)
     if hosts:
         host_list: list[str] = []
-        for h in hosts:
-            host_list.extend(expand_hostlist(h) if "[" in h else [h.strip()])
+        # re-join first: a comma-splitting caller cuts "node[01-04,07]" in two
+        for h in _split_top(",".join(hosts)):
+            if "[" not in h:
+                host_list.append(h)
+                continue
+            try:
+                host_list.extend(expand_hostlist(h))
+            except InvalidInput:
+                host_list.append(h)  # e.g. an IPv6 literal: ssh://[::1]:22
         host_list = [h for h in dict.fromkeys(host_list) if h]
     elif via == "kubectl":
         if not job:
@@ -828,11 +835,6 @@ def dump_stacks_remote(
     from rankscope.analysis.stacks import analyze
 
     return account_for_unseen(analyze(merged_job, stacks, errors), failed)
-
-
-def describe(argv: Sequence[str]) -> str:
-    """A command line as a person would type it (for logs and docs)."""
-    return shlex.join(argv)
 
 
 __all__ = [

@@ -211,6 +211,14 @@ def dump_stacks(
         raise PermissionDenied(errors[0].message)
     if ranks is not None:
         stacks = [s for s in stacks if s.rank in ranks]
+        job = job.model_copy(
+            update={
+                "notes": [
+                    *job.notes,
+                    f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone",
+                ]
+            }
+        )
     return analyze(job, stacks, errors)
 
 

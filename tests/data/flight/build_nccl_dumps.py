@@ -17,8 +17,18 @@ HERE = Path(__file__).resolve().parent
 TORCH = "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
 
-def entry(seq: int, op: str, *, state: str, dtype: str = "Float", size: int = 1024, line: int = 88,
-          record_id: int | None = None, pg: tuple[str, str] = ("0", "default_pg"), pg_id: int = 0) -> dict[str, Any]:
+def entry(
+    seq: int,
+    op: str,
+    *,
+    state: str,
+    dtype: str = "Float",
+    size: int = 1024,
+    line: int = 88,
+    record_id: int | None = None,
+    pg: tuple[str, str] = ("0", "default_pg"),
+    pg_id: int = 0,
+) -> dict[str, Any]:
     return {
         "record_id": seq - 1 if record_id is None else record_id,
         "pg_id": pg_id,
@@ -33,8 +43,12 @@ def entry(seq: int, op: str, *, state: str, dtype: str = "Float", size: int = 10
         "output_sizes": [[size]],
         "output_dtypes": [dtype],
         "state": state,
-        "time_discovered_started_ns": None if state == "scheduled" else 1_700_000_000_000_000_000 + seq * 1_000_000 + 5,
-        "time_discovered_completed_ns": 1_700_000_000_000_000_000 + seq * 1_000_000 + 9 if state == "completed" else None,
+        "time_discovered_started_ns": None
+        if state == "scheduled"
+        else 1_700_000_000_000_000_000 + seq * 1_000_000 + 5,
+        "time_discovered_completed_ns": 1_700_000_000_000_000_000 + seq * 1_000_000 + 9
+        if state == "completed"
+        else None,
         "retired": state == "completed",
         "timeout_ms": 600000,
         "is_p2p": False,
@@ -52,9 +66,13 @@ def dump(entries: list[dict[str, Any]], world: int, last_done: int) -> dict[str,
         "version": "2.10",
         "comm_lib_version": "2.21.5",
         "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": f"[{ranks}]"}},
-        "pg_status": {"0": {"last_enqueued_collective": max(e["collective_seq_id"] for e in entries),
-                            "last_started_collective": max(e["collective_seq_id"] for e in entries),
-                            "last_completed_collective": last_done}},
+        "pg_status": {
+            "0": {
+                "last_enqueued_collective": max(e["collective_seq_id"] for e in entries),
+                "last_started_collective": max(e["collective_seq_id"] for e in entries),
+                "last_completed_collective": last_done,
+            }
+        },
         "entries": entries,
         "nccl_comm_state": {},
     }
@@ -70,8 +88,15 @@ def main() -> None:
     # 4 ranks; collective #7: rank 2 all-reduces bf16 gradients while the others send fp32.
     for rank in range(4):
         es = [entry(s, "nccl:all_reduce", state="completed") for s in range(1, 7)]
-        es.append(entry(7, "nccl:all_reduce", state="started", dtype="BFloat16" if rank == 2 else "Float",
-                        line=91 if rank == 2 else 88))
+        es.append(
+            entry(
+                7,
+                "nccl:all_reduce",
+                state="started",
+                dtype="BFloat16" if rank == 2 else "Float",
+                line=91 if rank == 2 else 88,
+            )
+        )
         write("nccl_dtype", rank, dump(es, 4, 6))
     # world of 4, only ranks 0 and 1 dumped; their ring buffers kept different windows.
     for rank, first in ((0, 3), (1, 5)):

@@ -71,11 +71,54 @@ def _group_positional(per_rank: dict[int, list[str]]) -> list[CollapsedLine]:
     return out
 
 
+MATCH_LIMIT = 40_000
+"""Largest (reference lines × rank lines) region difflib aligns; beyond, lines are paired by position.
+
+difflib is quadratic on output full of repeated lines (progress dots, identical log lines); a
+common prefix and suffix are stripped first, so this only bites when ranks truly diverge at length.
+"""
+
+Opcode = tuple[str, int, int, int, int]
+
+
+def _align(ref: list[str], other: list[str]) -> list[Opcode]:
+    """difflib-style opcodes turning ``ref`` into ``other``, bounded in time."""
+    n, m = len(ref), len(other)
+    pre = 0
+    while pre < n and pre < m and ref[pre] == other[pre]:
+        pre += 1
+    suf = 0
+    while suf < n - pre and suf < m - pre and ref[n - 1 - suf] == other[m - 1 - suf]:
+        suf += 1
+    ops: list[Opcode] = []
+    if pre:
+        ops.append(("equal", 0, pre, 0, pre))
+    a_end, b_end = n - suf, m - suf
+    mid_a, mid_b = a_end - pre, b_end - pre
+    if mid_a * mid_b <= MATCH_LIMIT:
+        matcher = SequenceMatcher(None, ref[pre:a_end], other[pre:b_end], autojunk=False)
+        ops.extend(
+            (tag, i1 + pre, i2 + pre, j1 + pre, j2 + pre) for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        )
+    else:
+        k = min(mid_a, mid_b)
+        for i in range(k):
+            same = ref[pre + i] == other[pre + i]
+            ops.append(("equal" if same else "replace", pre + i, pre + i + 1, pre + i, pre + i + 1))
+        if mid_a > k:
+            ops.append(("delete", pre + k, a_end, pre + k, pre + k))
+        elif mid_b > k:
+            ops.append(("insert", pre + k, pre + k, pre + k, b_end))
+    if suf:
+        ops.append(("equal", a_end, n, b_end, m))
+    return ops
+
+
 def collapse_rank_lines(lines_by_rank: dict[int, list[str]]) -> list[CollapsedLine]:
     """Merge every rank's lines into one ordered list, identical lines collapsed.
 
     The lowest rank is the reference. Each other rank is aligned to it with
-    ``difflib.SequenceMatcher``; a reference line printed by every rank becomes
+    ``difflib.SequenceMatcher`` (bounded: see ``MATCH_LIMIT``); a reference line printed by every rank becomes
     one ``uniform`` line, lines a rank printed instead of (or in addition to)
     the reference follow at that point, grouped across ranks that printed the
     same thing. Output is in reference order, and within a point in rank order.
@@ -89,10 +132,13 @@ def collapse_rank_lines(lines_by_rank: dict[int, list[str]]) -> list[CollapsedLi
     tail = _Slot()  # lines printed after the reference's last line
     every = set(ranks)
 
+    cache: dict[tuple[str, ...], list[Opcode]] = {}  # ranks that printed the same thing align once
     for rank in ranks[1:]:
         other = list(lines_by_rank[rank])
-        matcher = SequenceMatcher(None, ref, other, autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        key = tuple(other)
+        if key not in cache:
+            cache[key] = _align(ref, other)
+        for tag, i1, i2, j1, j2 in cache[key]:
             if tag == "equal":
                 for k in range(i2 - i1):
                     slots[i1 + k].ranks.append(rank)

@@ -82,6 +82,8 @@ PER_RANK: frozenset[str] = frozenset(
     }
 )
 """Variables that legitimately differ between ranks (or nodes)."""
+_PER_NODE_SUFFIXES = ("_SOCKET_IFNAME", "_IB_HCA")
+"""Interface / HCA names may differ between heterogeneous nodes: a difference is only a warning."""
 _CRITICAL_MATCH = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")
 
 
@@ -146,6 +148,7 @@ def _difference_findings(diffs: list[EnvDifference]) -> list[Finding]:
             if critical
             else "error"
             if d.name.startswith(("NCCL_", "TORCH_NCCL_", "GLOO_"))
+            and not d.name.endswith(_PER_NODE_SUFFIXES)
             else "warning"
         )
         shown = ", ".join(
@@ -256,12 +259,6 @@ def _ifname_matches(spec: str, interfaces: list[str]) -> tuple[bool, list[str]]:
     return bool(hits), hits
 
 
-def _first_value(ranks: list[RankEnv], name: str) -> tuple[str | None, list[int]]:
-    vals = [(r.env.get(name), r) for r in ranks]
-    with_value = [r for v, r in vals if v is not None]
-    return (with_value[0].env.get(name) if with_value else None), _ranks(with_value)
-
-
 def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[Finding]:
     out: list[Finding] = []
     if not ranks:
@@ -339,23 +336,26 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
     iface_names = [i.name for i in node.interfaces]
     if iface_names:
         for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-            spec, who = _first_value(ranks, var)
-            if spec is None:
-                continue
-            ok, _ = _ifname_matches(spec, iface_names)
-            if not ok:
+            by_value: dict[str, list[RankEnv]] = defaultdict(list)
+            for r in ranks:
+                if r.env.get(var) is not None:
+                    by_value[r.env[var]].append(r)
+            for spec, holders in sorted(by_value.items()):
+                ok, _ = _ifname_matches(spec, iface_names)
+                if ok:
+                    continue
                 out.append(
                     _finding(
                         "socket_ifname_missing",
                         "error",
                         f"{var}={spec} matches no interface on {node.hostname}",
-                        f"{'NCCL' if var.startswith('NCCL') else 'gloo'} binds its sockets to the named interface; when "
-                        "none matches, initialisation fails ('no socket interface found' / 'Bootstrap : no socket "
-                        "interface') or hangs. In NCCL's syntax a leading '^' excludes, '=' asks for an exact name, "
-                        "otherwise names are prefixes.",
+                        f"{'NCCL' if var.startswith('NCCL') else 'gloo'} binds its sockets to the named interface; "
+                        "when none matches, initialisation fails ('no socket interface found' / 'Bootstrap : no "
+                        "socket interface') or hangs. In NCCL's syntax a leading '^' excludes, '=' asks for an "
+                        "exact name, otherwise names are prefixes.",
                         f"Set {var} to one of: {', '.join(iface_names)} (or unset it to let the library choose).",
                         f"{_CE}#nccl-error",
-                        who,
+                        _ranks(holders),
                         "collect_env",
                         variable=var,
                         value=spec,

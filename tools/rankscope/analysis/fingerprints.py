@@ -58,7 +58,9 @@ def _same(a: Fingerprint, b: Fingerprint, atol: float, rtol: float) -> bool:
     )
 
 
-def _reference(ranks: list[int], fps: Mapping[int, Fingerprint], atol: float, rtol: float) -> tuple[list[int], bool]:
+def _reference(
+    ranks: list[int], fps: Mapping[int, Fingerprint], atol: float, rtol: float
+) -> tuple[list[int], bool]:
     """Ranks agreeing with the majority value, and whether that was a tie."""
     if atol == 0 and rtol == 0:  # exact: equality is an equivalence, count classes in one pass
         classes: dict[tuple[Any, ...], list[int]] = {}
@@ -68,8 +70,8 @@ def _reference(ranks: list[int], fps: Mapping[int, Fingerprint], atol: float, rt
         if len(classes) == 1:
             return list(ranks), False
         sizes = sorted((len(m) for m in classes.values()), reverse=True)
-        best = max(classes.values(), key=lambda m: (len(m), -m[0]))
-        return best, sizes[0] == sizes[1]
+        majority = max(classes.values(), key=lambda m: (len(m), -m[0]))
+        return majority, sizes[0] == sizes[1]
     best: list[int] = []
     tie = False
     for r in ranks:  # ascending: on equal support the lowest rank's cluster wins

@@ -212,7 +212,8 @@ def analyze_snapshot(
     pending = 0
     sites: dict[str, list[int]] = {}  # site -> [bytes, blocks]
     stacks: dict[str, list[Any]] = {}  # site -> frames of one of its blocks (rendered for the top sites only)
-    free_blocks: list[tuple[int, str]] = []  # (size, segment_type)
+    free_by_dev: dict[int, list[tuple[int, str]]] = {}  # device -> [(size, segment_type)]
+    pending_by_dev: dict[int, int] = {}
     has_frames = False
     expandable: bool | None = None
     for seg in segments:
@@ -235,9 +236,10 @@ def analyze_snapshot(
                 if name not in stacks:
                     stacks[name] = frames
             elif state == "inactive":
-                free_blocks.append((size, seg_type))
-            else:  # active_pending_free / active_awaiting_free
+                free_by_dev.setdefault(dev, []).append((size, seg_type))
+            else:  # active_pending_free / active_awaiting_free: freed, but no free_completed yet
                 pending += size
+                pending_by_dev[dev] = pending_by_dev.get(dev, 0) + size
 
     devices = sorted(set(end_res) | {i for i, t in enumerate(traces) if t})
     main = (
@@ -300,7 +302,8 @@ def analyze_snapshot(
             while boundaries and next_boundary == i:
                 next_boundary = boundaries.pop(0)
     has_frames = has_frames or any(k != NO_FRAMES for k in site_allocs)
-    start_alloc = end_alloc.get(main, 0) - alloc_now
+    # pending-free blocks have had no free_completed yet: the trace still counts them
+    start_alloc = end_alloc.get(main, 0) + pending_by_dev.get(main, 0) - alloc_now
     start_res = end_res.get(main, 0) - res_now
     peak_alloc += start_alloc
     peak_res += start_res
@@ -312,7 +315,7 @@ def analyze_snapshot(
     frag = fragmentation(
         reserved=end_res.get(main, 0),
         allocated=end_alloc.get(main, 0),
-        free_blocks=free_blocks,
+        free_blocks=free_by_dev.get(main, []),
         failed_request=ooms[-1].requested_bytes if ooms else None,
     )
     ranked = sorted(sites.items(), key=lambda kv: kv[1][0], reverse=True)

@@ -144,8 +144,10 @@ def _ddp_in_use(stacks: list[RankStack]) -> str | None:
 def recognise_op(frames: list[Frame], ddp_evidence: str | None = None) -> tuple[str | None, str | None]:
     """The torch.distributed operation a main thread is blocked in, and the frames that say so.
 
-    Python frames are read innermost first: the first c10d / functional-collective frame
-    names the op; an enclosing FSDP/FSDP2/DTensor/DDP frame is reported as its context.
+    Python frames are read from the innermost frame out to the first user frame: the
+    outermost c10d / functional-collective frame there names the op (the API the code
+    called: ``all_gather_object``, not the ``all_gather`` it issues internally); FSDP,
+    FSDP2, DTensor and DDP frames in between are reported as its context.
     Native frames (``--native``) fill in what Python frames cannot show (Work.wait,
     the DDP Reducer). Returns ``(None, None)`` when no communication is in sight.
     """
@@ -160,8 +162,10 @@ def recognise_op(frames: list[Frame], ddp_evidence: str | None = None) -> tuple[
             if mark:
                 native_marks.append((mark, frame))
             continue
+        if is_user_frame(frame):
+            break
         kind = classify_python_frame(frame.function, frame.file)
-        if kind.op and op is None:
+        if kind.op:
             op, where = kind.op, frame
         elif kind.framework and f"{kind.framework} {kind.phase}" not in context:
             context.append(f"{kind.framework} {kind.phase}")
@@ -233,7 +237,7 @@ def group_by_op(stacks: list[RankStack]) -> list[Group]:
     for s in stacks:
         if s.rank is None:
             continue
-        if not s.threads and s.state in STUCK_STATES | GONE_STATES:
+        if s.state in STUCK_STATES or (not s.threads and s.state in GONE_STATES):
             buckets[("state", s.state)].append(s)
         elif s.threads:
             buckets[("op", s.op or "", *_site_key(s.call_site))].append(s)
@@ -320,10 +324,10 @@ def _verdict(
     missing: list[int],
     exited: list[int],
 ) -> Verdict:
-    live = [s for s in annotated if s.threads and s.rank is not None]
+    stuck = [s for s in annotated if s.state in STUCK_STATES and s.rank is not None]
+    live = [s for s in annotated if s.threads and s.rank is not None and s.state not in STUCK_STATES]
     in_coll = [s for s in live if s.op]
     idle = [s for s in live if not s.op]
-    stuck = [s for s in annotated if not s.threads and s.state in STUCK_STATES and s.rank is not None]
     op_groups = [g for g in groups if g.state is None and g.op]
     none_groups = [g for g in groups if g.state is None and not g.op]
     evidence: list[str] = []
@@ -537,6 +541,23 @@ def _verdict(
             ],
         )
 
+    if stuck and not live:
+        who = ranks_phrase([s.rank for s in stuck if s.rank is not None])
+        return Verdict(
+            kind="no_collective",
+            suspect_ranks=sorted(s.rank for s in stuck if s.rank is not None),
+            summary=f"{who} {'are' if len(stuck) > 1 else 'is'} not running "
+            f"({', '.join(sorted({_STATE_WORDS[s.state] for s in stuck}))}): the job is stopped, not hung in a collective",
+            evidence=evidence,
+            next_steps=[
+                _step(
+                    "Resume the job (SIGCONT, `fg`, detach the debugger) or check the kernel/driver for D state.",
+                    None,
+                    "stopped-ranks",
+                ),
+                _step("Dump again once the ranks run.", "dump_stacks", "stopped-ranks"),
+            ],
+        )
     sites = "; ".join(_describe(g) for g in none_groups) or "no rank is in a collective"
     return Verdict(
         kind="no_collective",

@@ -379,13 +379,14 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
     suspects = set(verdict.suspect_ranks)
     groups = [g for g in report.groups if g.ranks]
     reasons = [f"verdict {verdict.kind}: {verdict.summary}"]
+    notes: list[str] = []
     shape = _shape_from_locals(report)
     shape_params: dict[str, ParamValue] = {}
     if shape:
         shape_params["shape"] = shape
-        reasons.append(f"tensor shape {shape} read from the captured locals")
+        notes.append(f"tensor shape {shape} read from the captured locals")
     else:
-        reasons.append(
+        notes.append(
             "no tensor shape in the report (capture with --locals to get one); the template's small default is used"
         )
     if verdict.kind == "mismatched_collectives":
@@ -398,7 +399,7 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
             return TemplateChoice(
                 template="dtensor_placement_mismatch",
                 params={"world_size": ws, "odd_rank": min(odd.ranks)},
-                reasons=reasons,
+                reasons=reasons + notes,
                 from_kind=verdict.kind,
             )
         main_op, odd_op = _op(main.op) or "all_reduce", _op(odd.op) or "barrier"
@@ -415,7 +416,7 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
                 f"rank {min(odd.ranks)} skipped the {main_op} the others entered"
             )
             return TemplateChoice(
-                template="skip_collective", params=params, reasons=reasons, from_kind=verdict.kind
+                template="skip_collective", params=params, reasons=reasons + notes, from_kind=verdict.kind
             )
         params.update(
             {
@@ -429,21 +430,29 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
             f"rank {min(odd.ranks)} skipped one call and went on to the next one"
         )
         return TemplateChoice(
-            template="skip_collective", params=params, reasons=reasons, from_kind=verdict.kind
+            template="skip_collective", params=params, reasons=reasons + notes, from_kind=verdict.kind
         )
     if verdict.kind == "divergent_ranks":
         waiting = [g for g in groups if g.op is not None]
         idle = [g for g in groups if g.op is None]
         busy = waiting[0] if waiting else None
         op = _op(busy.op) if busy else None
-        params = {"world_size": ws, "busy_rank": min(busy.ranks) if busy else 0, "op": op or "all_gather"}
+        params = {
+            "world_size": ws,
+            "busy_rank": min(busy.ranks) if busy else 0,
+            "op": op or "all_gather",
+            **shape_params,
+        }
         where = ", ".join(f"rank(s) {g.ranks} at {g.call_site}" for g in idle) or "the suspect ranks"
         reasons.append(
             f"rank(s) {busy.ranks if busy else '?'} wait in {op or 'a collective'} while {where} are in none: "
             "work done by some ranks only (rank-0-only checkpoint/eval/logging) calls a collective the others never reach"
         )
         return TemplateChoice(
-            template="rank_conditional_collective", params=params, reasons=reasons, from_kind=verdict.kind
+            template="rank_conditional_collective",
+            params=params,
+            reasons=reasons + notes,
+            from_kind=verdict.kind,
         )
     if verdict.kind == "missing_ranks":
         reasons.append(
@@ -451,7 +460,10 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
             "and left the loop early (uneven data across ranks)"
         )
         return TemplateChoice(
-            template="uneven_batches", params={"world_size": ws}, reasons=reasons, from_kind=verdict.kind
+            template="uneven_batches",
+            params={"world_size": ws},
+            reasons=reasons + notes,
+            from_kind=verdict.kind,
         )
     fix = {
         "all_in_same_collective": "every rank waits in the same call, so the program is consistent: look at the network, "

@@ -51,7 +51,7 @@ class CompareCommand(Command):
         "Compare the fingerprints-rank<R>.json files written by rankscope.probe.dump(model, DIR), or one "
         "torch.save'd state_dict per rank (rank in the file name, e.g. model_rank3.pt). Reports the tensors "
         "that differ from the majority, NaN/Inf per rank, keys present on some ranks only, and files that "
-        "come from different jobs."
+        "come from different jobs. Exit status: 0 consistent, 1 differences or problems found, 2 bad input."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -46,7 +46,8 @@ class PlacementsCommand(Command):
     description = (
         "Read a torch.distributed.checkpoint directory (.metadata: global size, chunk offsets/sizes and storage "
         "file per tensor) or the placements-rank<R>.json files written by rankscope.probe.dump(model, DIR, "
-        "kind='placements'). Reports sharded vs whole tensors, bytes per file, and chunks that overlap or leave gaps."
+        "kind='placements'). Reports sharded vs whole tensors, bytes per file, and chunks that overlap or leave gaps. "
+        "Exit status: 0 no problems, 1 problems found, 2 bad input."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

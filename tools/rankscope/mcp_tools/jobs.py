@@ -7,7 +7,7 @@ and bound the answer so a 64-rank job does not flood the agent's context.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -15,6 +15,9 @@ from rankscope import api
 from rankscope.errors import InvalidInput
 from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, progress
 from rankscope.models.core import JobList, StacksReport
+
+Via = Literal["ssh", "srun", "kubectl", "debug-server"]
+"""How dump_stacks reaches ranks on other nodes (see rankscope.remote)."""
 
 MAX_ANSWER_BYTES = 16_000
 """Upper bound of a default dump_stacks answer, in bytes of JSON."""
@@ -52,7 +55,7 @@ async def dump_stacks(
     nonblocking: bool = False,
     full_ranks: list[int] | None = None,
     hosts: list[str] | None = None,
-    via: str = "ssh",
+    via: Via = "ssh",
     job: str | None = None,
     namespace: str | None = None,
     timeout: float = 20.0,
@@ -72,9 +75,12 @@ async def dump_stacks(
     job on this host). native: include C/C++ frames (NCCL, gloo). locals:
     include local variables (redacted; slower). nonblocking: do not pause the
     ranks while sampling (less consistent stacks, for latency-sensitive jobs).
-    hosts: capture ranks on other nodes via 'ssh', 'srun' or 'kubectl'
-    (job: the Slurm job id or pod selector, namespace: the Kubernetes
-    namespace). timeout: seconds per rank.
+    hosts: capture the ranks of every node at once, one verdict for the whole
+    job: via 'ssh' (hosts required), 'srun' (inside the Slurm allocation; job:
+    the Slurm job id; hosts default to its nodes), 'kubectl' (job: the
+    Kubernetes job whose pods to use, namespace: its namespace) or
+    'debug-server' (PyTorch's debug server, found through the job's store).
+    timeout: seconds per rank.
     """
     _check_pid(pid)
     if timeout <= 0:
@@ -91,9 +97,13 @@ async def dump_stacks(
             "hosts is empty.",
             fix="Leave hosts out for this host, or name the nodes, e.g. ['node1', 'node2'].",
         )
-    where = f"{len(hosts)} host(s) via {via}" if hosts else "this host"
+    remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
+    if not remote:
+        where = "this host"
+    else:
+        where = (f"{len(hosts)} host(s)" if hosts else "the job's hosts") + f" via {via}"
     await progress(ctx, 0, 3, f"finding the job's ranks on {where}")
-    if hosts:
+    if remote:
         await progress(ctx, 1, 3, f"capturing stacks on {where}")
         report = await in_thread(
             api.dump_stacks_remote,
@@ -108,11 +118,6 @@ async def dump_stacks(
             timeout=timeout,
         )
     else:
-        if job is not None or namespace is not None:
-            raise InvalidInput(
-                "job and namespace only apply with hosts (capturing ranks on other nodes).",
-                fix="Pass hosts=[...] with via='srun' or 'kubectl', or leave job and namespace out.",
-            )
         await progress(ctx, 1, 3, "capturing stacks with py-spy")
         report = await in_thread(
             api.dump_stacks, pid, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout

@@ -32,7 +32,8 @@ class Fingerprint(Model):
         description="CRC-32 and length of the tensor's bytes (local shard for a DTensor): exact equality."
     )
     sum: float | None = Field(
-        default=None, description="Sum (fp32/fp64 accumulation for floats, int64 for integers); NaN/Inf when present."
+        default=None,
+        description="Sum (fp32/fp64 accumulation for floats, int64 for integers); NaN/Inf when present.",
     )
     abs_max: float | None = None
     nan: int = 0

@@ -97,6 +97,8 @@ class RunReport(Model):
         default=None, description="Why the job was declared hung (quiet time, CPU use)."
     )
     notes: list[str] = Field(default_factory=list)
-    truncated: bool = False
+    truncated: bool = Field(
+        default=False, description="True when collapsed output or stacks were cut to bound the answer."
+    )
     hint: str | None = Field(default=None, description="How to get what a bounded answer left out.")
     next_steps: list[NextStep] = Field(default_factory=list)

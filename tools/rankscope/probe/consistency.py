@@ -24,6 +24,8 @@ from rankscope.models.probe import ConsistencyReport, Fingerprint, RankFingerpri
 from rankscope.probe import _dist
 
 WHICH = ("params", "grads", "buffers", "all")
+_FIELDS = tuple(Fingerprint.model_fields)
+_DEFAULTS: dict[str, Any] = {f: info.default for f, info in Fingerprint.model_fields.items()}
 
 
 @functools.cache
@@ -71,6 +73,15 @@ def _dtensor_meta(t: Any) -> dict[str, Any]:
 
 def fingerprint(name: str, t: Any, kind: TensorKind = "tensor") -> Fingerprint:
     """Fingerprint one tensor (a DTensor by its local shard)."""
+    return Fingerprint.model_construct(**dict(zip(_FIELDS, _fingerprint_row(name, t, kind), strict=True)))
+
+
+def _row(**values: Any) -> tuple[Any, ...]:
+    return tuple(values.get(f, _DEFAULTS[f]) for f in _FIELDS)
+
+
+def _fingerprint_row(name: str, t: Any, kind: TensorKind) -> tuple[Any, ...]:
+    """The fingerprint as a plain tuple in Fingerprint field order: the hot path builds no model."""
     torch = _dist.torch_mod()
     meta: dict[str, Any] = {}
     dtensor = _dtensor_cls()
@@ -83,9 +94,7 @@ def fingerprint(name: str, t: Any, kind: TensorKind = "tensor") -> Fingerprint:
     shape = list(t.shape)
     dtype = str(t.dtype).removeprefix("torch.")
     if t.device.type == "meta":
-        return Fingerprint.model_construct(
-            name=name, kind=kind, shape=shape, dtype=dtype, numel=t.numel(), checksum="meta", **meta
-        )
+        return _row(name=name, kind=kind, shape=shape, dtype=dtype, numel=t.numel(), checksum="meta", **meta)
     flat = t.reshape(-1)
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
@@ -111,7 +120,7 @@ def fingerprint(name: str, t: Any, kind: TensorKind = "tensor") -> Fingerprint:
             lo, hi = torch.aminmax(flat)
             amax = float(max(abs(int(lo)), abs(int(hi))))
     checksum = _checksum(flat.cpu().contiguous().view(torch.uint8))
-    return Fingerprint.model_construct(
+    return _row(
         name=name,
         kind=kind,
         shape=shape,
@@ -159,8 +168,8 @@ def _walk(prefix: str, obj: Any, torch: Any, kind: TensorKind) -> Iterator[tuple
         yield prefix, obj, "state"
 
 
-def collect(obj: Any, which: str = "params") -> tuple[list[Fingerprint], list[str]]:
-    """This rank's fingerprints for a tensor, module, state_dict or optimizer, in module order."""
+def collect_rows(obj: Any, which: str = "params") -> tuple[list[tuple[Any, ...]], list[str]]:
+    """This rank's fingerprints as tuples in Fingerprint field order, in module order."""
     if which not in WHICH:
         raise InvalidInput(
             f"which={which!r} is not one of {', '.join(WHICH)}",
@@ -198,34 +207,45 @@ def collect(obj: Any, which: str = "params") -> tuple[list[Fingerprint], list[st
             f"check_consistency cannot fingerprint an object of type {type(obj).__name__}",
             fix="Pass a torch.Tensor, an nn.Module, a state_dict (a mapping of tensors) or an optimizer.",
         )
-    fps: list[Fingerprint] = []
+    rows: list[tuple[Any, ...]] = []
     for name, t, kind in items:
         if kind == "grad" and t is None:
-            fps.append(Fingerprint(name=name, kind="grad", shape=[], dtype=NO_GRAD, checksum="grad-is-None"))
+            rows.append(_row(name=name, kind="grad", shape=[], dtype=NO_GRAD, checksum="grad-is-None"))
         elif isinstance(t, torch.Tensor):
-            fps.append(fingerprint(name, t, kind))
+            rows.append(_fingerprint_row(name, t, kind))
         else:
-            fps.append(_scalar_fingerprint(name, t))
-    if not fps:
+            fp = _scalar_fingerprint(name, t)
+            rows.append(tuple(getattr(fp, f) for f in _FIELDS))
+    if not rows:
         notes.append(f"nothing to fingerprint for which={which!r}")
-    return fps, notes
+    return rows, notes
+
+
+def collect(obj: Any, which: str = "params") -> tuple[list[Fingerprint], list[str]]:
+    """This rank's fingerprints for a tensor, module, state_dict or optimizer, in module order."""
+    rows, notes = collect_rows(obj, which)
+    return [Fingerprint.model_construct(**dict(zip(_FIELDS, r, strict=True))) for r in rows], notes
 
 
 def local_fingerprints(obj: Any, which: str = "params", group: Any = None) -> RankFingerprints:
     """This rank's fingerprints with the rank, world size and job id attached (what ``dump`` writes)."""
     fps, notes = collect(obj, which)
+    return RankFingerprints(**_head(which, notes, group), fingerprints=fps)
+
+
+def _head(which: str, notes: list[str], group: Any) -> dict[str, Any]:
+    """Everything of RankFingerprints except the fingerprints."""
     rank, world = _dist.rank_and_world(group)
     if not _dist.is_distributed():
-        notes.append("torch.distributed is not initialised: compared on this process only")
-    return RankFingerprints(
-        rank=rank,
-        world_size=world,
-        job_id=_dist.job_id(),
-        host=_dist.hostname(),
-        which=which,
-        fingerprints=fps,
-        notes=notes,
-    )
+        notes = [*notes, "torch.distributed is not initialised: compared on this process only"]
+    return {
+        "rank": rank,
+        "world_size": world,
+        "job_id": _dist.job_id(),
+        "host": _dist.hostname(),
+        "which": which,
+        "notes": notes,
+    }
 
 
 def check_consistency(
@@ -243,21 +263,13 @@ def check_consistency(
     timeout). ``max_diff=True`` adds a second phase measuring max |x - reference|
     for the divergent tensors only.
     """
-    mine = local_fingerprints(obj, which, group)
-    gathered = _dist.gather_objects(_to_wire(mine), group)
+    rows, notes = collect_rows(obj, which)
+    head = _head(which, notes, group)
+    gathered = _dist.gather_objects((head, rows), group)
     report = compare_fingerprints({r: _from_wire(w) for r, w in gathered.items()}, atol=atol, rtol=rtol)
     if max_diff and report.divergent and _dist.is_distributed():
         _max_diff_phase(obj, which, group, report)
     return report
-
-
-_FIELDS = tuple(Fingerprint.model_fields)
-
-
-def _to_wire(rep: RankFingerprints) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
-    """Plain tuples pickle several times faster than pydantic models: what crosses the wire."""
-    head = {k: getattr(rep, k) for k in RankFingerprints.model_fields if k != "fingerprints"}
-    return head, [tuple(getattr(fp, f) for f in _FIELDS) for fp in rep.fingerprints]
 
 
 _WireFingerprint = collections.namedtuple("_WireFingerprint", _FIELDS)  # type: ignore[misc]
@@ -271,7 +283,8 @@ def _from_wire(wire: tuple[dict[str, Any], list[tuple[Any, ...]]]) -> RankFinger
     rank would cost more than the exchange itself.
     """
     head, rows = wire
-    return RankFingerprints.model_construct(**head, fingerprints=[_WireFingerprint(*row) for row in rows])
+    rebuilt: list[Any] = [_WireFingerprint(*row) for row in rows]
+    return RankFingerprints.model_construct(**head, fingerprints=rebuilt)
 
 
 def _tensors_by_name(obj: Any, which: str) -> dict[str, Any]:

@@ -60,7 +60,9 @@ def bench_live(repeats: int) -> list[Row]:
     rows: list[Row] = []
     factory = JobFactory(Path(tempfile.mkdtemp(prefix="bench-stacks-")))
     try:
-        job = factory.torchrun("hang_collectives.py", nproc=8, args=["--mode", "same", "--pg-timeout", "3600"])
+        job = factory.torchrun(
+            "hang_collectives.py", nproc=8, args=["--mode", "same", "--pg-timeout", "3600"]
+        )
         job.wait_ready(timeout=600)
         found = find_job(job.pid)
         pids = {r.rank: r.pid for r in found.ranks}

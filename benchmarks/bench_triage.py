@@ -114,6 +114,7 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "triage.md"))
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "multirank.log"
         size = generate(path, args.mb)
@@ -126,6 +127,7 @@ def main() -> int:
             "python-lines": run_py(PYLINES, path),
             "grep": run_grep(path),
         }
+    load_after = os.getloadavg()[0]
     mb = size / 1e6
     base = results["rankscope"]["cpu"]
     rows = [
@@ -149,7 +151,8 @@ def main() -> int:
             "",
             *rows,
             "",
-            f"rankscope findings: {results['rankscope']['findings']}.",
+            f"rankscope findings: {results['rankscope']['findings']}. Load average (1 min) before/after: "
+            f"{load_before:.1f}/{load_after:.1f} on {os.cpu_count()} CPUs.",
             "",
         ]
     )

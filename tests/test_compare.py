@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 import torch
 from mcp import Client
 
+from rankscope.cli import main
 from rankscope.compare import compare_dir
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
@@ -100,26 +99,18 @@ def test_non_tensor_pickles_are_refused_by_weights_only(tmp_path: Path) -> None:
     assert not report.consistent
 
 
-def test_cli(tmp_path: Path) -> None:
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sd = state_dicts(tmp_path, odd_rank=0)
-    out = subprocess.run(
-        [sys.executable, "-m", "rankscope", "compare", str(sd), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 1, out.stderr  # 1: inconsistent
-    data = json.loads(out.stdout)
-    assert data["consistent"] is False and data["divergent"][0] == {
-        **data["divergent"][0],
-        "name": "0.weight",
-        "ranks": [0],
-    }
-    text = subprocess.run(
-        [sys.executable, "-m", "rankscope", "compare", str(sd)], capture_output=True, text=True, timeout=60
-    )
-    assert text.stdout.startswith("INCONSISTENT: 2 of 4 compared tensors differ (rank 0)")
-    assert "0.weight: ranks [0] differ from [1, 2] (values)" in text.stdout
+    assert main(["compare", str(sd), "--json"]) == 1  # 1: the ranks disagree
+    data = json.loads(capsys.readouterr().out)
+    assert data["consistent"] is False
+    assert (data["divergent"][0]["name"], data["divergent"][0]["ranks"]) == ("0.weight", [0])
+    assert main(["compare", str(sd)]) == 1
+    text = capsys.readouterr().out
+    assert text.startswith("INCONSISTENT: 2 of 4 compared tensors differ (rank 0)")
+    assert "0.weight: ranks [0] differ from [1, 2] (values)" in text
+    assert main(["compare", str(tmp_path / "missing")]) == 2
+    assert "Fix:" in capsys.readouterr().err
 
 
 def test_mcp_tools_in_memory(tmp_path: Path) -> None:

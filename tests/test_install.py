@@ -11,6 +11,7 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
@@ -19,6 +20,7 @@ from mcp import Client, StdioServerParameters
 from rankscope.commands.mcp import render_mcp_config
 from rankscope.errors import InvalidInput
 from rankscope.install import MANIFEST, LocalEditsFound, install_skill, mcp_config
+from rankscope.models.install import McpClient
 from rankscope.resources import bundle_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,9 +182,8 @@ def test_mcp_config_for_every_client(client: str) -> None:
         assert cfg["command_line"] == f"claude mcp add rankscope -- {RANKSCOPE} mcp"
     else:
         assert cfg["command_line"] is None
-    text = "\n".join(
-        render_mcp_config(mcp_config(client))
-    )  # what `rankscope mcp-config` prints without --json
+    # what `rankscope mcp-config` prints without --json
+    text = "\n".join(render_mcp_config(mcp_config(cast(McpClient, client))))
     assert json.dumps(cfg["snippet"], indent=2) in text
 
 

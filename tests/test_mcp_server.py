@@ -286,9 +286,10 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
 
 
 def test_building_the_server_does_not_import_torch() -> None:
-    """Start-up stays cheap: torch loads only when a tool that needs it runs."""
+    """Start-up stays cheap: torch loads only when a tool that needs it runs (the CLI too)."""
     code = (
         "import sys; from rankscope.mcp_server import build_server; build_server(); "
+        "import rankscope.api, rankscope.cli; rankscope.cli.build_parser(); "
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'numpy'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")

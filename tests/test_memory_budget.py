@@ -185,3 +185,39 @@ def test_budget_errors_carry_a_fix(tmp_path: Path) -> None:
         api.memory_budget({"params": [{"fqn": "w", "shape": [4]}]})
     with pytest.raises(InvalidInput, match="cannot read the size"):
         api.memory_budget({"world_size": 2, "params": [{"fqn": "w", "shape": [4]}]}, gpu_memory="lots")
+
+
+def test_tensor_parallel_plan_has_no_allgather_peak() -> None:
+    """DTensor shards without any FSDP wrapping (TP): the plan as given all-gathers nothing."""
+    tp = {
+        "world_size": 2,
+        "wrapping": [],
+        "tensors": [
+            {
+                "fqn": "layers.0.wq.weight",
+                "kind": "param",
+                "global_shape": [64, 32],
+                "local_shape": [32, 32],
+                "placements": ["Shard(dim=0)"],
+                "dtype": "float32",
+            },
+            {
+                "fqn": "layers.0.norm.weight",
+                "kind": "param",
+                "global_shape": [32],
+                "local_shape": [32],
+                "placements": ["Replicate()"],
+                "dtype": "float32",
+            },
+            {
+                "fqn": "layers.0.rope",
+                "kind": "buffer",
+                "global_shape": [1000],
+                "local_shape": [1000],
+                "dtype": "float32",
+            },
+        ],
+    }
+    given = plans(api.memory_budget(tp, optimizer="none"))["as_given"]
+    assert given.allgather_peak_bytes == 0 and given.largest_unit is None
+    assert given.params_bytes == (32 * 32 + 32) * 4  # the buffer is not a parameter

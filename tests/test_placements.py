@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rankscope.analysis.placements import coverage, tiling_problems
+from rankscope.cli import main
 from rankscope.errors import InvalidInput
 from rankscope.models.probe import Chunk, ModuleWrapping, PlacementReport, TensorPlacement
 from rankscope.placements import inspect_placements
@@ -157,29 +158,30 @@ def test_bad_paths_are_errors_with_a_fix(tmp_path: Path) -> None:
     assert "cannot read" in exc.value.message and "finished writing" in exc.value.fix
 
 
-def test_cli_json_and_text() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "rankscope", "placements", str(DATA / "dcp_fsdp2"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+def test_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["placements", str(DATA / "dcp_fsdp2"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data["tensors"][0]["layout"] == "sharded" and data["problems"] == []
     assert {"fqn", "layout", "global_shape", "chunks"} <= set(data["tensors"][0])
-    text = subprocess.run(
-        [sys.executable, "-m", "rankscope", "placements", str(DATA / "rootonly_placement-rank0.json")],
+    assert main(["placements", str(DATA / "rootonly_placement-rank0.json")]) == 0
+    assert "warning: one FSDP unit (the root)" in capsys.readouterr().out
+    assert main(["placements", "/nonexistent"]) == 2
+    assert "Fix:" in capsys.readouterr().err
+
+
+def test_cli_entry_point_runs() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rankscope",
+            "placements",
+            str(DATA / "rootonly_placement-rank0.json"),
+            "--json",
+        ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert text.returncode == 0, text.stderr
-    assert "warning: one FSDP unit (the root)" in text.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "rankscope", "placements", "/nonexistent"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert bad.returncode == 2 and "Fix:" in bad.stderr
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["source"] == "placement_report"

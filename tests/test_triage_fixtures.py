@@ -119,7 +119,11 @@ def test_captured_gloo_runs() -> None:
     assert port.findings[0].facts["port"] == 29777 and "rendezvous_failure" not in port.kinds
 
 
-def test_binary_and_garbage_input() -> None:
+def test_binary_and_garbage_input(tmp_path: Path) -> None:
+    # a live log after logrotate's copytruncate starts with a hole of NUL bytes: still a text log
+    rotated = tmp_path / "rank1.log"
+    rotated.write_bytes(b"\x00" * 100_000 + (LOGS / "torchrun_gloo_sigkill.log").read_bytes())
+    assert triage_logs([str(rotated)]).suspect_ranks == [1]
     r = triage_logs([str(LOGS / "garbage.bin")])
     assert r.findings == [] and r.sources[0].skipped and "binary" in r.sources[0].skipped
     assert "Nothing was analysed" in r.summary
@@ -157,6 +161,15 @@ def test_redaction_and_bounded_findings() -> None:
     assert len(r.findings) == 10 and r.truncated and r.dropped_findings == 70
     dumped = r.model_dump_json()
     assert "pw-S3cret" not in dumped and "abcdef123456" not in dumped
+
+
+def test_prefilter_never_skips_a_line_a_rule_wants() -> None:
+    from rankscope.analysis.logs import SHELL_NEEDLES
+    from rankscope.triage import PREFILTER
+
+    assert len(PREFILTER) < len(SHELL_NEEDLES)
+    for needle in SHELL_NEEDLES:
+        assert any(p in needle for p in PREFILTER), needle
 
 
 def test_rank_hints_from_file_names() -> None:
@@ -212,3 +225,18 @@ def test_every_skill_section_emitted_resolves_to_a_heading() -> None:
         assert (root / path).is_file(), section
         if anchor:
             assert anchor in anchors((root / path).read_text()), section
+
+
+def test_spawn_and_role_prefixed_lines() -> None:
+    text = (
+        "[default0]:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[10.1.2.3]:61233\n"
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL\n"
+        "process 2 terminated with exit code 1\n"
+    )
+    r = triage_logs([], text=text)
+    assert [f.ranks for f in r.findings if f.kind == "peer_closed"] == [[0]]
+    killed = [f for f in r.findings if f.kind == "killed_by_signal"]
+    assert killed[0].ranks == [1] and killed[0].facts["signal"] == "SIGKILL"
+    assert any(rec.rank == 2 and rec.exitcode == 1 for rec in r.failures)
+    assert r.suspect_ranks[0] == 1 and 0 in r.victim_ranks

@@ -21,7 +21,9 @@ def main() -> None:
     for rank in range(a.started):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(a.world))
         procs.append(
-            subprocess.Popen([sys.executable, str(here / "hang_collectives.py"), "--mode", "partial"], env=env)
+            subprocess.Popen(
+                [sys.executable, str(here / "hang_collectives.py"), "--mode", "partial"], env=env
+            )
         )
     for proc in procs:
         proc.wait()

@@ -76,7 +76,8 @@ def main() -> None:
     save("fsdp_place", placement_report(model))
     save("fsdp_cons", check_consistency(model, which="all"))
     dump(model, out / "placements", kind="placements")
-    dcp.save(model.state_dict(), checkpoint_id=str(out / "dcp"))
+    # Plus a replicated plain tensor (stored whole, once) and a non-tensor entry.
+    dcp.save({**model.state_dict(), "scale": torch.ones(3), "step": 7}, checkpoint_id=str(out / "dcp"))
 
     # FSDP2 at the root only: the whole model is one unit.
     torch.manual_seed(0)

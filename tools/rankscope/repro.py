@@ -41,6 +41,7 @@ from rankscope.models.repro import (
     TemplateSpec,
     VerifyResult,
 )
+from rankscope.redact import Redactor
 from rankscope.resources import templates_dir
 
 META_PREFIX = "# rankscope-repro: "
@@ -240,7 +241,9 @@ def repro_from_report(
 ) -> RenderedRepro:
     """Pick the template from a diagnosis, fill in what the report says (ops, world size, shape), render it."""
     choice = choose_template(report)
-    return render_repro(choice.template, choice.params, fixed=fixed, out=out, reasons=choice.reasons)
+    redactor = Redactor()  # a report written by hand or by an older tool may carry secrets in its summaries
+    reasons = [redactor.text(r) for r in choice.reasons]
+    return render_repro(choice.template, choice.params, fixed=fixed, out=out, reasons=reasons)
 
 
 def read_meta(script: str) -> dict[str, Any]:
@@ -291,6 +294,7 @@ def verify_repro(
     kind, source, fixed = str(meta["symptom"]), str(meta["source"]), bool(meta["fixed"])
     started = time.monotonic()
     run = api.run_job(str(script_path), [], nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
+    redactor = Redactor()
     lines = _run_output_lines(run.model_dump(mode="json"))
     text = "\n".join(lines)
     evidence = [f"rankscope run: {run.summary}"]
@@ -371,7 +375,7 @@ def verify_repro(
         verdict_kind=verdict.kind if verdict else None,
         suspect_ranks=list(verdict.suspect_ranks) if verdict else [],
         finding_kinds=finding_kinds,
-        evidence=evidence,
+        evidence=[redactor.text(e) for e in evidence],
         summary=summary,
         duration_s=round(time.monotonic() - started, 2),
         next_steps=next_steps,

@@ -26,21 +26,22 @@ from rankscope.redact import Redactor
 CHUNK = 4 * 1024 * 1024
 MAX_LINE = 1024 * 1024
 """A 'line' longer than this is cut: minified JSON blobs or binary data must not grow the buffer without bound."""
+MAX_FED_LINE = 64 * 1024
+"""Only this much of a matching line is decoded and matched: rules never need more, regexes stay linear."""
 MAX_FILES = 5000
 MAX_ERROR_JSON = 16 * 1024 * 1024
 _SHORTER: tuple[str, ...] = (
+    "rror",  # every *Error class name, "NCCL error in", "CUDA error:", "unhandled cuda error", "bus error", ...
     "atchdog",
     "NCCL work",
     "operation to complete",
     "by peer",
-    "Rendezvous",
-    "nccl",
-    "unhandled ",
     "_STATUS_",
     "ddress already in use",
     "      :",
     "terminated with ",
     "out of memory",
+    "mismatch between collectives",
 )
 """Substrings of several needles each: one bytes.find pass instead of several (throughput is passes x size)."""
 
@@ -96,7 +97,7 @@ def _scan_body(body: bytes, line_base: int, scanner: LogScanner, source: str, hi
         line_no += body.count(b"\n", prev, ls)
         prev = ls
         le = body.find(b"\n", ls)
-        raw = body[ls : le if le >= 0 else len(body)]
+        raw = body[ls : min(le if le >= 0 else len(body), ls + MAX_FED_LINE)]
         scanner.feed(raw.decode("utf-8", "replace").rstrip("\r"), line_no + 1, source, hint)
 
 
@@ -111,7 +112,8 @@ def _scan_stream(fh: BinaryIO, scanner: LogScanner, src: LogSource) -> None:
         src.bytes += len(chunk)
         if first:
             first = False
-            if _looks_binary(chunk[:8192]):
+            # logrotate's copytruncate leaves a NUL-filled hole at the start of a live log: look past it
+            if _looks_binary(chunk.lstrip(b"\x00")[:8192]):
                 src.skipped = "binary data (not a text log); skipped"
                 return
         buf = rest + chunk if rest else chunk

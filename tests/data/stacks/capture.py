@@ -20,17 +20,46 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from rankscope import discovery, pyspy  # noqa: E402
 from tests.jobs import JobFactory, wait_for  # noqa: E402
+
+from rankscope import discovery, pyspy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
 # case -> (launcher method, program, nproc, args, native, locals)
 CASES: dict[str, tuple[str, str, int, list[str], bool, bool]] = {
-    "mismatch_barrier": ("torchrun", "hang_collectives.py", 3, ["--mode", "mismatch", "--odd", "2", "--loader"], False, False),
-    "mismatch_barrier_native": ("torchrun", "hang_collectives.py", 2, ["--mode", "mismatch", "--odd", "1"], True, False),
-    "divergent_queue_stopped": ("torchrun", "hang_collectives.py", 3, ["--mode", "divergent", "--odd", "1", "--stop", "2"], False, False),
-    "early_exit_loop": ("torchrun", "hang_collectives.py", 2, ["--mode", "early", "--odd", "0"], False, False),
+    "mismatch_barrier": (
+        "torchrun",
+        "hang_collectives.py",
+        3,
+        ["--mode", "mismatch", "--odd", "2", "--loader"],
+        False,
+        False,
+    ),
+    "mismatch_barrier_native": (
+        "torchrun",
+        "hang_collectives.py",
+        2,
+        ["--mode", "mismatch", "--odd", "1"],
+        True,
+        False,
+    ),
+    "divergent_queue_stopped": (
+        "torchrun",
+        "hang_collectives.py",
+        3,
+        ["--mode", "divergent", "--odd", "1", "--stop", "2"],
+        False,
+        False,
+    ),
+    "early_exit_loop": (
+        "torchrun",
+        "hang_collectives.py",
+        2,
+        ["--mode", "early", "--odd", "0"],
+        False,
+        False,
+    ),
     "same_recv": ("torchrun", "hang_collectives.py", 2, ["--mode", "same"], False, False),
     "idle": ("torchrun", "hang_collectives.py", 2, ["--mode", "idle"], False, False),
     "ddp_skip_backward": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], False, False),

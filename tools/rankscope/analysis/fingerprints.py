@@ -229,7 +229,7 @@ def summarize(report: ConsistencyReport) -> str:
             "shards held by one rank each; no NaN/Inf"
         )
     partial = (
-        f"; {len(report.partial)} DTensors hold unreduced Partial values ({report.partial[0]})"
+        f"; {len(report.partial)} DTensor(s) hold unreduced Partial values ({report.partial[0]})"
         if report.partial
         else ""
     )

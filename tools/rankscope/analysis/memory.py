@@ -802,7 +802,8 @@ def budget_input_from_data(data: Any, world_size: int | None = None) -> BudgetIn
             )
         )
     ws = world_size or data.get("world_size") or _mesh_size(data)
-    return BudgetInput(world_size=int(ws) if ws else None, rank=data.get("rank"), params=params)
+    fsdp = bool(units) if isinstance(data.get("wrapping"), list) else None
+    return BudgetInput(world_size=int(ws) if ws else None, rank=data.get("rank"), fsdp=fsdp, params=params)
 
 
 _NOT_MODEL = frozenset(
@@ -912,6 +913,8 @@ def compute_budget(
     ]
     if any(p.local_shape is not None for p in params):
         has_units = any(p.unit is not None for p in params)
+        if inp.fsdp is False:
+            sharded = []  # DTensor (TP) or DDP plan: nothing is all-gathered per unit
         plans.append(
             _plan(
                 "as_given",

@@ -70,11 +70,10 @@ async def generate_repro(
         )
     total = 2 if verify else 1
     await progress(ctx, 0, total, "rendering the repro")
-    if name is not None:
-        rendered = await in_thread(api.render_repro, name, params, fixed=fixed, out=out)
-    else:
-        assert from_report is not None
+    if from_report is not None:
         rendered = await in_thread(api.repro_from_report, from_report, out=out, fixed=fixed)
+    else:
+        rendered = await in_thread(api.render_repro, str(name), params, fixed=fixed, out=out)
     if verify and rendered.path:
         world = rendered.params.get("world_size")
         n = nproc or (world if isinstance(world, int) else 2)

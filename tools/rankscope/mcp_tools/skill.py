@@ -119,11 +119,13 @@ def diagnose_wrong_results(pid: str = "") -> str:
     return (
         "Ranks of a distributed PyTorch job compute different results. Follow "
         f"{URI_PREFIX}wrong-results.md.\n"
-        "1. check_tensor_consistency on what the job wrote with rankscope.probe (check_consistency dumps) to find "
-        "the first divergent tensor in module order and the ranks that disagree with the majority.\n"
-        "2. Parameters differ from step 0: the initial weights were not broadcast (DDP does broadcast them at "
-        "construction; a manual loop or a model built after wrapping does not). Buffers differ: BatchNorm "
-        "without SyncBatchNorm. Gradients differ: a rank-dependent code path or unused parameters.\n"
+        "1. Have every rank call rankscope.probe.check_consistency(model, which='all') in the job, or "
+        "rankscope.probe.dump(model, DIR, which='all') and then check_tensor_consistency(path=DIR): find the "
+        "first divergent tensor in module order and the ranks that disagree with the majority.\n"
+        "2. Parameters differ from step 0: the initial weights were not synchronised (DDP broadcasts them at "
+        "construction; a model changed after wrapping or a hand-written loop is not). BatchNorm buffers differ: "
+        "no SyncBatchNorm, with broadcast_buffers=False or without DDP. Gradients differ: a rank-dependent code "
+        "path. NaN/Inf on one rank: that rank's data or an overflow.\n"
         "3. For DTensor/FSDP questions, inspect_placements: shards legitimately differ; compare only replicas.\n"
         f"4. generate_repro for the class found. {_SUMMARY}"
     )

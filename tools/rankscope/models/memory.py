@@ -181,6 +181,11 @@ class BudgetInput(Model):
 
     world_size: int | None = None
     rank: int | None = None
+    fsdp: bool | None = Field(
+        default=None,
+        description="Whether the plan as given uses FSDP: None when the input does not say (units are then read "
+        "from parameter names), False for DTensor/TP-only or DDP plans (no all-gather of parameters).",
+    )
     params: list[ParamInfo]
 
 

@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=316)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    load_at_start = os.getloadavg()[0]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -121,7 +122,8 @@ def main() -> None:
         "# Cross-rank consistency check",
         "",
         f"{n_tensors} tensors, {n_params / 1e6:.1f}M parameters (fp32), {args.nproc} ranks, gloo on CPU, "
-        f"1 thread per rank, {os.cpu_count()} CPU cores; median of {args.repeat} runs, slowest rank.",
+        f"1 thread per rank, {os.cpu_count()} CPU cores (1-minute load average {load_at_start:.1f} at start: "
+        f"the machine was shared); median of {args.repeat} runs, slowest rank.",
         "Command: `python benchmarks/bench_consistency.py"
         + (
             f" --nproc {args.nproc} --layers {args.layers} --dim {args.dim} --repeat {args.repeat}`"

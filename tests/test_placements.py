@@ -105,7 +105,11 @@ def test_inspect_real_fsdp2_dcp_checkpoint() -> None:
     assert [ch.offsets for ch in w.chunks] == [[0, 0], [8, 0], [16, 0], [24, 0]]
     assert {ch.file for ch in w.chunks} == {"__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"}
     assert [f.file for f in report.files] == sorted(p.name for p in (DATA / "dcp_fsdp2").glob("*.distcp"))
-    assert sum(f.bytes for f in report.files) > 0 and report.sharded == len(report.tensors)
+    assert report.sharded == 10 and report.whole == 1 and report.objects == ["step"]
+    scale = by["scale"]  # a plain tensor every rank holds: stored once, whole
+    assert scale.layout == "whole" and len(scale.chunks) == 1 and scale.chunks[0].sizes == [3]
+    tensor_bytes = sum(ch.bytes or 0 for t in report.tensors for ch in t.chunks)
+    assert 0 < tensor_bytes < sum(f.bytes for f in report.files)  # the files also hold the "step" object
 
 
 def tampered(tmp_path: Path) -> Path:

@@ -162,7 +162,8 @@ def test_2d_mesh_dtensor_consistency_compares_only_replicas(sharded: Path) -> No
 
 def test_dcp_checkpoint_written_by_fsdp2(sharded: Path) -> None:
     rep = inspect_placements(str(sharded / "dcp"))
-    assert rep.problems == [] and rep.sharded == 10 and len(rep.files) == 4
+    assert rep.problems == [] and rep.sharded == 10 and rep.whole == 1 and rep.objects == ["step"]
+    assert len(rep.files) == 4
     offline = inspect_placements(str(sharded / "placements"))
     assert offline.problems == [] and offline.coverage is not None
 

@@ -406,6 +406,22 @@ def test_64_native_ranks_bounded_answer_is_small() -> None:
     assert five.threads == stacks[5].threads
 
 
+def test_unsymbolised_native_frames_do_not_split_stack_groups() -> None:
+    job, stacks, _ = load("ddp_skip_backward_native")
+    twin = stacks[0].model_copy(deep=True)
+    twin.rank, twin.pid = 2, stacks[0].pid + 100
+    addresses = 0
+    for thread in twin.threads:
+        for frame in thread.frames:
+            if frame.native and frame.function.startswith("0x"):
+                frame.function = hex(int(frame.function, 16) + 0x1000)  # another process, another address
+                addresses += 1
+    assert addresses
+    job = job.model_copy(update={"world_size": 3})
+    report = analyze(job, [*stacks, twin], [])
+    assert report.stack_groups[0].ranks == [0, 2]
+
+
 def test_1024_synthetic_ranks_are_grouped() -> None:
     job, stacks, _ = synthetic(1024, {3, 700})
     report = analyze(job, stacks, [])

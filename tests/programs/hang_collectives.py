@@ -5,6 +5,7 @@ Modes (``--mode``):
   divergent  rank ``--odd`` blocks on a queue.get() the others never feed; ``--stop`` rank SIGSTOPs itself
   early      rank ``--odd`` leaves the loop early and waits in its own code; the others all_reduce
   same       every rank waits in recv() from its right neighbour: all in the same op at the same line
+  p2p        the same with irecv(...).wait(): a C++ wait right under the user's line
   idle       no rank communicates: every rank waits on an Event (compute/data-loading stand-in)
   partial    mark ready, then init_process_group: with fewer ranks started than WORLD_SIZE every
              rank waits there for the ones that never came (see hang_envlaunch.py)
@@ -96,6 +97,9 @@ def main() -> None:
         elif a.mode == "same":
             buf = torch.zeros(4)
             dist.recv(buf, src=(rank + 1) % world)
+        elif a.mode == "p2p":
+            req = dist.irecv(torch.zeros(4), src=(rank + 1) % world)
+            req.wait()
         elif a.mode == "idle":
             threading.Event().wait()
         else:

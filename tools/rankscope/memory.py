@@ -7,11 +7,12 @@ for snapshot files it unpickles them with a loader that refuses every class
 ``rankscope.analysis.memory``. ``memory_budget`` turns a placement report into
 per-rank bytes for several sharding plans.
 
-Snapshots are read with torch's own ``torch.cuda._memory_viz`` helpers when
-torch is importable (``_block_extra`` for old and new block layouts,
-``_frame_filter`` for unwinder noise); without torch, the equivalent fallbacks
-in the analysis module are used, so a snapshot copied off a cluster can be read
-on any laptop.
+Snapshots are read with torch's own ``torch/cuda/_memory_viz.py`` helpers
+(``_block_extra`` for old and new block layouts, ``_frame_filter`` for
+unwinder noise) when torch is installed; that file needs only the standard
+library, so it is loaded on its own without ``import torch``. Without torch,
+the equivalent fallbacks in the analysis module are used (no TorchMissing): a
+snapshot copied off a cluster can be read on any laptop.
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ the others.
 
 from __future__ import annotations
 
+import linecache
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from rankscope import discovery, pyspy
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.stacks import analyze, is_user_frame, op_from_source
 from rankscope.errors import PermissionDenied, RankscopeError
 from rankscope.models.core import Job, LocalVar, RankError, RankProcess, RankStack, StacksReport, ThreadStack
 from rankscope.redact import Redactor
@@ -55,6 +56,19 @@ def _spawn_nprocs(pid: int, exe: str, timeout: float) -> int | None:
                     if local.name == "nprocs" and local.repr and local.repr.isdigit():
                         return int(local.repr)
     return None
+
+
+def _with_source_op(stack: RankStack) -> RankStack:
+    """Let the analysis see ``req.wait()`` when the main thread sits in C++ right under user code."""
+    thread = next((t for t in stack.threads if t.is_main), None)
+    if thread is None:
+        return stack
+    inner = next((f for f in thread.frames if not f.native), None)
+    if inner is None or inner.line is None or not is_user_frame(inner):
+        return stack
+    line = linecache.getline(inner.file, inner.line)
+    op, evidence = op_from_source(thread.frames, line or None)
+    return stack.model_copy(update={"op": op, "op_evidence": evidence}) if op else stack
 
 
 def _redact_threads(threads: list[ThreadStack], redactor: Redactor, keep_locals: bool) -> list[ThreadStack]:
@@ -163,6 +177,7 @@ def capture_job(
                     r.model_copy(update={"rank_source": "spawn_index"}) if r.pid == proc.pid else r
                     for r in new_ranks
                 ]
+        stack = _with_source_op(stack)
         stack = stack.model_copy(update={"threads": _redact_threads(stack.threads, redactor, locals)})
         stacks.append(stack)
         if err is not None:

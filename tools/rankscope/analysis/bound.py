@@ -8,7 +8,7 @@ come only on request (``full_ranks``).
 
 from __future__ import annotations
 
-from rankscope.analysis.collectives import classify_native_frame
+from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.core import Frame, Group, RankProcess, RankStack, StacksReport
 
@@ -18,7 +18,7 @@ _MAX_GROUPS = 32
 
 
 def _key(frame: Frame) -> tuple[str, str, int]:
-    return (frame.function, frame.file, frame.line or 0)
+    return frame_key(frame.function, frame.file, frame.line)
 
 
 def _common_outer(groups: list[Group]) -> int:

@@ -170,3 +170,14 @@ def classify_native_frame(function: str) -> str | None:
         if pattern.search(function):
             return name
     return None
+
+
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
+
+
+def frame_key(function: str, file: str, line: int | None) -> tuple[str, str, int]:
+    """Identity of a frame across processes: unsymbolised native frames (``0x7f74acea3f16``)
+    differ per process (ASLR), so they compare by library alone."""
+    if _ADDRESS.match(function):
+        return ("?", file, 0)
+    return (function, file, line or 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from rankscope.analysis.collectives import classify_native_frame
+from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import Frame, Group, StacksReport
 
@@ -39,7 +39,7 @@ def _frame_text(frame: Frame) -> str:
 
 
 def _key(frame: Frame) -> tuple[str, str, int]:
-    return (frame.function, frame.file, frame.line or 0)
+    return frame_key(frame.function, frame.file, frame.line)
 
 
 def _visible(frames: list[Frame]) -> list[Frame]:

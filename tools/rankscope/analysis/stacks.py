@@ -18,6 +18,7 @@ from rankscope.analysis.collectives import (
     NATIVE_STRONG,
     classify_native_frame,
     classify_python_frame,
+    frame_key,
 )
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import (
@@ -46,7 +47,7 @@ BACKWARD_OP = "autograd.backward"
 all-reduce waits in C++ at the end of backward, invisible to Python frames."""
 
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
-_THIRD_PARTY = ("/site-packages/", "/dist-packages/", "/torch/", "/rankscope/")
+_THIRD_PARTY = ("/site-packages/", "/dist-packages/", "/torch/", "/rankscope/probe/")
 
 _PLAYBOOK = "skill/hangs.md"
 
@@ -209,12 +210,41 @@ def recognise_op(frames: list[Frame], ddp_evidence: str | None = None) -> tuple[
     return None, None
 
 
+_C_WAIT = re.compile(r"\.wait\(\s*(timeout\s*=\s*[^)]*)?\)")
+
+
+def op_from_source(frames: list[Frame], source_line: str | None) -> tuple[str | None, str | None]:
+    """Read ``req.wait()`` from the source of a user frame with no Python frame below it.
+
+    ``Work.wait`` (after isend/irecv or ``async_op=True``) is a C++ method: with Python
+    frames alone, the innermost frame is the user's own line. When that line calls
+    ``.wait()`` and nothing Python runs below it, the rank waits in C++ - in practice a
+    c10d Work. The shell supplies the line (it can read the file); this stays pure.
+    """
+    inner = next((f for f in frames if not f.native), None)
+    if inner is None or source_line is None or not is_user_frame(inner):
+        return None, None
+    text = source_line.strip()
+    if not _C_WAIT.search(text) or text.startswith(("os.", "time.")):
+        return None, None
+    return (
+        "Work.wait",
+        f"`{text[:80]}` at {short_site(CallSite(file=inner.file, line=inner.line, function=inner.function))} waits in C++ with no Python frame below it: a c10d Work.wait (isend/irecv or async_op=True)",
+    )
+
+
 def annotate(stack: RankStack, ddp_evidence: str | None = None) -> RankStack:
-    """A copy of ``stack`` with ``op``, ``op_evidence`` and ``call_site`` filled in."""
+    """A copy of ``stack`` with ``op``, ``op_evidence`` and ``call_site`` filled in.
+
+    An ``op`` the shell already set (from the source line, see :func:`op_from_source`) is
+    kept when the frames themselves name no operation.
+    """
     thread = main_thread(stack)
     if thread is None:
         return stack
     op, evidence = recognise_op(thread.frames, ddp_evidence)
+    if op is None and stack.op is not None:
+        op, evidence = stack.op, stack.op_evidence
     return stack.model_copy(
         update={"op": op, "op_evidence": evidence, "call_site": find_call_site(thread.frames)}
     )
@@ -228,7 +258,7 @@ def _site_key(site: CallSite | None) -> tuple[str, int, str]:
 
 
 def _frame_key(frame: Frame) -> tuple[str, str, int]:
-    return (frame.function, frame.file, frame.line or 0)
+    return frame_key(frame.function, frame.file, frame.line)
 
 
 def group_by_op(stacks: list[RankStack]) -> list[Group]:
@@ -632,6 +662,7 @@ __all__ = [
     "group_by_stack",
     "is_user_frame",
     "main_thread",
+    "op_from_source",
     "rank_ranges",
     "recognise_op",
 ]

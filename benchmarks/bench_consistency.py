@@ -2,8 +2,8 @@
 
 A model of 1,000 tensors and ~50M parameters (500 x Linear(316, 316)) on 4
 gloo ranks on CPU. Each method runs on every rank at the same time; a run's
-time is the slowest rank's (all_reduce MAX), the reported time the median of
---repeat runs:
+time is the slowest rank's (all_reduce MAX), the reported time the median over
+--repeat interleaved rounds:
 
 * ``local pass``: computing this rank's fingerprints alone, no communication;
 * ``check_consistency``: rankscope.probe (fingerprints + one gather + the comparison);
@@ -12,7 +12,7 @@ time is the slowest rank's (all_reduce MAX), the reported time the median of
 * ``all_gather of full tensors``: every tensor gathered to every rank and compared
   with torch.equal (exact, but moves world_size x the model).
 
-Usage: python benchmarks/bench_consistency.py [--nproc 4] [--layers 500] [--dim 316] [--repeat 3]
+Usage: python benchmarks/bench_consistency.py [--nproc 4] [--layers 500] [--dim 316] [--repeat 5]
 Writes benchmarks/results/consistency.md.
 """
 
@@ -60,16 +60,23 @@ def full_all_gather(model: torch.nn.Module) -> bool:
     return ok
 
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    times = []
+def once(fn: Callable[[], object]) -> float:
+    """One run on every rank at once; its time is the slowest rank's."""
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed)
+
+
+def interleaved(methods: dict[str, Callable[[], object]], repeat: int) -> dict[str, list[float]]:
+    """Round-robin over the methods, so a change in machine load hits every method alike."""
+    times: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(repeat):
-        dist.barrier()
-        start = time.perf_counter()
-        fn()
-        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        times.append(float(elapsed))
-    return statistics.median(times)
+        for name, fn in methods.items():
+            times[name].append(once(fn))
+    return times
 
 
 def worker(rank: int, world: int, port: int, layers: int, dim: int, repeat: int, queue: object) -> None:
@@ -83,12 +90,15 @@ def worker(rank: int, world: int, port: int, layers: int, dim: int, repeat: int,
     check_consistency(torch.zeros(1))  # create the probe's gloo group once, as a training loop would
     report = check_consistency(model)
     assert report.consistent, report.summary
-    rows = {
-        "local fingerprint pass (no communication)": timed(lambda: collect_rows(model, "params"), repeat),
-        "rankscope check_consistency": timed(lambda: check_consistency(model), repeat),
-        "per-tensor all_gather_object of sums": timed(lambda: per_tensor_snippet(model), repeat),
-        "all_gather of full tensors + torch.equal": timed(lambda: full_all_gather(model), repeat),
-    }
+    rows = interleaved(
+        {
+            "local fingerprint pass (no communication)": lambda: collect_rows(model, "params"),
+            "rankscope check_consistency": lambda: check_consistency(model),
+            "per-tensor all_gather_object of sums": lambda: per_tensor_snippet(model),
+            "all_gather of full tensors + torch.equal": lambda: full_all_gather(model),
+        },
+        repeat,
+    )
     if rank == 0:
         n_tensors = sum(1 for _ in model.parameters())
         n_params = sum(p.numel() for p in model.parameters())
@@ -101,7 +111,7 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--layers", type=int, default=500)
     ap.add_argument("--dim", type=int, default=316)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     load_at_start = os.getloadavg()[0]
     with socket.socket() as s:
@@ -115,7 +125,9 @@ def main() -> None:
         nprocs=args.nproc,
         start_method="spawn",
     )
-    rows, n_tensors, n_params = queue.get()
+    times, n_tensors, n_params = queue.get()
+    rows = {name: statistics.median(ts) for name, ts in times.items()}
+    best = {name: min(ts) for name, ts in times.items()}
     base = rows["rankscope check_consistency"]
     local = rows["local fingerprint pass (no communication)"]
     lines = [
@@ -123,7 +135,8 @@ def main() -> None:
         "",
         f"{n_tensors} tensors, {n_params / 1e6:.1f}M parameters (fp32), {args.nproc} ranks, gloo on CPU, "
         f"1 thread per rank, {os.cpu_count()} CPU cores (1-minute load average {load_at_start:.1f} at start: "
-        f"the machine was shared); median of {args.repeat} runs, slowest rank.",
+        f"the machine was shared); methods interleaved round-robin, {args.repeat} rounds; median (and best) "
+        "of the slowest rank's time.",
         "Command: `python benchmarks/bench_consistency.py"
         + (
             f" --nproc {args.nproc} --layers {args.layers} --dim {args.dim} --repeat {args.repeat}`"
@@ -131,11 +144,11 @@ def main() -> None:
             else "`"
         ),
         "",
-        "| method | time (s) | vs check_consistency |",
-        "|---|---:|---:|",
+        "| method | median (s) | best (s) | median vs check_consistency |",
+        "|---|---:|---:|---:|",
     ]
     for name, t in rows.items():
-        lines.append(f"| {name} | {t:.3f} | {t / base:.2f}x |")
+        lines.append(f"| {name} | {t:.3f} | {best[name]:.3f} | {t / base:.2f}x |")
     snippet = rows["per-tensor all_gather_object of sums"]
     lines += [
         "",

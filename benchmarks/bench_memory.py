@@ -4,7 +4,8 @@ Generates snapshots in the ``_dump_snapshot`` layout (shared frame dicts, as
 torch's symbolizer produces them, so pickle memoizes them like a real dump)
 and measures, each in a fresh process, side by side on the same file:
 
-* ``pickle.load``            the floor: just reading the file;
+* ``pickle.load``            just reading the file, as ``_memory_viz`` and most scripts do;
+* ``pickle.load, gc paused`` the floor: reading it with the cyclic GC paused (as rankscope does);
 * ``rankscope``              restricted load + ``analyze_snapshot`` (the ``rankscope memory`` path);
 * ``torch _memory_viz``      torch's own text summaries of the same file (``segsum`` + ``trace``).
 
@@ -35,6 +36,12 @@ path, mode = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 c0 = time.process_time()
 if mode == "pickle.load":
+    with open(path, "rb") as fh:
+        data = pickle.load(fh)
+    detail = f"{len(data['device_traces'][0])} trace entries"
+elif mode == "pickle.load, gc paused":
+    import gc
+    gc.disable()
     with open(path, "rb") as fh:
         data = pickle.load(fh)
     detail = f"{len(data['device_traces'][0])} trace entries"
@@ -155,11 +162,11 @@ def measure(path: Path, mode: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="50,500", help="snapshot sizes in MiB, comma separated")
-    ap.add_argument("--modes", default="pickle.load,rankscope,torch _memory_viz")
+    ap.add_argument("--modes", default="pickle.load;pickle.load, gc paused;rankscope;torch _memory_viz")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory.md"))
     ap.add_argument("--data", default=None, help="directory to keep (and reuse) the generated snapshots")
     args = ap.parse_args()
-    modes = args.modes.split(",")
+    modes = args.modes.split(";")
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(args.data) if args.data else Path(tmp)

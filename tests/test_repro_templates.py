@@ -428,3 +428,26 @@ def test_skill_sections_named_by_templates_and_answers_resolve() -> None:
             assert anchor in _anchors(playbook.read_text()), t.skill_section
             checked += 1
     assert checked >= 6  # hangs.md, wrong-results.md, oom.md at least
+
+
+def test_from_report_fills_the_mismatch_and_the_worker_signal_from_the_findings_facts() -> None:
+    choice = choose_from_findings(
+        [Finding.model_validate(f) for f in _load("triage_shape_mismatch.json")["findings"]], world_size=2
+    )
+    assert choice.params == {"world_size": 2, "op": "all_reduce", "numel": 4, "odd_rank": 1}
+    dtype = Finding(
+        kind="collective_mismatch",
+        message="collectives differ",
+        ranks=[0],
+        facts={
+            "op": "_ALLGATHER_BASE",
+            "shape": "[2, 3]",
+            "other_rank": 1,
+            "differ": "Tensor Tensor dtypes: Floatvs Double",
+        },
+    )
+    assert choose_from_findings([dtype], world_size=2).params == {
+        "world_size": 2, "op": "all_gather", "numel": 6, "odd_rank": 1, "mismatch": "dtype",
+    }  # fmt: skip
+    worker = repro_from_report(str(DATA / "triage_dataloader.json"))
+    assert worker.params["signal"] == "SIGKILL" and "CRASH_SIGNAL = 'SIGKILL'" in worker.script

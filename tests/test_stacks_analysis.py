@@ -13,8 +13,8 @@ import pytest
 from rankscope.analysis.bound import bound_report
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.analysis.render_stacks import render_stacks
-from rankscope.analysis.stacks import analyze, find_call_site, is_user_frame, recognise_op
-from rankscope.models.core import Frame, Job, RankError, RankProcess, RankStack, StacksReport
+from rankscope.analysis.stacks import analyze, find_call_site, is_user_frame, op_from_source, recognise_op
+from rankscope.models.core import Frame, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
 from rankscope.pyspy import parse_dump
 from rankscope.stacks import _spawn_index
 
@@ -341,6 +341,29 @@ def test_object_collectives_are_named_by_the_api_called() -> None:
         py("barrier", "torch/distributed/distributed_c10d.py", 5356),
     ]
     assert recognise_op(frames)[0] == "all_gather_object"
+
+
+def test_work_wait_read_from_the_source_line() -> None:
+    frames = [py("exchange", USER, 33), py("main", USER, 50)]
+    op, evidence = op_from_source(frames, "        req.wait()\n")
+    assert op == "Work.wait" and evidence and "req.wait()" in evidence and "train.py:33" in evidence
+    assert op_from_source(frames, "    time.sleep(5)\n") == (None, None)
+    # a Python frame below the user line (threading.Event.wait) is not a C++ wait
+    inner = [py("Event.wait", "/usr/lib/python3.11/threading.py", 629), *frames]
+    assert op_from_source(inner, "        done.wait()\n") == (None, None)
+    # the shell's reading is kept when the frames name nothing, and loses to the frames otherwise
+    stack = RankStack(
+        rank=0,
+        pid=1,
+        host="h",
+        threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        op=op,
+        op_evidence=evidence,
+    )
+    job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=1, host="h")])
+    report = analyze(job, [stack], [])
+    assert report.stacks[0].op == "Work.wait"
+    assert report.verdict.kind == "all_in_same_collective"
 
 
 def test_user_frames_exclude_torch_site_packages_and_stdlib() -> None:

@@ -87,7 +87,7 @@ def test_mismatched_collectives_torchrun(jobs: JobFactory, pyspy_works: str) -> 
     # every pid of the job resolves to the same job: launcher, a rank, the worker
     for pid in (found.ranks[1].pid, rank0.children[0]):
         assert find_job(pid).job_id == found.job_id
-    by_rank = dump_stacks(found.ranks[1].pid)
+    by_rank = dump_stacks(found.ranks[1].pid, nonblocking=True)
     assert by_rank.verdict.kind == "mismatched_collectives" and by_rank.verdict.suspect_ranks == [2]
     assert any(j.job_id == found.job_id for j in list_jobs().jobs)
 
@@ -173,12 +173,14 @@ def test_spawn_job_ranks_come_from_the_spawn_index(jobs: JobFactory, pyspy_works
 
 
 def test_all_in_same_collective_and_ranks_that_never_came(jobs: JobFactory, pyspy_works: str) -> None:
-    same = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "same"])
+    same = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "p2p"])
     partial = jobs.python("hang_envlaunch.py", nproc=2, args=["--world", "3", "--started", "2"])
     same.wait_ready(timeout=READY_S)
     partial.wait_ready(timeout=READY_S)
     report = settle(same.pid, lambda r: r.verdict.kind == "all_in_same_collective")
-    assert {g.op for g in report.groups} == {"recv"} and report.verdict.suspect_ranks == []
+    # irecv(...).wait(): a C++ wait right under the user's line, read from the source line
+    assert {g.op for g in report.groups} == {"Work.wait"} and report.verdict.suspect_ranks == []
+    assert all(s.op_evidence and "req.wait()" in s.op_evidence for s in report.stacks)
     report = settle(partial.pid, lambda r: {s.op for s in r.stacks} == {"init_process_group"})
     assert report.job.launcher == "env" and report.job.world_size == 3
     assert report.verdict.kind == "missing_ranks" and report.verdict.suspect_ranks == [2]
@@ -191,3 +193,7 @@ def test_no_collective(jobs: JobFactory, pyspy_works: str) -> None:
     job.wait_ready(timeout=READY_S)
     report = settle(job.pid, lambda r: all(s.threads for s in r.stacks) and r.verdict.kind == "no_collective")
     assert "Event.wait" in report.verdict.summary
+    # with native frames: the same reading, and C frames under the Python ones
+    native = dump_stacks(job.pid, native=True, timeout=60)
+    assert native.verdict.kind == "no_collective"
+    assert all(any(f.native for t in s.threads for f in t.frames) for s in native.stacks)

@@ -99,6 +99,7 @@ def main() -> None:
             dist.recv(buf, src=(rank + 1) % world)
         elif a.mode == "p2p":
             req = dist.irecv(torch.zeros(4), src=(rank + 1) % world)
+            assert req is not None
             req.wait()
         elif a.mode == "idle":
             threading.Event().wait()

@@ -17,6 +17,8 @@ snapshot copied off a cluster can be read on any laptop.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.util
 import io
 import json
@@ -27,7 +29,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +73,29 @@ class _PlainUnpickler(pickle.Unpickler):
         )
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building or walking a snapshot.
+
+    A snapshot is millions of small acyclic dicts and lists; with the collector
+    on, unpickling one triggers repeated full collections over everything
+    loaded so far (3-4x slower). Nothing in it can form a cycle, so nothing is
+    lost by pausing; the previous state is restored.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read one snapshot pickle with the restricted unpickler."""
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        with open(p, "rb") as fh, gc_paused():
             data = _PlainUnpickler(io.BufferedReader(fh, buffer_size=1 << 20)).load()
     except FileNotFoundError as exc:
         raise InvalidInput(
@@ -139,7 +159,9 @@ def _torch_helpers() -> tuple[am.BlockExtra | None, am.FrameFilter | None]:
                 return None, None
             mod = importlib.util.module_from_spec(file_spec)
             file_spec.loader.exec_module(mod)
-        except Exception as exc:  # a torch build whose file moved or changed: the fallbacks read the same data
+        except (
+            Exception
+        ) as exc:  # a torch build whose file moved or changed: the fallbacks read the same data
             log.info("cannot load %s (%s); using rankscope's own snapshot reader", path, exc)
             return None, None
     block_extra: Callable[..., Any] | None = getattr(mod, "_block_extra", None)
@@ -176,9 +198,10 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
                 raise
             errors.append(RankError(rank=rank, kind="failed", message=exc.message, fix=exc.fix))
             continue
-        summary = am.analyze_snapshot(
-            data, str(path), rank, top=top, block_extra=block_extra, frame_filter=frame_filter
-        )
+        with gc_paused():
+            summary = am.analyze_snapshot(
+                data, str(path), rank, top=top, block_extra=block_extra, frame_filter=frame_filter
+            )
         del data
         summaries.append(_redact_summary(summary, red))
     findings = [f for s in summaries for f in am.snapshot_findings(s)]
@@ -222,7 +245,9 @@ def _find_job(pid: int | None) -> Job:
         if exc.name != "rankscope.discovery":
             raise
     if pid is None:
-        raise InvalidInput("no pid given", fix="Pass --pid with a rank or launcher pid (`rankscope ps` lists them).")
+        raise InvalidInput(
+            "no pid given", fix="Pass --pid with a rank or launcher pid (`rankscope ps` lists them)."
+        )
     return _job_from_environ(pid)
 
 
@@ -429,7 +454,9 @@ def _load_placement(placement: Any) -> tuple[Any, str]:
             try:
                 return {"ranks": [json.loads(f.read_text()) for f in files]}, str(path)
             except json.JSONDecodeError as exc:
-                raise InvalidInput(f"a placement file in {path} is not JSON: {exc}", fix="Re-dump it.") from exc
+                raise InvalidInput(
+                    f"a placement file in {path} is not JSON: {exc}", fix="Re-dump it."
+                ) from exc
         if not path.is_file():
             raise InvalidInput(
                 f"no such placement file: {placement}",

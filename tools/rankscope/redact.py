@@ -42,7 +42,9 @@ _KNOWN_TOKENS = re.compile(
 # "set: api_key=X" as the key "set" with the value "api_key=X".
 _INLINE_ASSIGNS = tuple(
     re.compile(
-        r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>\s*" + sep + r"\s*)(?P<quote>['\"]?)(?P<val>[^\s'\",;}]+)(?P=quote)"
+        r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>\s*"
+        + sep
+        + r"\s*)(?P<quote>['\"]?)(?P<val>[^\s'\",;}]+)(?P=quote)"
     )
     for sep in ("=", ":")
 )

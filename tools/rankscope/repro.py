@@ -238,12 +238,19 @@ def repro_from_report(
     *,
     out: str | None = None,
     fixed: bool = False,
+    params: dict[str, ParamValue] | None = None,
 ) -> RenderedRepro:
-    """Pick the template from a diagnosis, fill in what the report says (ops, world size, shape), render it."""
+    """Pick the template from a diagnosis, fill in what the report says (ops, world size, shape), render it.
+
+    ``params`` overrides what was read from the report (e.g. a shape the report cannot know).
+    """
     choice = choose_template(report)
     redactor = Redactor()  # a report written by hand or by an older tool may carry secrets in its summaries
     reasons = [redactor.text(r) for r in choice.reasons]
-    return render_repro(choice.template, choice.params, fixed=fixed, out=out, reasons=reasons)
+    if params:
+        reasons.append("overridden by the caller: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+    merged = {**choice.params, **(params or {})}
+    return render_repro(choice.template, merged, fixed=fixed, out=out, reasons=reasons)
 
 
 def read_meta(script: str) -> dict[str, Any]:

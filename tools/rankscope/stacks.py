@@ -1,7 +1,8 @@
 """Dump every rank of a live job at once and hand the stacks to the pure analysis.
 
 py-spy runs on all ranks concurrently (one thread per rank, each py-spy with its own
-timeout), so the job is paused for about one dump, not one dump per rank. A rank that is
+timeout; ``--native`` dumps capped by the cores), so the job is paused for about one dump,
+not one dump per rank. A rank that is
 stopped (T/t) or a zombie is reported by state without ptrace (py-spy cannot suspend a
 stopped process); a rank in uninterruptible sleep (D) is read with ``--nonblocking``,
 which never pauses it. One rank's failure is recorded in ``errors`` and never hides
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import linecache
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 from rankscope import discovery, pyspy
@@ -21,6 +23,17 @@ from rankscope.models.core import Job, LocalVar, RankError, RankProcess, RankSta
 from rankscope.redact import Redactor
 
 log = logging.getLogger("rankscope.stacks")
+
+MAX_DUMPS = 32
+"""Concurrent py-spy processes at most (Python frames only: each is small and brief)."""
+
+
+def _workers(n: int, native: bool) -> int:
+    """How many dumps run at once: all ranks of a node, but ``--native`` py-spy loads the
+    symbols of libtorch & co. (hundreds of MB each), so it is capped by the cores."""
+    cap = max(2, 2 * (os.cpu_count() or 1)) if native else MAX_DUMPS
+    return max(1, min(n, cap))
+
 
 SPAWN_WRAP = "_wrap"
 """torch.multiprocessing.spawn's per-child entry: ``_wrap(fn, i, args, error_file)``."""
@@ -150,7 +163,9 @@ def capture_job(
     nprocs: int | None = None
     spawn_parent = job.launcher_pid if job.launcher == "mp_spawn" and job.world_size is None else None
     if procs:
-        with ThreadPoolExecutor(max_workers=len(procs) + 1, thread_name_prefix="rankscope-dump") as pool:
+        with ThreadPoolExecutor(
+            max_workers=_workers(len(procs), native) + 1, thread_name_prefix="rankscope-dump"
+        ) as pool:
             parent = pool.submit(_spawn_nprocs, spawn_parent, exe, timeout) if spawn_parent else None
             futures = [
                 pool.submit(_capture, r, exe, native, want_locals[r.pid], nonblocking, timeout) for r in procs

@@ -116,39 +116,31 @@ def _fmt_frame(f: Mapping[str, Any]) -> str:
 class _SiteNamer:
     """Names allocation sites by innermost user frame.
 
-    Symbolized snapshots share one dict per distinct frame, so a stack is
-    keyed by the identities of its frames: repeated stacks (every training
-    step) cost one tuple and one dict lookup. The snapshot outlives the
-    namer, so the ids stay unique while they are used.
+    Symbolized snapshots share one dict per distinct frame, so each frame is
+    classified once (keyed by identity) and a stack costs one dict lookup per
+    frame up to its first user frame. The snapshot outlives the namer, so the
+    ids stay unique while they are used.
     """
 
     def __init__(self, frame_filter: FrameFilter) -> None:
         self.frame_filter = frame_filter
-        self._by_stack: dict[tuple[int, ...], str] = {}
         self._by_frame: dict[int, str] = {}  # id(frame) -> site text, "" when not a user frame
 
-    def _frame_site(self, f: Mapping[str, Any]) -> str:
-        hit = self._by_frame.get(id(f))
-        if hit is None:
-            filename = str(f.get("filename", ""))
-            user = self.frame_filter(str(f.get("name", "")), filename) and is_user_file(filename)
-            hit = _fmt_frame(f) if user else ""
-            self._by_frame[id(f)] = hit
-        return hit
+    def _classify(self, f: Mapping[str, Any]) -> str:
+        filename = str(f.get("filename", ""))
+        user = self.frame_filter(str(f.get("name", "")), filename) and is_user_file(filename)
+        site = _fmt_frame(f) if user else ""
+        self._by_frame[id(f)] = site
+        return site
 
     def site(self, frames: Sequence[Mapping[str, Any]]) -> str:
         if not frames:
             return NO_FRAMES
-        key = tuple(map(id, frames))
-        name = self._by_stack.get(key)
-        if name is None:
-            name = self._walk(frames)
-            self._by_stack[key] = name
-        return name
-
-    def _walk(self, frames: Sequence[Mapping[str, Any]]) -> str:
+        get = self._by_frame.get
         for f in frames:
-            site = self._frame_site(f)
+            site = get(id(f))
+            if site is None:
+                site = self._classify(f)
             if site:
                 return site
         for f in frames:  # no user frame: innermost Python frame

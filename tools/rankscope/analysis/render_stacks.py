@@ -103,8 +103,13 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
             yield f"== {ranks_phrase(group.ranks)}: {_STATE_NOTE.get(group.state, group.state)}{mark}"
             yield ""
     for err in report.errors:
-        who = f"rank {err.rank}" if err.rank is not None else f"pid {err.pid}"
-        yield f"error: {who} (pid {err.pid}): {err.kind}: {err.message}"
+        parts = [
+            f"rank {err.rank}" if err.rank is not None else "",
+            f"pid {err.pid}" if err.pid is not None else "",
+        ]
+        parts.append(f"host {err.host}" if err.host and err.rank is None else "")
+        who = ", ".join(p for p in parts if p) or "capture"
+        yield f"error: {who}: {err.kind}: {err.message}"
         if err.fix:
             yield f"       fix: {err.fix}"
     if report.errors:

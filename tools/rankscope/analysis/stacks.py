@@ -369,9 +369,11 @@ def _verdict(
             why = f" [{lead.op_evidence}]" if lead and lead.op_evidence else ""
             evidence.append(_describe(g) + why)
     for e in errors:
-        evidence.append(
-            f"rank {e.rank if e.rank is not None else '?'} (pid {e.pid}): capture failed: {e.kind}: {e.message}"
-        )
+        if e.rank is not None:
+            who = f"rank {e.rank} (pid {e.pid})"
+        else:
+            who = f"host {e.host}" if e.host else f"pid {e.pid}"
+        evidence.append(f"{who}: capture failed: {e.kind}: {e.message}")
     if missing:
         evidence.append(
             f"{ranks_phrase(missing)} of world size {job.world_size} not found on {', '.join(job.hosts) or 'this host'}"

@@ -387,7 +387,9 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
         notes.append(f"tensor shape {shape} read from the captured locals")
     else:
         notes.append(
-            "no tensor shape in the report (capture with --locals to get one); the template's small default is used"
+            "the report carries no tensor shape (py-spy shows a tensor as <Tensor at 0x...>); the template's small "
+            "default is used: override it with --set shape=... (MCP: params) if the shape matters"
+        ); the template's small default is used"
         )
     if verdict.kind == "mismatched_collectives":
         odd, main = _split_mismatch(groups, suspects)
@@ -510,6 +512,52 @@ def _int_fact(facts: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+_SIGNALS = {
+    "killed": "SIGKILL",
+    "segmentation fault": "SIGSEGV",
+    "bus error": "SIGBUS",
+    "terminated": "SIGTERM",
+}
+for _name in ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGTERM"):
+    _SIGNALS[_name.lower()] = _name
+
+
+def _mismatch_params(finding: Finding, ws: int, reasons: list[str]) -> dict[str, ParamValue]:
+    """Op, element count, odd rank and what differs, from a collective_mismatch finding's facts."""
+    facts = finding.facts
+    params: dict[str, ParamValue] = {}
+    op = _op(
+        str(facts.get("op") or facts.get("op_type") or "")
+        .replace("_BASE", "")
+        .strip("_")
+        .replace("ALL", "ALL_")
+    )
+    if op in ("all_reduce", "all_gather", "broadcast"):
+        params["op"] = op
+    shape = str(facts.get("shape") or "")
+    dims = [d.strip() for d in shape.strip("[]()").split(",") if d.strip()]
+    numel = _int_fact(facts, "numel", "element_count", "numel_in")
+    if numel is None and dims and all(d.isdigit() for d in dims):
+        numel = 1
+        for d in dims:
+            numel *= int(d)
+    if numel and 0 < numel <= 1_000_000:
+        params["numel"] = numel
+    other = _int_fact(facts, "other_rank")
+    if other is not None and 0 <= other < ws:
+        params["odd_rank"] = other
+    differ = str(facts.get("differ") or "").lower()
+    if "dtype" in differ:
+        params["mismatch"] = "dtype"
+    if params:
+        reasons.append(
+            "from the finding: "
+            + ", ".join(f"{k}={v!r}" for k, v in params.items())
+            + (f" ({differ})" if differ else "")
+        )
+    return params
+
+
 def choose_from_findings(findings: Iterable[Finding], world_size: int | None = None) -> TemplateChoice:
     """Pick a template from triage findings (the root-cause kind first, victims' kinds last)."""
     found = list(findings)
@@ -530,13 +578,12 @@ def choose_from_findings(findings: Iterable[Finding], world_size: int | None = N
                 params["op"] = op
                 reasons.append(f"the timed-out collective was {op}")
         if template == "shape_mismatch":
-            numel = _int_fact(finding.facts, "numel", "element_count", "numel_in", "NumelIn")
-            if numel and 0 < numel <= 1_000_000:
-                params["numel"] = numel
-                reasons.append(f"element count {numel} taken from the finding")
-            if "dtype" in (finding.message + finding.excerpt).lower():
-                params["mismatch"] = "dtype"
-                reasons.append("the message names differing dtypes")
+            params.update(_mismatch_params(finding, ws, reasons))
+        if template == "dataloader_worker_crash":
+            sig = _SIGNALS.get(str(finding.facts.get("signal", "")).strip().lower())
+            if sig:
+                params["signal"] = sig
+                reasons.append(f"the worker died of {sig}")
         if template == "port_in_use":
             reasons.append("the repro binds a port first and then asks the rendezvous store to listen on it")
         return TemplateChoice(template=template, params=params, reasons=reasons, from_kind=kind)

@@ -30,7 +30,9 @@ class Command:
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the answer as JSON (the same model the MCP tool returns)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the answer as JSON (the same model the MCP tool returns)"
+    )
 
 
 def emit(

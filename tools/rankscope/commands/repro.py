@@ -128,6 +128,14 @@ class ReproCommand(Command):
         )
         p_from.add_argument("report", metavar="REPORT.json")
         p_from.add_argument(
+            "--set",
+            dest="sets",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a parameter read from the report (repeatable)",
+        )
+        p_from.add_argument(
             "--fixed", action="store_true", help="render the corrected code instead of the bug"
         )
         p_from.add_argument(
@@ -167,7 +175,9 @@ class ReproCommand(Command):
         if action == "render":
             rendered = api.render_repro(args.template, parse_sets(args.sets), fixed=args.fixed, out=args.out)
         else:
-            rendered = api.repro_from_report(args.report, out=args.out, fixed=args.fixed)
+            rendered = api.repro_from_report(
+                args.report, out=args.out, fixed=args.fixed, params=parse_sets(args.sets)
+            )
         if args.verify and rendered.path:
             world = rendered.params.get("world_size")
             kwargs = _verify_kwargs(

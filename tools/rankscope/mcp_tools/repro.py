@@ -41,7 +41,8 @@ async def generate_repro(
     """Generate a minimal repro script of a distributed failure, and optionally prove it reproduces.
 
     Either name a template (list_repro_templates; params overrides its
-    defaults, validated and bounded) or pass from_report: the path of a JSON
+    defaults, validated and bounded) or pass from_report (params then
+    overrides what was read from the report): the path of a JSON
     report from dump_stacks / `rankscope stacks --json`, triage_logs /
     `rankscope triage --json` or `rankscope run --json`; rankscope then picks
     the template and fills world size, ops and shapes from it, and says why in
@@ -57,8 +58,6 @@ async def generate_repro(
             "pass exactly one of name and from_report.",
             fix="Call list_repro_templates for the names, or pass from_report='/path/report.json' from dump_stacks or triage_logs.",
         )
-    if params and from_report is not None:
-        raise InvalidInput("params only apply with name.", fix="Leave params out when using from_report.")
     if verify and not out:
         raise InvalidInput(
             "verify needs out: the script must be written to disk to run.", fix="Pass out='/tmp/repro.py'."
@@ -71,7 +70,7 @@ async def generate_repro(
     total = 2 if verify else 1
     await progress(ctx, 0, total, "rendering the repro")
     if from_report is not None:
-        rendered = await in_thread(api.repro_from_report, from_report, out=out, fixed=fixed)
+        rendered = await in_thread(api.repro_from_report, from_report, out=out, fixed=fixed, params=params)
     else:
         rendered = await in_thread(api.render_repro, str(name), params, fixed=fixed, out=out)
     if verify and rendered.path:

@@ -16,7 +16,9 @@ LauncherKind = Literal["torchrun", "mp_spawn", "slurm", "mpi", "env", "unknown"]
 """How a rank was started: ``env`` means a launcher that only set RANK/WORLD_SIZE
 (accelerate, deepspeed, a shell script)."""
 
-ProcState = Literal["running", "sleeping", "disk_sleep", "stopped", "tracing_stop", "zombie", "dead", "idle", "unknown"]
+ProcState = Literal[
+    "running", "sleeping", "disk_sleep", "stopped", "tracing_stop", "zombie", "dead", "idle", "unknown"
+]
 
 VerdictKind = Literal[
     "mismatched_collectives",
@@ -38,9 +40,12 @@ class NextStep(Model):
     """One concrete thing to do next, pointing into the skill and the tools."""
 
     action: str = Field(description="What to do, in one sentence.")
-    tool: str | None = Field(default=None, description="MCP tool / CLI command to call next, e.g. 'dump_stacks'.")
+    tool: str | None = Field(
+        default=None, description="MCP tool / CLI command to call next, e.g. 'dump_stacks'."
+    )
     skill_section: str | None = Field(
-        default=None, description="Playbook section that explains it, e.g. 'skill/hangs.md#mismatched-collectives'."
+        default=None,
+        description="Playbook section that explains it, e.g. 'skill/hangs.md#mismatched-collectives'.",
     )
 
 
@@ -87,10 +92,14 @@ class RankProcess(Model):
     host: str
     state: ProcState = "unknown"
     launcher: LauncherKind = "unknown"
-    rank_source: str = Field(default="", description="Where the rank number came from, e.g. 'env:RANK', 'spawn_index'.")
+    rank_source: str = Field(
+        default="", description="Where the rank number came from, e.g. 'env:RANK', 'spawn_index'."
+    )
     cmdline: list[str] = Field(default_factory=list, description="Redacted command line.")
     python: str | None = Field(default=None, description="Interpreter executable (/proc/PID/exe).")
-    children: list[int] = Field(default_factory=list, description="Pids of this rank's children (DataLoader workers, ...).")
+    children: list[int] = Field(
+        default_factory=list, description="Pids of this rank's children (DataLoader workers, ...)."
+    )
 
 
 class Job(Model):
@@ -107,7 +116,9 @@ class Job(Model):
     missing_ranks: list[int] = Field(
         default_factory=list, description="Ranks of the world not found here (on another host, or exited)."
     )
-    exited_ranks: list[int] = Field(default_factory=list, description="Ranks known to have exited (zombies, gone).")
+    exited_ranks: list[int] = Field(
+        default_factory=list, description="Ranks known to have exited (zombies, gone)."
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -127,7 +138,11 @@ class CallSite(Model):
     function: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}" if self.line is not None else f"{self.file} in {self.function}"
+        return (
+            f"{self.file}:{self.line} in {self.function}"
+            if self.line is not None
+            else f"{self.file} in {self.function}"
+        )
 
 
 class RankError(Model):
@@ -136,7 +151,9 @@ class RankError(Model):
     rank: int | None = None
     pid: int | None = None
     host: str | None = None
-    kind: str = Field(description="permission_denied | pyspy_missing | process_exited | timeout | unsupported | failed | unreachable")
+    kind: str = Field(
+        description="permission_denied | pyspy_missing | process_exited | timeout | unsupported | failed | unreachable"
+    )
     message: str
     fix: str = ""
 
@@ -149,7 +166,9 @@ class RankStack(Model):
     host: str
     state: ProcState = "unknown"
     threads: list[ThreadStack] = Field(default_factory=list)
-    op: str | None = Field(default=None, description="torch.distributed operation the rank is blocked in, if any.")
+    op: str | None = Field(
+        default=None, description="torch.distributed operation the rank is blocked in, if any."
+    )
     op_evidence: str | None = Field(default=None, description="The frame(s) the op was read from.")
     call_site: CallSite | None = None
     error: RankError | None = None
@@ -161,8 +180,12 @@ class Group(Model):
     ranks: list[int]
     op: str | None = None
     call_site: CallSite | None = None
-    state: ProcState | None = Field(default=None, description="Set when the group is formed by a process state (stopped, zombie).")
-    frames: list[Frame] = Field(default_factory=list, description="Representative main-thread stack, innermost first (bounded).")
+    state: ProcState | None = Field(
+        default=None, description="Set when the group is formed by a process state (stopped, zombie)."
+    )
+    frames: list[Frame] = Field(
+        default_factory=list, description="Representative main-thread stack, innermost first (bounded)."
+    )
 
 
 class Verdict(Model):
@@ -180,9 +203,13 @@ class StacksReport(Model):
 
     job: Job
     groups: list[Group] = Field(default_factory=list, description="By (op, call site).")
-    stack_groups: list[Group] = Field(default_factory=list, description="By whole main-thread stack, for display.")
+    stack_groups: list[Group] = Field(
+        default_factory=list, description="By whole main-thread stack, for display."
+    )
     verdict: Verdict
-    stacks: list[RankStack] = Field(default_factory=list, description="Per-rank stacks; may be omitted in bounded answers.")
+    stacks: list[RankStack] = Field(
+        default_factory=list, description="Per-rank stacks; may be omitted in bounded answers."
+    )
     errors: list[RankError] = Field(default_factory=list)
     truncated: bool = False
     hint: str | None = Field(default=None, description="How to get what a bounded answer left out.")

@@ -121,6 +121,12 @@ class JobFactory:
         self.jobs.append(job)
         return job
 
+    def start(
+        self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None = None, tag: str = "custom"
+    ) -> RunningJob:
+        """Start any command line (e.g. a custom torchrun invocation) as a reaped job."""
+        return self._start(argv, nproc, port, env, tag)
+
     def torchrun(self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None) -> RunningJob:
         """``python -m torch.distributed.run --nproc_per_node=N tests/programs/<program> args``."""
         port = free_port()

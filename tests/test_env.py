@@ -40,7 +40,7 @@ def _two_node_launch(jobs: JobFactory) -> tuple[int, int]:
             "--db-url",
             "postgres://bob:cmdlinePw77@db.example.com/x",
         ]
-        job = jobs._start(argv, 1, port, {"NCCL_ALGO": algo, **SECRETS}, f"node{node_rank}")
+        job = jobs.start(argv, 1, port, {"NCCL_ALGO": algo, **SECRETS}, f"node{node_rank}")
         launchers.append(job)
     launchers[0].wait_ready(["rank0"], timeout=90)
     launchers[1].wait_ready(["rank1"], timeout=90)

@@ -152,7 +152,7 @@ def _node(jobs: JobFactory, node_rank: int, port: int) -> RunningJob:
         "--monitor_interval=0.2",
         str(PROGRAMS / "two_node.py"),
     ]
-    return jobs._start(argv, 2, port, None, f"node{node_rank}")
+    return jobs.start(argv, 2, port, None, f"node{node_rank}")
 
 
 @pytest.fixture

@@ -451,3 +451,34 @@ def test_from_report_fills_the_mismatch_and_the_worker_signal_from_the_findings_
     }  # fmt: skip
     worker = repro_from_report(str(DATA / "triage_dataloader.json"))
     assert worker.params["signal"] == "SIGKILL" and "CRASH_SIGNAL = 'SIGKILL'" in worker.script
+
+
+def test_from_report_on_a_hung_training_loop_not_written_as_a_repro(tmp_path: Path) -> None:
+    """`rankscope stacks --json --locals` of tests/programs/hang_collectives.py (3 ranks: rank 1 in barrier inside a
+    helper, ranks 0 and 2 in all_reduce inside a nested module's forward)."""
+    report = StacksReport.model_validate(_load("stacks_user_mismatch.json"))
+    choice = choose_from_stacks(report)
+    assert choice.template == "skip_collective"
+    assert choice.params == {"world_size": 3, "op": "all_reduce", "next_op": "barrier", "skip_rank": 1}
+    assert any("rank 1 skipped the all_reduce" in r for r in choice.reasons)
+    assert any("no tensor shape" in r for r in choice.reasons)
+    out = tmp_path / "r.py"
+    assert (
+        main(
+            [
+                "repro",
+                "from-report",
+                str(DATA / "stacks_user_mismatch.json"),
+                "--set",
+                "shape=8x2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    script = out.read_text()
+    assert "WORLD_SIZE = 3" in script and "SKIP_RANK = 1" in script and "SHAPE = (8, 2)" in script
+    divergent = choose_from_stacks(StacksReport.model_validate(_load("stacks_user_divergent.json")))
+    assert divergent.template == "rank_conditional_collective"
+    assert divergent.params == {"world_size": 2, "busy_rank": 0, "op": "all_reduce"}

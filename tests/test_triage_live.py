@@ -45,7 +45,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run
         held.bind(("127.0.0.1", 0))
         held.listen()
         busy = held.getsockname()[1]
-        started["port"] = factory._start(
+        started["port"] = factory.start(
             _torchrun(
                 ["--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={busy}"], busy, ["ok"]
             ),
@@ -56,7 +56,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run
         )
         # rendezvous timeout: a 2-node c10d rendezvous that only one node joins
         rport = free_port()
-        started["rdzv"] = factory._start(
+        started["rdzv"] = factory.start(
             _torchrun(
                 [
                     "--nnodes=2",

@@ -65,8 +65,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(argv) if argv is not None else sys.argv[1:]
+    if words == ["mcp"]:
+        # Fast path for agent harnesses: start the server without building the
+        # whole parser, so start-up stays lean and one broken command module
+        # cannot take the MCP server down.
+        from rankscope.mcp_server import serve
+
+        serve()
+        return 0
     parser, table = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,

@@ -9,7 +9,7 @@ and measures, each in a fresh process, side by side on the same file:
 * ``rankscope``              restricted load + ``analyze_snapshot`` (the ``rankscope memory`` path);
 * ``torch _memory_viz``      torch's own text summaries of the same file (``segsum`` + ``trace``).
 
-Usage: ``python benchmarks/bench_memory.py [--sizes 50,500] [--data DIR] [--out benchmarks/results/memory.md]``
+Usage: ``python benchmarks/bench_memory.py [--sizes 50,500] [--data DIR] [--out FILE]``
 (``--data`` keeps the generated snapshots there and reuses them on the next run.)
 """
 
@@ -163,7 +163,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="50,500", help="snapshot sizes in MiB, comma separated")
     ap.add_argument("--modes", default="pickle.load;pickle.load, gc paused;rankscope;torch _memory_viz")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory.md"))
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="also write the table to this file (results: benchmarks/results/memory.md)",
+    )
     ap.add_argument("--data", default=None, help="directory to keep (and reuse) the generated snapshots")
     args = ap.parse_args()
     modes = args.modes.split(";")
@@ -204,8 +208,9 @@ def main() -> None:
         ]
     )
     print(table)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(table + "\n")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(table + "\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from rankscope.discovery import find_job, list_jobs, proc_state
+from rankscope.discovery import ProcInfo, build_jobs, find_job, list_jobs, proc_state
 from rankscope.errors import NotADistributedJob, ProcessNotFound
 from rankscope.models.core import Job
 from tests.jobs import JobFactory, RunningJob, wait_for
@@ -130,3 +130,28 @@ def test_pids_that_are_no_job() -> None:
         for p in (sleeper, plain):
             p.kill()
             p.wait(timeout=10)
+
+
+def test_launcher_with_a_leaked_rank_variable_is_not_a_rank() -> None:
+    """torchrun started from a shell that exported RANK: the agent stays the launcher."""
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    py = "/usr/bin/python3.11"
+    agent = ProcInfo(100, 1, "sleeping", 1, [py, "-m", "torch.distributed.run", "train.py"], env, exe=py)
+    ranks = [
+        ProcInfo(
+            101 + r,
+            100,
+            "sleeping",
+            2,
+            [py, "-u", "train.py"],
+            {**env, "RANK": str(r), "LOCAL_RANK": str(r), "TORCHELASTIC_RUN_ID": "abc"},
+            exe=py,
+        )
+        for r in range(2)
+    ]
+    procs = {p.pid: p for p in (agent, *ranks)}
+    agent.children = [101, 102]
+    jobs = build_jobs(procs, "h")
+    assert len(jobs) == 1
+    assert jobs[0].launcher == "torchrun" and jobs[0].launcher_pid == 100 and jobs[0].job_id == "torchrun:abc"
+    assert [(r.rank, r.pid) for r in jobs[0].ranks] == [(0, 101), (1, 102)]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 from rankscope import api
+from rankscope.errors import ProcessNotFound
 from rankscope.models.memory import MemoryProbeReport
 from rankscope.probe import memory_report, record_oom_snapshots
 from tests.jobs import JobFactory
@@ -73,3 +76,11 @@ def test_record_oom_snapshots_on_cpu_warns_and_records_nothing(tmp_path: Path) -
     assert result is None
     assert any(issubclass(w.category, RuntimeWarning) and "needs CUDA" in str(w.message) for w in caught)
     assert not (tmp_path / "snaps").exists()
+
+
+def test_live_inspect_of_a_gone_process_says_what_to_do() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    with pytest.raises(ProcessNotFound) as info:
+        api.inspect_memory(pid=gone.pid)
+    assert "rankscope ps" in info.value.render()

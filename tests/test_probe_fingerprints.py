@@ -7,6 +7,7 @@ in tests/programs/probe_divergence.py (3 ranks, rank 2 seeded differently).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from rankscope.analysis.fingerprints import compare_fingerprints
@@ -151,3 +152,19 @@ def test_same_input_same_report() -> None:
     a = compare_fingerprints(captured()).model_dump_json()
     b = compare_fingerprints(dict(reversed(list(captured().items())))).model_dump_json()
     assert a == b
+
+
+def test_every_emitted_skill_section_resolves_to_a_heading() -> None:
+    root = Path(__file__).resolve().parents[1]
+    playbook = (root / "skill" / "wrong-results.md").read_text(encoding="utf-8")
+    have = {
+        re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        for m in re.finditer(r"^#{1,6}\s+(.*)$", playbook, flags=re.MULTILINE)
+    }
+    emitted: set[str] = set()
+    for module in ("analysis/fingerprints.py", "compare.py"):
+        emitted |= set(
+            re.findall(r"wrong-results\.md#([a-z-]+)", (root / "tools" / "rankscope" / module).read_text())
+        )
+    assert {"missing-broadcast", "batchnorm", "nan-on-one-rank", "offline"} <= emitted
+    assert emitted <= have, f"sections emitted but missing from skill/wrong-results.md: {emitted - have}"

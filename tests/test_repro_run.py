@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from rankscope.models.repro import VerifyResult
-from rankscope.repro import list_templates, render_repro, verify_repro
+from rankscope.repro import list_templates, render_repro, repro_from_report, verify_repro
 from tests.jobs import JobFactory, wait_for
 
 pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).resolve().parent / "data" / "repro"
 
 HANG_TIMEOUT = 6.0
 RUN_TIMEOUT = 150.0
@@ -27,26 +29,34 @@ PARALLEL = 4
 """Runs at once: a hung run mostly waits (quiet time, stack capture), so more than 2 fit on 2 cores."""
 
 
-def _verify_all(names: list[str], tmp_path: Path) -> list[VerifyResult]:
-    work: list[tuple[str, bool]] = [(n, fixed) for n in names for fixed in (False, True)]
+def _verify_all(names: list[str], tmp_path: Path, extra: list[Path] | None = None) -> list[VerifyResult]:
+    """Render each template buggy and fixed, add the ``extra`` rendered scripts, verify them all in a pool."""
+    scripts: list[Path] = []
+    for name in names:
+        for fixed in (False, True):
+            out = tmp_path / f"{name}{'_fixed' if fixed else ''}.py"
+            render_repro(name, fixed=fixed, out=str(out))
+            scripts.append(out)
+    scripts.extend(extra or [])
 
-    def one(item: tuple[str, bool]) -> VerifyResult:
-        name, fixed = item
-        out = tmp_path / f"{name}{'_fixed' if fixed else ''}.py"
-        render_repro(name, fixed=fixed, out=str(out))
-        return verify_repro(str(out), nproc=2, hang_timeout=HANG_TIMEOUT, timeout=RUN_TIMEOUT)
+    def one(script: Path) -> VerifyResult:
+        # nproc=None: the world size each repro was rendered for
+        return verify_repro(str(script), nproc=None, hang_timeout=HANG_TIMEOUT, timeout=RUN_TIMEOUT)
 
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return list(pool.map(one, work))
+        return list(pool.map(one, scripts))
 
 
 @pytest.fixture(scope="module")
 def cpu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[VerifyResult]]:
-    """Every CPU template, buggy and fixed, verified in one pool (no idle tail between groups)."""
+    """Every CPU template, buggy and fixed, plus a repro made from a real hung job's report, verified in one pool."""
+    tmp = tmp_path_factory.mktemp("repros")
     names = [t.name for t in list_templates().templates if not t.requires_cuda]
     by_source = {t.name: t.symptom_source for t in list_templates().templates}
-    results = _verify_all(names, tmp_path_factory.mktemp("repros"))
-    grouped: dict[str, list[VerifyResult]] = {}
+    from_report = tmp / "from_report.py"
+    repro_from_report(str(DATA / "stacks_user_mismatch.json"), out=str(from_report))
+    results = _verify_all(names, tmp, extra=[from_report])
+    grouped: dict[str, list[VerifyResult]] = {"from_report": [results.pop()]}
     for r in results:
         grouped.setdefault(by_source[r.template], []).append(r)
     return grouped
@@ -89,6 +99,17 @@ def test_wrong_result_and_memory_templates_report_their_probe_symptom(
     results = cpu_results["probe"]
     assert {r.template for r in results} >= {"missing_broadcast", "bn_drift", "fsdp2_root_only"}
     _check(results)
+
+
+def test_a_repro_generated_from_a_real_hung_jobs_report_shows_the_same_verdict(
+    cpu_results: dict[str, list[VerifyResult]],
+) -> None:
+    """tests/programs/hang_collectives.py hung with rank 1 in barrier and ranks 0, 2 in all_reduce; the repro
+    rendered from its `rankscope stacks --json` report, run on 3 ranks, hangs the same way."""
+    (result,) = cpu_results["from_report"]
+    _check([result])
+    assert result.template == "skip_collective" and result.suspect_ranks == [1]
+    assert any("rank 1 waits in barrier" in e for e in result.evidence)
 
 
 def test_cuda_template_says_it_needs_cuda_and_exits_with_the_skip_code(tmp_path: Path) -> None:

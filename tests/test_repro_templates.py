@@ -459,7 +459,9 @@ def test_from_report_on_a_hung_training_loop_not_written_as_a_repro(tmp_path: Pa
     report = StacksReport.model_validate(_load("stacks_user_mismatch.json"))
     choice = choose_from_stacks(report)
     assert choice.template == "skip_collective"
-    assert choice.params == {"world_size": 3, "op": "all_reduce", "next_op": "barrier", "skip_rank": 1}
+    assert choice.params == {
+        "world_size": 3, "op": "all_reduce", "next_op": "barrier", "skip_rank": 1, "function_name": "forward",
+    }  # fmt: skip
     assert any("rank 1 skipped the all_reduce" in r for r in choice.reasons)
     assert any("no tensor shape" in r for r in choice.reasons)
     out = tmp_path / "r.py"
@@ -479,6 +481,7 @@ def test_from_report_on_a_hung_training_loop_not_written_as_a_repro(tmp_path: Pa
     )
     script = out.read_text()
     assert "WORLD_SIZE = 3" in script and "SKIP_RANK = 1" in script and "SHAPE = (8, 2)" in script
+    assert "def forward(tensor" in script  # the helper is named like the call site the ranks wait in
     divergent = choose_from_stacks(StacksReport.model_validate(_load("stacks_user_divergent.json")))
     assert divergent.template == "rank_conditional_collective"
     assert divergent.params == {"world_size": 2, "busy_rank": 0, "op": "all_reduce"}

@@ -470,3 +470,10 @@ def test_every_capture_renders_and_round_trips(case: str) -> None:
     report = report_for(case)
     assert StacksReport.model_validate_json(report.model_dump_json()) == report
     assert any(line.startswith("verdict: ") for line in render_stacks(report))
+
+
+def test_bounded_answer_without_any_rank() -> None:
+    report = analyze(Job(job_id="x"), [], [RankError(kind="unreachable", message="no route", host="n7")])
+    bounded = bound_report(report)
+    assert bounded.verdict.kind == "inconclusive" and bounded.truncated
+    assert "host n7: capture failed: unreachable" in " ".join(bounded.verdict.evidence)

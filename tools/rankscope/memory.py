@@ -26,7 +26,6 @@ import logging
 import os
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.analysis import memory as am
-from rankscope.errors import InvalidInput, NotADistributedJob, ProcessNotFound, RankscopeError
+from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
 from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
 from rankscope.models.probe import PlacementReport, PlacementsReport
@@ -235,66 +234,11 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
 
 
 def _find_job(pid: int | None) -> Job:
-    """The job around ``pid`` (None: the only job on this host) from discovery, or a minimal /proc reading."""
-    try:
-        from rankscope import api
+    """The job around ``pid`` (a rank, its launcher or a rank's child; None: the only job here)."""
+    from rankscope import api
 
-        job: Job = api.find_job(pid)
-        return job
-    except ModuleNotFoundError as exc:
-        if exc.name != "rankscope.discovery":
-            raise
-    if pid is None:
-        raise InvalidInput(
-            "no pid given", fix="Pass --pid with a rank or launcher pid (`rankscope ps` lists them)."
-        )
-    return _job_from_environ(pid)
-
-
-def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    out: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode(errors="replace")] = v.decode(errors="replace")
-    return out
-
-
-def _job_from_environ(pid: int) -> Job:
-    """Ranks are ``pid`` itself or its descendants whose environment has RANK."""
-    if not Path(f"/proc/{pid}").exists():
-        raise ProcessNotFound(f"no process with pid {pid}")
-    host = socket.gethostname()
-    ranks: list[RankProcess] = []
-    for p in [pid, *descendants(pid)]:
-        try:
-            env = _environ(p)
-        except OSError:
-            continue
-        if "RANK" in env and env["RANK"].isdigit():
-            if any(r.pid != p and p in descendants(r.pid) for r in ranks):
-                continue  # a rank's own child (DataLoader worker) inherits RANK
-            lr = env.get("LOCAL_RANK", "")
-            ranks.append(
-                RankProcess(
-                    rank=int(env["RANK"]),
-                    local_rank=int(lr) if lr.isdigit() else None,
-                    pid=p,
-                    host=host,
-                    rank_source="env:RANK",
-                )
-            )
-    if not ranks:
-        raise NotADistributedJob(f"pid {pid} and its children have no RANK in their environment")
-    ws = _environ(ranks[0].pid).get("WORLD_SIZE", "")
-    return Job(
-        job_id=str(pid),
-        launcher_pid=pid,
-        world_size=int(ws) if ws.isdigit() else None,
-        hosts=[host],
-        ranks=ranks,
-    )
+    job: Job = api.find_job(pid)
+    return job
 
 
 def _nvidia_smi() -> tuple[dict[int, list[tuple[str, int]]] | None, str | None]:

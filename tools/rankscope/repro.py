@@ -281,14 +281,15 @@ def _run_output_lines(run: dict[str, Any]) -> list[str]:
 
 
 def verify_repro(
-    path: str, *, nproc: int = 2, hang_timeout: float = 15.0, timeout: float = 120.0
+    path: str, *, nproc: int | None = 2, hang_timeout: float = 15.0, timeout: float = 120.0
 ) -> VerifyResult:
     """Run a rendered repro under `rankscope run` and say whether its declared symptom appears.
 
     A buggy repro must show its symptom ("reproduced"); a fixed one must run
     clean and not show it ("clean"). The symptom is judged by rankscope itself:
     the hang verdict of the captured stacks, the findings of log triage on the
-    ranks' output, or the repro's own cross-rank check line.
+    ranks' output, or the repro's own cross-rank check line. ``nproc=None``
+    runs it on the world size it was rendered for.
     """
     script_path = Path(path).expanduser()
     try:
@@ -299,6 +300,9 @@ def verify_repro(
         ) from exc
     meta = read_meta(script)
     kind, source, fixed = str(meta["symptom"]), str(meta["source"]), bool(meta["fixed"])
+    if nproc is None:  # the world size the repro was rendered for
+        world = meta.get("world_size")
+        nproc = world if isinstance(world, int) and world > 0 else 2
     started = time.monotonic()
     run = api.run_job(str(script_path), [], nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
     redactor = Redactor()

@@ -29,8 +29,9 @@ MAX_DUMPS = 32
 
 
 def _workers(n: int, native: bool) -> int:
-    """How many dumps run at once: all ranks of a node, but ``--native`` py-spy loads the
-    symbols of libtorch & co. (hundreds of MB each), so it is capped by the cores."""
+    """How many dumps run at once: all ranks of a node, but a ``--native`` py-spy loads the
+    symbols of libtorch & co. (about 100 MB resident each, or more), so those are capped by
+    the cores."""
     cap = max(2, 2 * (os.cpu_count() or 1)) if native else MAX_DUMPS
     return max(1, min(n, cap))
 

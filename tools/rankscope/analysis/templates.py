@@ -349,7 +349,9 @@ def _site_function(group: Group) -> str | None:
     if group.call_site is None:
         return None
     try:
-        return _check_identifier(group.call_site.function)
+        return _check_identifier(
+            group.call_site.function.rsplit(".", 1)[-1]
+        )  # "Reducer.forward" -> "forward"
     except ValueError:
         return None
 
@@ -389,7 +391,6 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
         notes.append(
             "the report carries no tensor shape (py-spy shows a tensor as <Tensor at 0x...>); the template's small "
             "default is used: override it with --set shape=... (MCP: params) if the shape matters"
-        ); the template's small default is used"
         )
     if verdict.kind == "mismatched_collectives":
         odd, main = _split_mismatch(groups, suspects)

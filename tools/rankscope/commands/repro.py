@@ -196,8 +196,8 @@ class ReproCommand(Command):
 def _verify_kwargs(
     nproc: int | None, hang_timeout: float, timeout: float, world: int | None
 ) -> dict[str, Any]:
-    n = nproc if nproc is not None else (world or 2)
-    if n < 1 or hang_timeout <= 0 or timeout <= 0:
+    n = nproc if nproc is not None else world  # None: the world size the repro was rendered for
+    if (n is not None and n < 1) or hang_timeout <= 0 or timeout <= 0:
         raise InvalidInput(
             f"--nproc, --hang-timeout and --timeout must be positive (got {n}, {hang_timeout}, {timeout}).",
             fix="For example: --nproc 2 --hang-timeout 15 --timeout 120.",

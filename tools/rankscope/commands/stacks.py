@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from pydantic import BaseModel
 
 from rankscope import api
-from rankscope.analysis.render_stacks import render_stacks
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import StacksReport
 
 
 def _render(model: BaseModel) -> Iterator[str]:
+    from rankscope.analysis.render_stacks import render_stacks  # only when printing for a person
+
     assert isinstance(model, StacksReport)
     return render_stacks(model)
 

@@ -163,8 +163,7 @@ def test_every_emitted_skill_section_resolves_to_a_heading() -> None:
     }
     emitted: set[str] = set()
     for module in ("analysis/fingerprints.py", "compare.py"):
-        emitted |= set(
-            re.findall(r"wrong-results\.md#([a-z-]+)", (root / "tools" / "rankscope" / module).read_text())
-        )
+        source = (root / "tools" / "rankscope" / module).read_text()
+        emitted |= set(re.findall(r"(?:wrong-results\.md|\{pb\})#([a-z-]+)", source))
     assert {"missing-broadcast", "batchnorm", "nan-on-one-rank", "offline"} <= emitted
     assert emitted <= have, f"sections emitted but missing from skill/wrong-results.md: {emitted - have}"

@@ -160,6 +160,14 @@ def test_2d_mesh_dtensor_consistency_compares_only_replicas(sharded: Path) -> No
     assert bad["partial"] == ["pending"]
 
 
+def test_subgroups_compare_and_print_on_their_own(sharded: Path) -> None:
+    subgroup = reports(sharded, "subgroup", 4)
+    assert [(r["ranks"], r["consistent"]) for r in subgroup] == [([0, 1], True)] * 2 + [([2, 3], True)] * 2
+    printed = reports(sharded, "subgroup_print", 4)
+    assert printed[0] == printed[1] == ["  ranks 0-1: dp 0"]
+    assert printed[2] == printed[3] == ["  ranks 2-3: dp 1"]
+
+
 def test_dcp_checkpoint_written_by_fsdp2(sharded: Path) -> None:
     rep = inspect_placements(str(sharded / "dcp"))
     assert rep.problems == [] and rep.sharded == 10 and rep.whole == 1 and rep.objects == ["step"]

@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-from rankscope.probe import check_consistency, dump, placement_report
+from rankscope.probe import check_consistency, dump, placement_report, print_all_ranks
 
 
 class Block(torch.nn.Module):
@@ -101,6 +101,10 @@ def main() -> None:
         "tp_cons_bad",
         check_consistency({"colwise": tp.colwise, "rowwise": tp.rowwise, "pending": partial}, max_diff=True),
     )
+    # A subgroup: each tp group (ranks 0-1, ranks 2-3) checks on its own; the values differ between groups.
+    tp_group = mesh2.get_group("tp")
+    save("subgroup", check_consistency(torch.full((2,), float(rank // 2)), group=tp_group))
+    save("subgroup_print", print_all_ranks(f"dp {rank // 2}", group=tp_group))
     dist.barrier()
     mark_ready(f"done{rank}")
     dist.destroy_process_group()

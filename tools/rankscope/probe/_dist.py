@@ -26,7 +26,7 @@ from typing import Any
 from rankscope.errors import RankscopeError, TorchMissing
 
 DEFAULT_TIMEOUT_S = 120.0
-_groups: dict[tuple[tuple[int, ...], float], Any] = {}
+_groups: dict[tuple[int, tuple[int, ...], float], Any] = {}
 
 
 class ProbeTimeout(RankscopeError):
@@ -83,7 +83,7 @@ def probe_group(group: Any = None) -> Any:
     dist = torch_mod().distributed
     ranks = tuple(group_ranks(group))
     t = timeout_s()
-    key = (ranks, t)
+    key = (id(dist.group.WORLD), ranks, t)  # a new init_process_group gets new groups
     pg = _groups.get(key)
     if pg is None:
         whole = len(ranks) == dist.get_world_size()

@@ -29,7 +29,9 @@ def pyspy_works() -> str:
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        out = subprocess.run([exe, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [exe, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30
+        )
     finally:
         child.kill()
         child.wait(timeout=5)

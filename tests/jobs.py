@@ -107,15 +107,22 @@ class JobFactory:
         self.tmp = tmp
         self.jobs: list[RunningJob] = []
 
-    def _start(self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None, tag: str) -> RunningJob:
+    def _start(
+        self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None, tag: str
+    ) -> RunningJob:
         ready = self.tmp / f"ready-{tag}-{len(self.jobs)}"
         ready.mkdir()
         log = self.tmp / f"job-{tag}-{len(self.jobs)}.log"
         full_env = job_env({"RANKSCOPE_TEST_READY": str(ready), "MASTER_PORT": str(port), **(env or {})})
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
-                argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                start_new_session=True, cwd=str(PROGRAMS),
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
+                start_new_session=True,
+                cwd=str(PROGRAMS),
             )
         job = RunningJob(proc=proc, ready_dir=ready, log_path=log, nproc=nproc, port=port)
         self.jobs.append(job)
@@ -127,17 +134,27 @@ class JobFactory:
         """Start any command line (e.g. a custom torchrun invocation) as a reaped job."""
         return self._start(argv, nproc, port, env, tag)
 
-    def torchrun(self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None) -> RunningJob:
+    def torchrun(
+        self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> RunningJob:
         """``python -m torch.distributed.run --nproc_per_node=N tests/programs/<program> args``."""
         port = free_port()
         argv = [
-            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-            "--master_addr=127.0.0.1", f"--master_port={port}", "--monitor_interval=0.2",
-            str(PROGRAMS / program), *args,
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "--monitor_interval=0.2",
+            str(PROGRAMS / program),
+            *args,
         ]
         return self._start(argv, nproc, port, env, "torchrun")
 
-    def python(self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None) -> RunningJob:
+    def python(
+        self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> RunningJob:
         """``python tests/programs/<program> args`` for programs that launch ranks themselves (mp.spawn)."""
         port = free_port()
         argv = [sys.executable, str(PROGRAMS / program), *args]

@@ -6,9 +6,25 @@ from rankscope.redact import MASK, Redactor, is_secret_name, redact_text
 
 
 def test_secret_names() -> None:
-    for name in ("HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "--auth-token", "api_key", "KEY"):
+    for name in (
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "--auth-token",
+        "api_key",
+        "KEY",
+    ):
         assert is_secret_name(name), name
-    for name in ("PWD", "RANK", "MASTER_ADDR", "NCCL_DEBUG", "KEYMAP", "MONKEY_COUNT", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
+    for name in (
+        "PWD",
+        "RANK",
+        "MASTER_ADDR",
+        "NCCL_DEBUG",
+        "KEYMAP",
+        "MONKEY_COUNT",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    ):
         assert not is_secret_name(name), name
 
 
@@ -30,7 +46,9 @@ def test_urls() -> None:
 
 def test_argv() -> None:
     r = Redactor()
-    argv = r.argv(["train.py", "--token", "abc123456", "--lr=0.1", "--password=hunter22", "--wandb-key", "k" * 12])
+    argv = r.argv(
+        ["train.py", "--token", "abc123456", "--lr=0.1", "--password=hunter22", "--wandb-key", "k" * 12]
+    )
     assert argv == ["train.py", "--token", MASK, "--lr=0.1", f"--password={MASK}", "--wandb-key", MASK]
 
 

@@ -51,7 +51,10 @@ def crash(culprit: int) -> None:
     dist.all_reduce(t)
     print(f"rank {rank} after first all_reduce")
     if rank == culprit:
-        sys.exit(3)
+        # os._exit: a plain sys.exit runs interpreter shutdown while gloo's
+        # threads are live, which sometimes aborts (SIGABRT) instead of exiting 3.
+        sys.stdout.flush()
+        os._exit(3)
     dist.all_reduce(t)
 
 

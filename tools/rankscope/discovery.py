@@ -22,27 +22,14 @@ import os
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from rankscope import procfs
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Job, JobList, LauncherKind, ProcState, RankProcess
+from rankscope.procfs import proc_state, read_cmdline, read_environ, read_stat
 from rankscope.redact import Redactor
 
-PROC = Path("/proc")
-
 SPAWN_MARKER = "from multiprocessing.spawn import spawn_main"
-
-_STATES: dict[str, ProcState] = {
-    "R": "running",
-    "S": "sleeping",
-    "D": "disk_sleep",
-    "T": "stopped",
-    "t": "tracing_stop",
-    "Z": "zombie",
-    "X": "dead",
-    "x": "dead",
-    "I": "idle",
-}
 
 
 @dataclass
@@ -65,81 +52,25 @@ class ProcInfo:
         return any(n.startswith("python") or n.startswith("pypy") for n in names)
 
 
-def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
-    """(ppid, state, start time in clock ticks) from /proc/PID/stat, or None when gone."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[1]), _STATES.get(fields[0], "unknown"), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def proc_state(pid: int) -> ProcState | None:
-    """The process state letter mapped to a ProcState, or None when the process is gone."""
-    stat = read_stat(pid)
-    return stat[1] if stat else None
-
-
-def read_environ(pid: int) -> dict[str, str] | None:
-    """The process's initial environment; None when unreadable (other user, gone, zombie)."""
-    try:
-        raw = (PROC / str(pid) / "environ").read_bytes()
-    except OSError:
-        return None
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, _, v = item.partition(b"=")
-            env[k.decode(errors="replace")] = v.decode(errors="replace")
-    return env
-
-
-def read_cmdline(pid: int) -> list[str]:
-    try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return []
-    return [w.decode(errors="replace") for w in raw.split(b"\0") if w]
-
-
-def _read_exe(pid: int) -> str | None:
-    try:
-        return os.readlink(PROC / str(pid) / "exe")
-    except OSError:
-        return None
-
-
 def read_proc(pid: int) -> ProcInfo | None:
     stat = read_stat(pid)
     if stat is None:
         return None
     ppid, state, start = stat
-    env = read_environ(pid)
+    env: dict[str, str] | None = None
     denied = False
-    if env is None:
-        try:
-            (PROC / str(pid) / "environ").read_bytes()
-        except PermissionError:
-            denied = True
-        except OSError:
-            pass
-    return ProcInfo(pid, ppid, state, start, read_cmdline(pid), env, denied, _read_exe(pid))
+    try:
+        env = procfs.environ(pid)
+    except PermissionError:
+        denied = True
+    except OSError:
+        pass
+    return ProcInfo(pid, ppid, state, start, read_cmdline(pid), env, denied, procfs.read_exe(pid))
 
 
 def _has_torch(pid: int) -> bool:
     """True when the process has libtorch mapped (cheap check, no ptrace)."""
-    try:
-        with open(PROC / str(pid) / "maps", "rb") as fh:
-            for line in fh:
-                if b"libtorch" in line or b"torch/_C" in line:
-                    return True
-    except OSError:
-        return False
-    return False
+    return procfs.maps_mention(pid, (b"libtorch", b"torch/_C"))
 
 
 def _int(env: dict[str, str], *names: str) -> tuple[int | None, str]:
@@ -229,11 +160,10 @@ def _hostname() -> str:
 def scan() -> dict[int, ProcInfo]:
     """One pass over /proc: every process with its parent, state, cmdline and environment."""
     procs: dict[int, ProcInfo] = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            info = read_proc(int(entry.name))
-            if info is not None:
-                procs[info.pid] = info
+    for pid in procfs.pids():
+        info = read_proc(pid)
+        if info is not None:
+            procs[info.pid] = info
     for info in procs.values():
         if info.ppid in procs:
             procs[info.ppid].children.append(info.pid)

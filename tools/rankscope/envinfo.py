@@ -27,10 +27,10 @@ import resource
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
+from rankscope import procfs, subproc
 from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
 from rankscope.errors import NotADistributedJob, ProcessNotFound, RankscopeError
@@ -46,12 +46,12 @@ from rankscope.models.env import (
     ShmInfo,
     TorchInfo,
 )
-from rankscope.proctree import children_map, descendants, reap_tree
+from rankscope.proctree import children_map, descendants
 from rankscope.redact import Redactor
 
 log = logging.getLogger("rankscope.env")
 
-PROC = Path("/proc")
+PROC = procfs.PROC
 SYS_NET = Path("/sys/class/net")
 SYS_IB = Path("/sys/class/infiniband")
 TORCH_PROBE_TIMEOUT = 90.0
@@ -125,27 +125,14 @@ def _read(path: Path) -> str | None:
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
-    """Run a command with a timeout in its own session; reap its whole tree on timeout."""
+    """(exit code, stdout, stderr); exit code None when it could not start or timed out."""
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
+        res = subproc.run(argv, timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
     except OSError as exc:
         return None, "", str(exc)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err
-    except subprocess.TimeoutExpired:
-        reap_tree(proc, grace=1.0)
-        with contextlib.suppress(Exception):
-            proc.communicate(timeout=2)
+    if res.timed_out:
         return None, "", f"timed out after {timeout:.0f}s"
+    return res.rc, res.stdout, res.stderr
 
 
 def parse_limits(text: str) -> Limits:
@@ -382,21 +369,10 @@ def node_info(redactor: Redactor, python: str | None = None, include_torch: bool
 # -- ranks -------------------------------------------------------------------------------------------------
 
 
-def read_environ(pid: int) -> dict[str, str]:
-    raw = (PROC / str(pid) / "environ").read_bytes()
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, _, v = item.partition(b"=")
-            env[k.decode(errors="replace")] = v.decode(errors="replace")
-    return env
-
-
 def loaded_torch(pid: int) -> tuple[str | None, str | None]:
     """(version, package dir) of the torch a process has mapped, from /proc/PID/maps and torch/version.py."""
-    try:
-        maps = (PROC / str(pid) / "maps").read_text(errors="replace")
-    except OSError:
+    maps = procfs.read_text(pid, "maps")
+    if maps is None:
         return None, None
     m = re.search(r"(/\S+/torch)/lib/lib(?:torch|c10)\w*\.so", maps)
     if not m:
@@ -416,10 +392,7 @@ def _python_of(pid: int, cmdline: list[str]) -> str | None:
         and os.access(cmdline[0], os.X_OK)
     ):
         return cmdline[0]
-    try:
-        return os.readlink(PROC / str(pid) / "exe")
-    except OSError:
-        return None
+    return procfs.read_exe(pid)
 
 
 def _fallback_job(pid: int) -> Job:
@@ -430,7 +403,7 @@ def _fallback_job(pid: int) -> Job:
     host = socket.gethostname()
     for p in [pid, *descendants(pid)]:
         with contextlib.suppress(OSError):
-            env = read_environ(p)
+            env = procfs.environ(p)
             if "RANK" in env and not any(r.pid == p for r in ranks):
                 if any(p in descendants(r.pid) for r in ranks):
                     continue
@@ -495,7 +468,7 @@ def rank_envs(job: Job, redactor: Redactor) -> tuple[list[RankEnv], list[str]]:
     raw: dict[int, dict[str, str]] = {}
     for rp in job.ranks:
         try:
-            raw[rp.pid] = read_environ(rp.pid)
+            raw[rp.pid] = procfs.environ(rp.pid)
         except OSError as exc:
             errors.append(
                 f"rank {rp.rank} (pid {rp.pid}): cannot read /proc/{rp.pid}/environ: {exc.strerror or exc}"
@@ -507,12 +480,10 @@ def rank_envs(job: Job, redactor: Redactor) -> tuple[list[RankEnv], list[str]]:
     for rp in job.ranks:
         env = raw.get(rp.pid)
         cmd = rp.cmdline
-        try:
-            cmd = (PROC / str(rp.pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            cmd = procfs.cmdline(rp.pid)
         version, pkg = loaded_torch(rp.pid)
-        limits_text = _read(PROC / str(rp.pid) / "limits")
+        limits_text = procfs.read_text(rp.pid, "limits")
         re_ = RankEnv(
             rank=rp.rank,
             local_rank=rp.local_rank,

@@ -48,6 +48,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from rankscope import procfs
 from rankscope.analysis.collapse import collapse_rank_lines, format_ranks
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import NextStep, StacksReport
@@ -153,14 +154,6 @@ def _strip_own_prefix(rank: int, line: str) -> str:
 # --------------------------------------------------------------------------- /proc sampling
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2 :].split()
-
-
 def _cpu_and_start(pid: int) -> tuple[int, int] | None:
     """(utime + stime in clock ticks, start time in ticks) of a live process."""
     got = _sample_proc(pid)
@@ -169,7 +162,7 @@ def _cpu_and_start(pid: int) -> tuple[int, int] | None:
 
 def _sample_proc(pid: int) -> tuple[int, int, str] | None:
     """(CPU ticks, start time, state of the main thread) of a live process, from /proc/PID/stat."""
-    f = _stat_fields(pid)
+    f = procfs.stat_fields(pid)
     if f is None or f[0] in ("Z", "X"):
         return None
     try:
@@ -179,14 +172,10 @@ def _sample_proc(pid: int) -> tuple[int, int, str] | None:
 
 
 def _env_rank(pid: int) -> int | None:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    for item in raw.split(b"\0"):
-        if item.startswith(b"RANK="):
-            with contextlib.suppress(ValueError):
-                return int(item[5:])
+    rank = (procfs.read_environ(pid) or {}).get("RANK")
+    if rank is not None:
+        with contextlib.suppress(ValueError):
+            return int(rank)
     return None
 
 

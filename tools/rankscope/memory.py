@@ -26,12 +26,12 @@ import logging
 import os
 import pickle
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rankscope import procfs, subproc
 from rankscope.analysis import memory as am
 from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
@@ -250,32 +250,26 @@ def _nvidia_smi() -> tuple[dict[int, list[tuple[str, int]]] | None, str | None]:
             "nvidia-smi not found: no NVIDIA driver on this host (or not on PATH); reporting host memory only.",
         )
     try:
-        out = subprocess.run(
+        out = subproc.run(
             [exe, "--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT,
-            check=False,
+            NVIDIA_SMI_TIMEOUT,
         )
-    except subprocess.TimeoutExpired:
+    except OSError as exc:
+        return None, f"nvidia-smi could not run ({exc}); host memory only."
+    if out.timed_out or out.rc is None:
         return (
             None,
             f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT:.0f}s (driver busy or hung); host memory only.",
         )
-    except OSError as exc:
-        return None, f"nvidia-smi could not run ({exc}); host memory only."
-    if out.returncode != 0:
-        first = (out.stdout.strip() or out.stderr.strip() or f"exit {out.returncode}").splitlines()[0]
+    if out.rc != 0:
+        first = (out.stdout.strip() or out.stderr.strip() or f"exit {out.rc}").splitlines()[0]
         return None, f"nvidia-smi failed: {first}; reporting host memory only."
     return am.parse_nvidia_smi_apps(out.stdout), None
 
 
 def _read_mem(pid: int) -> tuple[dict[str, int], dict[str, int]]:
-    status = am.parse_kb_fields(Path(f"/proc/{pid}/status").read_text())
-    try:
-        rollup = am.parse_kb_fields(Path(f"/proc/{pid}/smaps_rollup").read_text())
-    except OSError:
-        rollup = {}
+    status = am.parse_kb_fields(procfs.text(pid, "status"))
+    rollup = am.parse_kb_fields(procfs.read_text(pid, "smaps_rollup") or "")
     return status, rollup
 
 

@@ -13,32 +13,18 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
-PROC = Path("/proc")
+from rankscope import procfs
 
-
-def parent_of(pid: int) -> int | None:
-    """The parent pid from /proc/PID/stat, or None when the process is gone."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # comm may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[1])
-    except (IndexError, ValueError):
-        return None
+# Re-exported: callers that only need the parent link import it from here.
+parent_of = procfs.parent_of
+_alive = procfs.is_alive
 
 
 def children_map() -> dict[int, list[int]]:
     """Map every pid to its direct children, from one pass over /proc."""
     kids: dict[int, list[int]] = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+    for pid in procfs.pids():
         ppid = parent_of(pid)
         if ppid is not None:
             kids.setdefault(ppid, []).append(pid)
@@ -70,14 +56,6 @@ def _signal_tree(pids: list[int], sig: int) -> None:
     for p in pids:
         with contextlib.suppress(OSError):
             os.kill(p, sig)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return state[state.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def reap_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | int, grace: float = 5.0) -> list[int]:

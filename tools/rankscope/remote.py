@@ -17,19 +17,19 @@ start processes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from rankscope import subproc
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Frame,
@@ -41,7 +41,6 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
-from rankscope.proctree import reap_tree
 from rankscope.redact import Redactor
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server", "local"]
@@ -440,51 +439,12 @@ def account_for_unseen(report: StacksReport, failed: Sequence[RankError]) -> Sta
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Run:
-    rc: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    seconds: float
-
-
-def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> _Run:
-    t0 = time.monotonic()
+def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> subproc.Completed:
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=dict(env) if env is not None else None,
-        )
+        res = subproc.run(argv, timeout, env)
     except FileNotFoundError as exc:
-        return _Run(127, "", f"{argv[0]}: command not found ({exc})", False, 0.0)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return _Run(
-            proc.returncode,
-            out.decode(errors="replace")[:MAX_OUTPUT],
-            err.decode(errors="replace")[-20000:],
-            False,
-            time.monotonic() - t0,
-        )
-    except subprocess.TimeoutExpired:
-        reap_tree(proc, grace=1.0)
-        out, err = b"", b""
-        try:
-            out, err = proc.communicate(timeout=2.0)
-        except (subprocess.TimeoutExpired, ValueError):
-            pass
-        return _Run(
-            None,
-            out.decode(errors="replace"),
-            err.decode(errors="replace")[-20000:],
-            True,
-            time.monotonic() - t0,
-        )
+        return subproc.Completed(127, "", f"{argv[0]}: command not found ({exc})", False, 0.0)
+    return dataclasses.replace(res, stdout=res.stdout[:MAX_OUTPUT], stderr=res.stderr[-20000:])
 
 
 def _need(binary: str, via: str) -> None:

@@ -1,0 +1,186 @@
+"""Readers for /proc/PID/*: the one place that knows the layout of procfs.
+
+Discovery, environment collection, memory, the launcher's watchdog and the
+process-tree reaper all need the same few facts about a process (parent,
+state, start time, command line, environment, interpreter). They read them
+here, so the parsing rules (``comm`` may hold spaces and parentheses,
+``environ``/``cmdline`` are NUL-separated bytes of any encoding) live once.
+
+Read-only, never blocking: every function reads one small file. The plain
+``read_*`` functions return None (or an empty value) when the process is gone
+or unreadable; the bare-noun ones (``environ``, ``cmdline``, ``text``) raise
+``OSError`` so a caller can tell "permission denied" from "gone".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rankscope.models.core import ProcState
+
+PROC = Path("/proc")
+
+STATES: dict[str, ProcState] = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "disk_sleep",
+    "T": "stopped",
+    "t": "tracing_stop",
+    "Z": "zombie",
+    "X": "dead",
+    "x": "dead",
+    "I": "idle",
+}
+
+
+def path(pid: int, name: str) -> Path:
+    """``/proc/PID/NAME``."""
+    return PROC / str(pid) / name
+
+
+def pids() -> Iterator[int]:
+    """Every pid currently listed in /proc (processes may vanish while iterating)."""
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            yield int(entry.name)
+
+
+def text(pid: int, name: str) -> str:
+    """The text of ``/proc/PID/NAME``; raises OSError when gone or unreadable."""
+    return path(pid, name).read_text(errors="replace")
+
+
+def read_text(pid: int, name: str) -> str | None:
+    """The text of ``/proc/PID/NAME``, or None when gone or unreadable."""
+    try:
+        return text(pid, name)
+    except OSError:
+        return None
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after ``comm`` (state is [0], ppid [1]), or None when gone.
+
+    ``comm`` may contain spaces and parentheses, so the split starts after the last ')'.
+    """
+    try:
+        stat = path(pid, "stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
+    """(ppid, state, start time in clock ticks) from /proc/PID/stat, or None when gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        return int(fields[1]), STATES.get(fields[0], "unknown"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid from /proc/PID/stat, or None when the process is gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_state(pid: int) -> ProcState | None:
+    """The process state letter mapped to a ProcState, or None when the process is gone."""
+    stat = read_stat(pid)
+    return stat[1] if stat else None
+
+
+def is_alive(pid: int) -> bool:
+    """True while the process exists and is neither a zombie nor dead."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return False
+    return (fields[0][:1] if fields else "") not in ("Z", "X")
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """NUL-separated ``KEY=VALUE`` bytes (/proc/PID/environ) to a dict; undecodable bytes replaced."""
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The process's initial environment; raises OSError (PermissionError for another user's process)."""
+    return parse_environ(path(pid, "environ").read_bytes())
+
+
+def read_environ(pid: int) -> dict[str, str] | None:
+    """The process's initial environment; None when unreadable (other user, gone, zombie)."""
+    try:
+        return environ(pid)
+    except OSError:
+        return None
+
+
+def cmdline(pid: int) -> list[str]:
+    """argv of the process (empty for zombies and kernel threads); raises OSError when gone."""
+    raw = path(pid, "cmdline").read_bytes()
+    return [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+
+
+def read_cmdline(pid: int) -> list[str]:
+    """argv of the process, or [] when gone or unreadable."""
+    try:
+        return cmdline(pid)
+    except OSError:
+        return []
+
+
+def read_exe(pid: int) -> str | None:
+    """The executable the process runs (/proc/PID/exe), or None when unreadable."""
+    try:
+        return os.readlink(path(pid, "exe"))
+    except OSError:
+        return None
+
+
+def maps_mention(pid: int, needles: tuple[bytes, ...]) -> bool:
+    """True when a line of /proc/PID/maps contains one of ``needles`` (streamed: maps can be large)."""
+    try:
+        with open(path(pid, "maps"), "rb") as fh:
+            return any(any(n in line for n in needles) for line in fh)
+    except OSError:
+        return False
+
+
+__all__ = [
+    "PROC",
+    "STATES",
+    "cmdline",
+    "environ",
+    "is_alive",
+    "maps_mention",
+    "parent_of",
+    "parse_environ",
+    "path",
+    "pids",
+    "proc_state",
+    "read_cmdline",
+    "read_environ",
+    "read_exe",
+    "read_stat",
+    "read_text",
+    "stat_fields",
+    "text",
+]

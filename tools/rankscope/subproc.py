@@ -1,0 +1,69 @@
+"""Bounded runs of helper commands (nvidia-smi, dmesg, ssh, srun, kubectl, a torch probe).
+
+rankscope must never hang on a tool it calls, and never leave one behind: the
+command runs in its own session with a timeout, and on timeout its whole
+process tree is reaped (``rankscope.proctree.reap_tree``: by parent links from
+the pid started here, never by name). Output is decoded leniently, since a
+remote host or a driver tool may print bytes that are not UTF-8.
+
+py-spy has its own runner (``rankscope.pyspy``): its failures need py-spy
+specific classification.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rankscope.proctree import reap_tree
+
+REAP_GRACE = 1.0  # seconds a timed-out command gets between SIGTERM and SIGKILL
+DRAIN_TIMEOUT = 2.0  # seconds to collect what a reaped command had printed
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a bounded run produced; ``rc`` is None when it timed out."""
+
+    rc: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+
+
+def run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> Completed:
+    """Run ``argv`` (stdin closed) for at most ``timeout`` seconds and return its output.
+
+    Raises OSError when the command cannot start (FileNotFoundError when it does
+    not exist): callers word that for their own context. ``env`` replaces the
+    environment when given. On timeout, the output printed so far is kept.
+    """
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=dict(env) if env is not None else None,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        reap_tree(proc, grace=REAP_GRACE)
+        out, err = b"", b""
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+            out, err = proc.communicate(timeout=DRAIN_TIMEOUT)
+        return Completed(None, _text(out), _text(err), True, time.monotonic() - t0)
+    return Completed(proc.returncode, _text(out), _text(err), False, time.monotonic() - t0)
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode(errors="replace")
+
+
+__all__ = ["Completed", "run"]

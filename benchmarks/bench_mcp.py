@@ -59,8 +59,10 @@ def _recv(proc: subprocess.Popen[bytes], want_id: int) -> dict[str, Any]:
             return msg
 
 
-def time_to_tools_list(argv: list[str]) -> tuple[float, int, bool]:
-    """Seconds from spawn to the tools/list answer, the number of tools, and whether libtorch is mapped."""
+def time_to_tools_list(argv: list[str]) -> tuple[float, float, int, bool]:
+    """Seconds from spawn to the tools/list answer, the server's CPU seconds up to its exit
+    (start-up, the answer, and a clean shutdown on EOF), the number of tools, and whether
+    libtorch is mapped."""
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": tempfile.gettempdir(), "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -86,15 +88,29 @@ def time_to_tools_list(argv: list[str]) -> tuple[float, int, bool]:
         answer = _recv(proc, 2)
         elapsed = time.perf_counter() - start
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
-        return elapsed, len(answer["result"]["tools"]), "libtorch" in maps
-    finally:
         assert proc.stdin is not None
         proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        cpu = _wait_cpu(proc)
+        return elapsed, cpu, len(answer["result"]["tools"]), "libtorch" in maps
+    finally:
+        if proc.returncode is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def _wait_cpu(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> float:
+    """Reap ``proc`` (killing it after ``timeout`` s) and return its user + system CPU seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        time.sleep(0.01)
+    proc.kill()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
 
 def bench_startup(runs: int) -> dict[str, Any]:
@@ -106,23 +122,32 @@ def bench_startup(runs: int) -> dict[str, Any]:
     for argv in variants.values():  # warm the page cache before measuring
         time_to_tools_list(argv)
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpus: dict[str, list[float]] = {name: [] for name in variants}
     tools = 0
     torch_loaded = False
+    load_before = os.getloadavg()[0]
     for _ in range(runs):  # alternate so every variant sees the same machine load
         for name, argv in variants.items():
-            t, n, loaded = time_to_tools_list(argv)
+            t, cpu, n, loaded = time_to_tools_list(argv)
             times[name].append(t)
+            cpus[name].append(cpu)
             if name == "rankscope":
                 tools, torch_loaded = n, torch_loaded or loaded
     med = {name: statistics.median(ts) for name, ts in times.items()}
+    cpu_med = {name: statistics.median(ts) for name, ts in cpus.items()}
     return {
         "rankscope_s": med["rankscope"],
         "server_only_s": med["server_only"],
         "minimal_s": med["minimal"],
+        "rankscope_cpu": cpu_med["rankscope"],
+        "server_only_cpu": cpu_med["server_only"],
+        "minimal_cpu": cpu_med["minimal"],
         "ratio": med["rankscope"] / med["minimal"],
         "ratio_server_only": med["server_only"] / med["minimal"],
+        "ratio_cpu": cpu_med["rankscope"] / cpu_med["minimal"],
         "tools": tools,
         "torch_loaded": torch_loaded,
+        "load_before": load_before,
         "load": os.getloadavg()[0],
     }
 
@@ -203,15 +228,18 @@ Measured by `benchmarks/bench_mcp.py` ({runs} alternating runs, median), on this
 
 ## Start-up: spawn to the `tools/list` answer
 
-| server | seconds | tools |
-|---|---|---|
-| minimal MCPServer, one tool | {start["minimal_s"]:.3f} | 1 |
-| `rankscope mcp` (console script: CLI parser, then the server) | {start["rankscope_s"]:.3f} | {start["tools"]} |
-| `rankscope.mcp_server.serve()` alone (no CLI parser) | {start["server_only_s"]:.3f} | {start["tools"]} |
-| **ratio `rankscope mcp` / minimal** | **{start["ratio"]:.2f}×** (target ≤ 1.2×) | |
-| ratio server alone / minimal | {start["ratio_server_only"]:.2f}× | |
+| server | wall seconds (median) | server CPU seconds (median) | tools |
+|---|---|---|---|
+| minimal MCPServer, one tool | {start["minimal_s"]:.3f} | {start["minimal_cpu"]:.3f} | 1 |
+| `rankscope mcp` (console script) | {start["rankscope_s"]:.3f} | {start["rankscope_cpu"]:.3f} | {start["tools"]} |
+| `rankscope.mcp_server.serve()` alone | {start["server_only_s"]:.3f} | {start["server_only_cpu"]:.3f} | {start["tools"]} |
+| **ratio `rankscope mcp` / minimal** | **{start["ratio"]:.2f}×** (target ≤ 1.2×) | {start["ratio_cpu"]:.2f}× | |
+| ratio server alone / minimal | {start["ratio_server_only"]:.2f}× | | |
 
-1-minute load average at the end of the measurement: {start["load"]:.1f} on {cpu} CPUs.
+Wall: spawn to the `tools/list` answer. CPU: the server process's user + system time from
+spawn to its exit on EOF right after that answer (a steadier measure than wall time on a
+shared machine). 1-minute load average {start["load_before"]:.1f} before and {start["load"]:.1f}
+after the measurement, on {cpu} CPUs.
 
 libtorch mapped in the rankscope server after `tools/list`: **{"yes" if start["torch_loaded"] else "no"}**
 (torch loads only when a tool that needs it runs).
@@ -238,7 +266,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mcp.md"))
     args = parser.parse_args()
     start = bench_startup(args.runs)

@@ -38,6 +38,30 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: floa
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def torchrun_argv(program: str, *launcher_args: str, args: Sequence[str] = ()) -> list[str]:
+    """``python -m torch.distributed.run LAUNCHER_ARGS --monitor_interval=0.2 tests/programs/<program> ARGS``."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *launcher_args,
+        "--monitor_interval=0.2",
+        str(PROGRAMS / program),
+        *args,
+    ]
+
+
+def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """``python -m rankscope ARGS`` in a fresh interpreter (the real entry point), output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "rankscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a CPU gloo job on loopback, light on the 2-core machine."""
     env = dict(os.environ)
@@ -139,18 +163,35 @@ class JobFactory:
     ) -> RunningJob:
         """``python -m torch.distributed.run --nproc_per_node=N tests/programs/<program> args``."""
         port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
+        argv = torchrun_argv(
+            program,
             f"--nproc_per_node={nproc}",
             "--master_addr=127.0.0.1",
             f"--master_port={port}",
-            "--monitor_interval=0.2",
-            str(PROGRAMS / program),
-            *args,
-        ]
+            args=args,
+        )
         return self._start(argv, nproc, port, env, "torchrun")
+
+    def torchrun_node(
+        self,
+        program: str,
+        node_rank: int,
+        nproc: int,
+        port: int,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> RunningJob:
+        """One agent of a two-node torchrun job on this host (both agents share ``port``)."""
+        argv = torchrun_argv(
+            program,
+            "--nnodes=2",
+            f"--node_rank={node_rank}",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            args=args,
+        )
+        return self._start(argv, nproc, port, env, f"node{node_rank}")
 
     def python(
         self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None

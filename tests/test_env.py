@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from contextlib import redirect_stdout
 
 from rankscope.cli import main
 from rankscope.envinfo import collect_env
-from tests.jobs import PROGRAMS, JobFactory, free_port
+from tests.jobs import JobFactory, free_port
 
 SECRETS = {
     "TORCH_HUB_TOKEN": "tok-9f8e7d6c5b4a3210",
@@ -26,21 +25,14 @@ def _two_node_launch(jobs: JobFactory) -> tuple[int, int]:
     port = free_port()
     launchers = []
     for node_rank, algo in ((0, "Ring"), (1, "Tree")):
-        argv = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=2",
-            f"--node_rank={node_rank}",
-            "--nproc_per_node=1",
-            "--master_addr=127.0.0.1",
-            f"--master_port={port}",
-            "--monitor_interval=0.2",
-            str(PROGRAMS / "env_hold.py"),
-            "--db-url",
-            "postgres://bob:cmdlinePw77@db.example.com/x",
-        ]
-        job = jobs.start(argv, 1, port, {"NCCL_ALGO": algo, **SECRETS}, f"node{node_rank}")
+        job = jobs.torchrun_node(
+            "env_hold.py",
+            node_rank,
+            1,
+            port,
+            args=["--db-url", "postgres://bob:cmdlinePw77@db.example.com/x"],
+            env={"NCCL_ALGO": algo, **SECRETS},
+        )
         launchers.append(job)
     launchers[0].wait_ready(["rank0"], timeout=90)
     launchers[1].wait_ready(["rank1"], timeout=90)

@@ -109,6 +109,7 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "locals",
         "nonblocking",
         "full_ranks",
+        "ranks",
         "hosts",
         "via",
         "job",
@@ -180,6 +181,16 @@ def test_prompts_for_the_main_procedures() -> None:
         ("dump_stacks", {"hosts": []}, "hosts is empty. Fix: Leave hosts out for this host"),
         (
             "dump_stacks",
+            {"ranks": [-1]},
+            "ranks must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
+        ),
+        (
+            "dump_stacks",
+            {"ranks": [0], "via": "srun"},
+            "ranks selects ranks on this host only; it cannot be combined with hosts, via, job or namespace. Fix:",
+        ),
+        (
+            "dump_stacks",
             {"via": "kubectl"},
             "--via kubectl needs --hosts PODS or --job JOBNAME Fix: Pass --job",
         ),
@@ -248,7 +259,10 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
                 report = res.structured_content or {}
         full = await c.call_tool("dump_stacks", {"pid": ranks[0], "full_ranks": [1]})
         assert not full.is_error, full.content
+        only = await c.call_tool("dump_stacks", {"pid": job.pid, "ranks": [1], "full_ranks": [1]})
+        assert not only.is_error, only.content
         return {
+            "only": only.structured_content,
             "listed": listed.structured_content,
             "report": report,
             "size": len(json.dumps(report)),
@@ -282,6 +296,13 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     full = out["full"]
     assert [s["rank"] for s in full["stacks"]] == [1]
     frames = [f["function"] for t in full["stacks"][0]["threads"] for f in t["frames"]]
+    assert "wait_for_config_reload" in frames
+
+    only = out["only"]  # ranks=[1]: rank 1 alone was captured, and the answer says so
+    assert [s["rank"] for s in only["stacks"]] == [1]
+    assert {r for g in only["groups"] for r in g["ranks"]} == {1}
+    assert any("only ranks [1] were captured" in n for n in only["job"]["notes"])
+    frames = [f["function"] for t in only["stacks"][0]["threads"] for f in t["frames"]]
     assert "wait_for_config_reload" in frames
 
 

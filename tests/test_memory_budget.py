@@ -18,8 +18,6 @@ fp32 + Adam (2 states), rank 0:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ from rankscope import api
 from rankscope.analysis.memory import layer_unit, parse_size
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
-from tests.jobs import JobFactory
+from tests.jobs import JobFactory, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -117,22 +115,12 @@ def test_budget_dtypes_optimizer_and_a_plan_that_does_not_fit(placements: Path) 
 def test_budget_cli_both_spellings(placements: Path) -> None:
     path = str(placements / "placements-rank0.json")
     for argv in (["memory", "budget", path], ["memory-budget", path]):
-        out = subprocess.run(
-            [sys.executable, "-m", "rankscope", *argv, "--gpu-memory", "100KiB", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = run_cli(*argv, "--gpu-memory", "100KiB", "--json", timeout=60)
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout)
         assert data["recommended"] == "fsdp_per_layer"
         assert data["plans"][0]["total_bytes"] == 82432
-    text = subprocess.run(
-        [sys.executable, "-m", "rankscope", "memory", "budget", path, "--gpu-memory", "100KiB"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    text = run_cli("memory", "budget", path, "--gpu-memory", "100KiB", timeout=60)
     assert text.returncode == 0 and "recommended: fsdp_per_layer" in text.stdout
 
 

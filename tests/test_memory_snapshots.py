@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from rankscope.analysis.memory import (
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
 from rankscope.memory import SnapshotUnreadable, load_snapshot
+from tests.jobs import run_cli
 from tests.snapshot_builder import GiB, MiB, SnapshotBuilder, user_frames
 
 TRAIN = "/work/job/train.py"
@@ -182,9 +181,7 @@ def test_restricted_unpickler_refuses_code(tmp_path: Path) -> None:
         load_snapshot(evil)
     assert not target.exists()
     # through the CLI: a message with a fix, exit 2, no traceback
-    out = subprocess.run(
-        [sys.executable, "-m", "rankscope", "memory", str(evil)], capture_output=True, text=True, timeout=60
-    )
+    out = run_cli("memory", str(evil), timeout=60)
     assert out.returncode == 2
     assert "refusing to load" in out.stderr and "Fix:" in out.stderr and "Traceback" not in out.stderr
     assert not target.exists()
@@ -222,19 +219,12 @@ def test_parsers_of_proc_and_nvidia_smi() -> None:
 
 def test_cli_json_matches_the_library(tmp_path: Path) -> None:
     path = fragmented(tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-m", "rankscope", "memory", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_cli("memory", str(path), "--json", timeout=60)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["mode"] == "snapshots"
     assert data["snapshots"][0]["fragmentation"]["kind"] == "fragmentation"
-    text = subprocess.run(
-        [sys.executable, "-m", "rankscope", "memory", str(path)], capture_output=True, text=True, timeout=60
-    )
+    text = run_cli("memory", str(path), timeout=60)
     assert (
         text.returncode == 0
         and "oom_fragmentation" in text.stdout

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from rankscope.cli import main
 from rankscope.errors import InvalidInput
 from rankscope.models.probe import Chunk, ModuleWrapping, PlacementReport, TensorPlacement
 from rankscope.placements import inspect_placements
+from tests.jobs import run_cli
 
 DATA = Path(__file__).parent / "data" / "probe"
 
@@ -174,18 +173,6 @@ def test_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_entry_point_runs() -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rankscope",
-            "placements",
-            str(DATA / "rootonly_placement-rank0.json"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_cli("placements", str(DATA / "rootonly_placement-rank0.json"), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["source"] == "placement_report"

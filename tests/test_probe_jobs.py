@@ -39,26 +39,25 @@ def same_everywhere(out: Path, case: str, nproc: int) -> dict[str, Any]:
     return all_ranks[0]
 
 
-@pytest.fixture(scope="module")
-def divergence(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("divergence")
+def finished_job(tmp_path_factory: pytest.TempPathFactory, program: str, nproc: int) -> Path:
+    """Run ``program`` on ``nproc`` ranks to completion; the directory of what its ranks saved."""
+    tmp = tmp_path_factory.mktemp(program.removesuffix(".py"))
     factory = JobFactory(tmp)
     try:
-        run_job(factory, "probe_divergence.py", 3, tmp / "out")
+        run_job(factory, program, nproc, tmp / "out")
     finally:
         factory.cleanup()
     return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def divergence(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return finished_job(tmp_path_factory, "probe_divergence.py", 3)
 
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("sharded")
-    factory = JobFactory(tmp)
-    try:
-        run_job(factory, "probe_sharded.py", 4, tmp / "out")
-    finally:
-        factory.cleanup()
-    return tmp / "out"
+    return finished_job(tmp_path_factory, "probe_sharded.py", 4)
 
 
 def test_probe_without_init_process_group_acts_locally(divergence: Path) -> None:

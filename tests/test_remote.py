@@ -44,7 +44,7 @@ from rankscope.remote import (
     ssh_argv,
     stacks_argv,
 )
-from tests.jobs import PROGRAMS, JobFactory, RunningJob, free_port, wait_for
+from tests.jobs import JobFactory, RunningJob, free_port, wait_for
 
 BIN = Path(sys.executable).parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -140,19 +140,7 @@ def sshds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sshd, Sshd
 
 
 def _node(jobs: JobFactory, node_rank: int, port: int) -> RunningJob:
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=2",
-        f"--node_rank={node_rank}",
-        "--nproc_per_node=2",
-        "--master_addr=127.0.0.1",
-        f"--master_port={port}",
-        "--monitor_interval=0.2",
-        str(PROGRAMS / "two_node.py"),
-    ]
-    return jobs.start(argv, 2, port, None, f"node{node_rank}")
+    return jobs.torchrun_node("two_node.py", node_rank, 2, port)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ output and checks kinds, ranks, facts and the suspects.
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,21 +15,13 @@ import pytest
 
 from rankscope.models.logs import TriageReport
 from rankscope.triage import triage_logs
-from tests.jobs import PROGRAMS, JobFactory, RunningJob, free_port, wait_for
+from tests.jobs import JobFactory, RunningJob, free_port, torchrun_argv, wait_for
 
 MODES = ("timeout", "exit_early", "unused_params", "dl_worker_kill", "sigkill")
 
 
 def _torchrun(extra: list[str], port: int, args: list[str]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        *extra,
-        "--monitor_interval=0.2",
-        str(PROGRAMS / "failmodes.py"),
-        *args,
-    ]
+    return torchrun_argv("failmodes.py", *extra, args=args)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,12 @@
 Each subcommand lives in ``rankscope.commands.<module>`` as a ``Command``
 subclass. The CLI only parses, calls the library through the command, and
 turns ``RankscopeError`` into a message with its fix and exit code 2.
+
+Start-up is part of every answer (``rankscope stacks`` is often a few py-spy
+dumps of 10 ms each), so the CLI imports only the module of the subcommand it
+runs: :data:`COMMAND_TABLE` maps command names to modules without importing
+them, and the full parser (every module) is built only for ``--help``, a
+missing or unknown command.
 """
 
 from __future__ import annotations
@@ -33,10 +39,31 @@ COMMAND_MODULES: tuple[str, ...] = (
     "install",
 )
 
+COMMAND_TABLE: dict[str, str] = {
+    "ps": "ps",
+    "stacks": "stacks",
+    "run": "run",
+    "env": "env",
+    "triage": "triage",
+    "compare": "compare",
+    "placements": "placements",
+    "repro": "repro",
+    "fr": "fr",
+    "memory": "memory",
+    "memory-budget": "memory",
+    "mcp": "mcp",
+    "mcp-config": "mcp",
+    "install-skill": "install",
+}
+"""Command name -> module under ``rankscope.commands`` that defines it (checked by the tests
+against every module's ``COMMANDS``), so one command loads one module."""
 
-def _load_commands() -> list[Command]:
+_GLOBAL_FLAGS = frozenset({"-v", "--verbose"})
+
+
+def _load_commands(modules: Sequence[str] = COMMAND_MODULES) -> list[Command]:
     commands: list[Command] = []
-    for mod_name in COMMAND_MODULES:
+    for mod_name in modules:
         try:
             mod = importlib.import_module(f"rankscope.commands.{mod_name}")
         except ModuleNotFoundError as exc:
@@ -48,7 +75,8 @@ def _load_commands() -> list[Command]:
     return commands
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    """The parser and the command table: every command, or just ``only`` (a command name)."""
     parser = argparse.ArgumentParser(
         prog="rankscope",
         description="Debug distributed PyTorch jobs from the outside: which rank, which line, what to do.",
@@ -57,24 +85,36 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     table: dict[str, Command] = {}
-    for cmd in _load_commands():
+    modules = (COMMAND_TABLE[only],) if only is not None else COMMAND_MODULES
+    for cmd in _load_commands(modules):
+        if only is not None and cmd.name != only:
+            continue
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
         cmd.add_arguments(p)
         table[cmd.name] = cmd
     return parser, table
 
 
+def _invoked_command(words: Sequence[str]) -> str | None:
+    """The subcommand named on the command line, when the words are global flags then a known command."""
+    for word in words:
+        if word in _GLOBAL_FLAGS:
+            continue
+        return word if word in COMMAND_TABLE else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(argv) if argv is not None else sys.argv[1:]
     if words == ["mcp"]:
-        # Fast path for agent harnesses: start the server without building the
-        # whole parser, so start-up stays lean and one broken command module
+        # Fast path for agent harnesses: start the server without building a
+        # parser, so start-up stays lean and one broken command module
         # cannot take the MCP server down.
         from rankscope.mcp_server import serve
 
         serve()
         return 0
-    parser, table = build_parser()
+    parser, table = build_parser(_invoked_command(words))
     args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

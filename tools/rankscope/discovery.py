@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from rankscope import procfs
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Job, JobList, LauncherKind, ProcState, RankProcess
 from rankscope.procfs import proc_state, read_cmdline, read_environ, read_stat
@@ -265,7 +266,10 @@ def _make_job(
         base = members[0].rank - members[0].local_rank
         exited = [r for r in missing if base <= r < base + lws]
         if exited:
-            notes.append(f"ranks {exited} belong to this host's torchrun agent but are gone: they exited")
+            notes.append(
+                f"{ranks_phrase(exited)} of this host's torchrun agent "
+                f"{'is' if len(exited) == 1 else 'are'} gone: exited"
+            )
     if launcher_pid is not None:
         zombies = [
             p

@@ -14,6 +14,7 @@ import sys
 from mcp.server.mcpserver import MCPServer
 
 from rankscope import __version__
+from rankscope.mcp_tools._common import save_schema_cache
 
 # Adapter modules under rankscope.mcp_tools, registered in this order.
 TOOL_MODULES: tuple[str, ...] = (
@@ -46,6 +47,7 @@ def build_server() -> MCPServer:
                 continue  # capability not built yet
             raise
         mod.register(server)
+    save_schema_cache()  # output schemas derived on this start, for the next one
     return server
 
 

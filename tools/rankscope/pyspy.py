@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,76 @@ def parse_dump(data: list[dict[str, Any]], pid: int) -> list[ThreadStack]:
     return threads
 
 
+def dump_argv(
+    pid: int, exe: str, *, native: bool = False, locals: bool = False, nonblocking: bool = False
+) -> list[str]:
+    """The ``py-spy dump --json`` command line for one pid."""
+    argv = [exe, "dump", "--json", "--pid", str(pid)]
+    if native:
+        argv.append("--native")
+    if locals:
+        argv.append("--locals")
+    if nonblocking:
+        argv.append("--nonblocking")
+    return argv
+
+
+def start_dump(
+    pid: int,
+    *,
+    native: bool = False,
+    locals: bool = False,
+    nonblocking: bool = False,
+    exe: str | None = None,
+) -> subprocess.Popen[str]:
+    """Start ``py-spy dump --json`` on one pid without waiting; :func:`finish_dump` collects it.
+
+    Starting every rank's dump first and collecting afterwards runs them side by side
+    without a thread per rank.
+    """
+    argv = dump_argv(pid, exe or find_pyspy(), native=native, locals=locals, nonblocking=nonblocking)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except FileNotFoundError as exc:
+        raise DumpFailed("pyspy_missing", f"py-spy vanished: {exc}") from exc
+    except OSError as exc:
+        raise DumpFailed("failed", f"cannot run py-spy: {exc}") from exc
+
+
+def finish_dump(
+    proc: subprocess.Popen[str], pid: int, timeout: float, started: float | None = None
+) -> list[dict[str, Any]]:
+    """Collect a started dump: its parsed JSON, or raise DumpFailed.
+
+    ``timeout`` counts from ``started`` (``time.monotonic()`` when the dump was started;
+    default: now), so dumps started together share one deadline however they are collected.
+    On timeout py-spy is killed and reaped (it has no children), so nothing is left behind.
+    """
+    left = timeout if started is None else timeout - (time.monotonic() - started)
+    try:
+        stdout, stderr = proc.communicate(timeout=max(left, 0.01))
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        raise DumpFailed("timeout", f"py-spy did not finish on pid {pid} within {timeout:g}s") from exc
+    if proc.returncode != 0:
+        kind, message = classify_error(stderr, pid, _alive(pid))
+        raise DumpFailed(kind, message)
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise DumpFailed("failed", f"py-spy printed no JSON for pid {pid}: {stdout[:200]!r}") from exc
+    if not isinstance(data, list):
+        raise DumpFailed("failed", f"unexpected py-spy JSON for pid {pid}")
+    return data
+
+
 def dump_raw(
     pid: int,
     *,
@@ -180,34 +251,8 @@ def dump_raw(
     exe: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``py-spy dump --json`` on one pid and return its parsed JSON, or raise DumpFailed."""
-    exe = exe or find_pyspy()
-    argv = [exe, "dump", "--json", "--pid", str(pid)]
-    if native:
-        argv.append("--native")
-    if locals:
-        argv.append("--locals")
-    if nonblocking:
-        argv.append("--nonblocking")
-    try:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise DumpFailed("timeout", f"py-spy did not finish on pid {pid} within {timeout:g}s") from exc
-    except FileNotFoundError as exc:
-        raise DumpFailed("pyspy_missing", f"py-spy vanished: {exc}") from exc
-    except OSError as exc:
-        raise DumpFailed("failed", f"cannot run py-spy: {exc}") from exc
-    if out.returncode != 0:
-        kind, message = classify_error(out.stderr, pid, _alive(pid))
-        raise DumpFailed(kind, message)
-    try:
-        data = json.loads(out.stdout)
-    except json.JSONDecodeError as exc:
-        raise DumpFailed("failed", f"py-spy printed no JSON for pid {pid}: {out.stdout[:200]!r}") from exc
-    if not isinstance(data, list):
-        raise DumpFailed("failed", f"unexpected py-spy JSON for pid {pid}")
-    return data
+    proc = start_dump(pid, native=native, locals=locals, nonblocking=nonblocking, exe=exe)
+    return finish_dump(proc, pid, timeout)
 
 
 def dump(
@@ -224,4 +269,15 @@ def dump(
     )
 
 
-__all__ = ["DumpFailed", "check_pyspy", "classify_error", "dump", "dump_raw", "find_pyspy", "parse_dump"]
+__all__ = [
+    "DumpFailed",
+    "check_pyspy",
+    "classify_error",
+    "dump",
+    "dump_argv",
+    "dump_raw",
+    "find_pyspy",
+    "finish_dump",
+    "parse_dump",
+    "start_dump",
+]

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from rankscope import subproc
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Frame,
@@ -418,7 +419,7 @@ def account_for_unseen(report: StacksReport, failed: Sequence[RankError]) -> Sta
     hosts = ", ".join(sorted({e.host or "?" for e in failed}))
     missing = report.job.missing_ranks
     line = f"could not collect from {hosts}" + (
-        f"; ranks {','.join(map(str, missing))} were not seen and may run there" if missing else ""
+        f"; {ranks_phrase(missing)} not seen (may run there)" if missing else ""
     )
     steps = [
         NextStep(

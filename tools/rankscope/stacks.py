@@ -1,8 +1,8 @@
 """Dump every rank of a live job at once and hand the stacks to the pure analysis.
 
-py-spy runs on all ranks concurrently (one thread per rank, each py-spy with its own
-timeout; ``--native`` dumps capped by the cores), so the job is paused for about one dump,
-not one dump per rank. A rank that is
+py-spy runs on all ranks concurrently (every py-spy started before any is waited for,
+all within one deadline; ``--native`` dumps capped by the cores), so the job is paused for
+about one dump, not one dump per rank. A rank that is
 stopped (T/t) or a zombie is reported by state without ptrace (py-spy cannot suspend a
 stopped process); a rank in uninterruptible sleep (D) is read with ``--nonblocking``,
 which never pauses it. One rank's failure is recorded in ``errors`` and never hides
@@ -14,12 +14,24 @@ from __future__ import annotations
 import linecache
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from rankscope import discovery, pyspy
 from rankscope.analysis.stacks import analyze, is_user_frame, op_from_source
 from rankscope.errors import PermissionDenied, RankscopeError
-from rankscope.models.core import Job, LocalVar, RankError, RankProcess, RankStack, StacksReport, ThreadStack
+from rankscope.models.core import (
+    Job,
+    LocalVar,
+    ProcState,
+    RankError,
+    RankProcess,
+    RankStack,
+    StacksReport,
+    ThreadStack,
+)
 from rankscope.redact import Redactor
 
 log = logging.getLogger("rankscope.stacks")
@@ -54,13 +66,8 @@ def _spawn_index(threads: list[ThreadStack]) -> int | None:
     return None
 
 
-def _spawn_nprocs(pid: int, exe: str, timeout: float) -> int | None:
+def _nprocs_from(threads: list[ThreadStack]) -> int | None:
     """``nprocs`` from the spawn parent's ``start_processes`` frame: the world size of an mp.spawn job."""
-    try:
-        threads = pyspy.dump(pid, locals=True, timeout=timeout, exe=exe)
-    except pyspy.DumpFailed as exc:
-        log.info("cannot read nprocs from spawn parent %d: %s", pid, exc)
-        return None
     for thread in threads:
         for frame in thread.frames:
             if frame.function in ("start_processes", "spawn") and frame.file.endswith(
@@ -106,39 +113,94 @@ def _redact_threads(threads: list[ThreadStack], redactor: Redactor, keep_locals:
     return out
 
 
-def _capture(
-    proc: RankProcess, exe: str, native: bool, locals: bool, nonblocking: bool, timeout: float
-) -> tuple[RankStack, RankError | None]:
-    state = discovery.proc_state(proc.pid)
-    if state is None:
-        err = RankError(
-            rank=proc.rank,
-            pid=proc.pid,
-            host=proc.host,
-            kind="process_exited",
-            message=f"pid {proc.pid} exited before its stack could be captured",
-            fix=pyspy.FIXES["process_exited"],
-        )
-        return RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state="dead", error=err), err
-    base = RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state=state)
-    if state in ("stopped", "tracing_stop", "zombie", "dead"):
-        return base, None  # reported by state: ptrace would block on a stopped process
+def _exited(proc: RankProcess) -> tuple[RankStack, RankError]:
+    err = RankError(
+        rank=proc.rank,
+        pid=proc.pid,
+        host=proc.host,
+        kind="process_exited",
+        message=f"pid {proc.pid} exited before its stack could be captured",
+        fix=pyspy.FIXES["process_exited"],
+    )
+    return RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state="dead", error=err), err
+
+
+@dataclass
+class _Dump:
+    """One py-spy dump to run: the rank it is for (None: the spawn parent) and its options."""
+
+    pid: int
+    rank: RankProcess | None
+    locals: bool
+    nonblocking: bool
+    state: ProcState = "unknown"
+    proc: subprocess.Popen[str] | None = None
+    started: float = 0.0
+    threads: list[ThreadStack] | None = None
+    failure: pyspy.DumpFailed | None = None
+
+
+def _run_dumps(
+    dumps: list[_Dump], exe: str, native: bool, timeout: float, meanwhile: Callable[[], None]
+) -> None:
+    """Run the dumps side by side, at most ``_workers`` at once, each within ``timeout`` seconds.
+
+    Every py-spy is started before any is waited for (no thread per rank: starting eight
+    threads costs more than the eight dumps of a small job), then ``meanwhile`` runs while
+    they work; a finished dump makes room for the next waiting one. Each dump's result or
+    failure is stored on it.
+    """
+    limit = _workers(len(dumps), native)
+    waiting = list(dumps)
+    running: list[_Dump] = []
+
+    def start_next() -> None:
+        while waiting and len(running) < limit:
+            d = waiting.pop(0)
+            d.started = time.monotonic()
+            try:
+                d.proc = pyspy.start_dump(
+                    d.pid, native=native, locals=d.locals, nonblocking=d.nonblocking, exe=exe
+                )
+            except pyspy.DumpFailed as exc:
+                d.failure = exc
+                continue
+            running.append(d)
+
     try:
-        threads = pyspy.dump(
-            proc.pid,
-            native=native,
-            locals=locals,
-            nonblocking=nonblocking or state == "disk_sleep",
-            timeout=timeout,
-            exe=exe,
-        )
-    except pyspy.DumpFailed as exc:
+        start_next()
+        meanwhile()
+        while running:
+            d = running.pop(0)
+            if d.proc is None:  # pragma: no cover - only started dumps are running
+                continue
+            try:
+                d.threads = pyspy.parse_dump(pyspy.finish_dump(d.proc, d.pid, timeout, d.started), d.pid)
+            except pyspy.DumpFailed as exc:
+                d.failure = exc
+            start_next()
+    finally:
+        for d in running:  # only on an exception (e.g. KeyboardInterrupt): leave no py-spy behind
+            if d.proc is not None and d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait()
+
+
+def _result(d: _Dump) -> tuple[RankStack, RankError | None]:
+    proc = d.rank
+    if proc is None:  # pragma: no cover - the spawn parent is not a rank
+        raise ValueError("the spawn parent's dump has no rank")
+    base = RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state=d.state)
+    if d.failure is not None:
+        exc = d.failure
         now = discovery.proc_state(proc.pid) or "dead"
         err = RankError(
             rank=proc.rank, pid=proc.pid, host=proc.host, kind=exc.kind, message=exc.message, fix=exc.fix
         )
         return base.model_copy(update={"state": now, "error": err}), err
-    return base.model_copy(update={"threads": threads}), None
+    if d.threads is None:
+        return base, None  # reported by state: ptrace would block on a stopped process
+    return base.model_copy(update={"threads": d.threads}), None
 
 
 def capture_job(
@@ -149,30 +211,55 @@ def capture_job(
     nonblocking: bool = False,
     timeout: float = 20.0,
     ranks: list[int] | None = None,
+    exe: str | None = None,
 ) -> tuple[Job, list[RankStack], list[RankError]]:
-    """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors."""
-    exe = pyspy.check_pyspy()
+    """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors.
+
+    ``exe``: a py-spy already checked by :func:`pyspy.check_pyspy` (default: check now).
+    """
+    exe = exe or pyspy.check_pyspy()
     procs = [r for r in job.ranks if ranks is None or r.rank in ranks]
-    redactor = Redactor()
-    for r in procs:
-        env = discovery.read_environ(r.pid)
-        if env:
-            redactor.learn_env(env)
     # spawn ranks carry no RANK variable: read `i` from _wrap's locals, so locals are always taken.
-    want_locals = {r.pid: locals or r.launcher == "mp_spawn" for r in procs}
-    results: list[tuple[RankStack, RankError | None]] = []
+    settled: dict[int, tuple[RankStack, RankError | None]] = {}
+    dumps: list[_Dump] = []
+    parent: _Dump | None = None
+    if job.launcher == "mp_spawn" and job.world_size is None and job.launcher_pid and procs:
+        parent = _Dump(pid=job.launcher_pid, rank=None, locals=True, nonblocking=False)
+        dumps.append(parent)
+    for r in procs:
+        state = discovery.proc_state(r.pid)
+        if state is None:
+            settled[r.pid] = _exited(r)
+        elif state in ("stopped", "tracing_stop", "zombie", "dead"):
+            settled[r.pid] = (RankStack(rank=r.rank, pid=r.pid, host=r.host, state=state), None)
+        else:
+            dumps.append(
+                _Dump(
+                    pid=r.pid,
+                    rank=r,
+                    locals=locals or r.launcher == "mp_spawn",
+                    nonblocking=nonblocking or state == "disk_sleep",
+                    state=state,
+                )
+            )
+    redactor = Redactor()
+
+    def learn_secrets() -> None:
+        # while the dumps run: the redactor needs the ranks' environments only to scrub them
+        for r in procs:
+            env = discovery.read_environ(r.pid)
+            if env:
+                redactor.learn_env(env)
+
+    _run_dumps(dumps, exe, native, timeout, learn_secrets)
+    by_pid = {d.pid: d for d in dumps if d.rank is not None}
+    results = [settled[r.pid] if r.pid in settled else _result(by_pid[r.pid]) for r in procs]
     nprocs: int | None = None
-    spawn_parent = job.launcher_pid if job.launcher == "mp_spawn" and job.world_size is None else None
-    if procs:
-        with ThreadPoolExecutor(
-            max_workers=_workers(len(procs), native) + 1, thread_name_prefix="rankscope-dump"
-        ) as pool:
-            parent = pool.submit(_spawn_nprocs, spawn_parent, exe, timeout) if spawn_parent else None
-            futures = [
-                pool.submit(_capture, r, exe, native, want_locals[r.pid], nonblocking, timeout) for r in procs
-            ]
-            results = [f.result() for f in futures]
-            nprocs = parent.result() if parent is not None else None
+    if parent is not None:
+        if parent.failure is not None:
+            log.info("cannot read nprocs from spawn parent %d: %s", parent.pid, parent.failure)
+        elif parent.threads is not None:
+            nprocs = _nprocs_from(parent.threads)
     stacks: list[RankStack] = []
     errors: list[RankError] = []
     new_ranks = list(job.ranks)
@@ -225,7 +312,7 @@ def dump_stacks(
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
-    pyspy.check_pyspy()  # fail fast, before touching the job
+    exe = pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid)
     if ranks is not None:
         known = {r.rank for r in job.ranks}
@@ -236,7 +323,7 @@ def dump_stacks(
                 fix="Pass --rank with a rank listed by `rankscope ps`.",
             )
     job, stacks, errors = capture_job(
-        job, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, ranks=ranks
+        job, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, ranks=ranks, exe=exe
     )
     if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
         raise PermissionDenied(errors[0].message)

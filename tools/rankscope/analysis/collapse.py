@@ -16,26 +16,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.run import CollapsedLine
 
 
 def format_ranks(ranks: Iterable[int]) -> str:
-    """Compact rank list: ``[0, 1, 2, 4]`` -> ``"0-2,4"`` (sorted, duplicates dropped)."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """Compact rank list: ``[0, 1, 2, 4]`` -> ``"0-2,4"`` (sorted, duplicates dropped; ``""`` for none)."""
+    return rank_ranges(ranks, empty="")
 
 
 def rank_label(ranks: Sequence[int]) -> str:
     """``"rank 3"`` or ``"ranks 0-2,4"``, as a line prefix."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+    return ranks_phrase(ranks, empty="")
 
 
 def render_collapsed(lines: Iterable[CollapsedLine]) -> list[str]:

@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import NextStep
 from rankscope.models.probe import (
     ConsistencyReport,
@@ -321,17 +322,8 @@ def next_steps(report: ConsistencyReport) -> list[NextStep]:
 
 def _ranks(ranks: Sequence[int]) -> str:
     """Compact rank list: 0-3,6."""
-    out: list[str] = []
-    rs = sorted(set(ranks))
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)
+    return rank_ranges(ranks, empty="")
 
 
 def _label(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(set(ranks)) == 1 else f"ranks {_ranks(ranks)}"
+    return ranks_phrase(ranks, empty="")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import CallSite, Frame, NextStep, RankError, StacksReport, Verdict
 from rankscope.models.flight import (
     FlightReport,
@@ -233,11 +234,6 @@ def _normalise(dump: LoadedDump, pgs: dict[str, _PG]) -> FrDump:
     )
 
 
-def _ranks_text(ranks: Iterable[int]) -> str:
-    rs = sorted(ranks)
-    return ("rank " if len(rs) == 1 else "ranks ") + ",".join(str(r) for r in rs)
-
-
 def _where(entry: FrEntry) -> str:
     return f" at {entry.call_site.file}:{entry.call_site.line}" if entry.call_site else ""
 
@@ -274,7 +270,7 @@ def _compare(pg: _PG, seq: int, have: list[int], matcher: Matcher | None) -> FrM
                     else f"{e.op} {e.input_dtypes}->{e.output_dtypes}"
                 )
             )
-            parts.append(f"{_ranks_text(ranks)} {detail}{_where(e)}")
+            parts.append(f"{ranks_phrase(ranks)} {detail}{_where(e)}")
         frt = None
         if matcher is not None:
             base = next(r for r in have if r not in suspects)
@@ -330,13 +326,13 @@ def _align(pg: _PG, matcher: Matcher | None) -> FrProcessGroup:
             suspects = sorted(have) if extra else sorted(lack)
             if extra:
                 text = (
-                    f"{_ranks_text(have)} entered {first.op} #{seq} of group {pg.name}{_where(first)}, "
-                    f"which {_ranks_text(lack)} never entered: {_ranks_text(have)} called a collective the others did not"
+                    f"{ranks_phrase(have)} entered {first.op} #{seq} of group {pg.name}{_where(first)}, "
+                    f"which {ranks_phrase(lack)} never entered: {ranks_phrase(have)} called a collective the others did not"
                 )
             else:
                 text = (
-                    f"{_ranks_text(lack)} never entered {first.op} #{seq} of group {pg.name} that "
-                    f"{_ranks_text(have)} entered{_where(first)}: skipped it, or stuck before it"
+                    f"{ranks_phrase(lack)} never entered {first.op} #{seq} of group {pg.name} that "
+                    f"{ranks_phrase(have)} entered{_where(first)}: skipped it, or stuck before it"
                 )
             report.first_mismatch = FrMismatch(
                 process_group=pg.name,
@@ -395,7 +391,7 @@ def _verdict(
 ) -> Verdict:
     evidence: list[str] = []
     if missing:
-        evidence.append(f"no readable dump for {_ranks_text(missing)}")
+        evidence.append(f"no readable dump for {ranks_phrase(missing)}")
     if not ranks:
         return Verdict(
             kind="inconclusive",
@@ -430,7 +426,7 @@ def _verdict(
             kind="missing_ranks",
             suspect_ranks=missing,
             summary=(
-                f"the dumps that exist agree, but {_ranks_text(missing)} left no dump: "
+                f"the dumps that exist agree, but {ranks_phrase(missing)} left no dump: "
                 "they exited or hung before dumping, or their files are on another host"
             ),
             evidence=evidence,
@@ -481,7 +477,7 @@ def _merge_stacks(verdict: Verdict, stacks: StacksReport) -> Verdict:
     if verdict.kind in _SPECIFIC and live.kind in _SPECIFIC:
         agree = set(verdict.suspect_ranks) & set(live.suspect_ranks)
         evidence.append(
-            f"recorder and live stacks agree on {_ranks_text(agree)}"
+            f"recorder and live stacks agree on {ranks_phrase(agree)}"
             if agree
             else "recorder and live stacks name different ranks: the recorder shows the first divergence, "
             "the stacks where each rank is now"

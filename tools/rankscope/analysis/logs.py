@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.analysis.log_rules import ALL_NEEDLES, RULES, SECTIONS, SIGNAL_MEANING, XID_MEANING, Role, Rule
+from rankscope.analysis.units import size_or_none
 from rankscope.models.core import Finding, NextStep, Severity
 from rankscope.models.logs import FailureRecord
 
@@ -39,7 +40,6 @@ _TABLE_EXIT = re.compile(r"(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<
 _PG_RANK = re.compile(
     r"\[(?:PG ID (?P<pg_id>\d+) PG GUID (?P<pg_guid>[^\]]*?) |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\]"
 )
-_SIZE = re.compile(r"([\d.]+) ([KMGTP]?)i?B")
 _SIGNUM = {
     "SIGHUP": 1,
     "SIGINT": 2,
@@ -82,12 +82,7 @@ _MAX_LINES_PER_FINDING = 8
 _EXCERPT_CHARS = 600
 
 
-def parse_size(text: str) -> int | None:
-    """'2.00 GiB' -> bytes (PyTorch prints binary units)."""
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
-        return None
-    return int(float(m.group(1)) * 1024 ** " KMGTP".index(m.group(2) or " "))
+parse_size = size_or_none  # sizes as PyTorch prints them ("2.00 GiB"); None when not a size
 
 
 def _facts_from(m: re.Match[str]) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from rankscope.analysis.units import MiB, fmt_bytes
+from rankscope.analysis.units import parse_size as parse_size  # re-exported: the budget parses --gpu-memory
 from rankscope.models.core import Finding, NextStep
 from rankscope.models.memory import (
     AllocationSite,
@@ -46,24 +48,10 @@ from rankscope.models.memory import (
 BlockExtra = Callable[[Mapping[str, Any]], tuple[list[Any], int]]
 FrameFilter = Callable[[str, str], bool]
 
-MiB = 1024 * 1024
-GiB = 1024 * MiB
 SMALL_POOL_MAX = MiB  # requests <= 1 MiB come from the small pool (CUDACachingAllocator kSmallSize)
 SKILL = "skill/oom.md"
 NO_FRAMES = "<no frames: record_memory_history was off>"
 BEFORE_TRACE = "<allocated before the trace window>"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Human size in binary units, e.g. 1.5 GiB."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover
 
 
 # ------------------------------------------------------------------ frames
@@ -678,7 +666,6 @@ _OPTIMIZER_STATES = {
     "lion": 1.0,
     "adafactor": 0.0,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -703,18 +690,6 @@ def optimizer_states(optimizer: str) -> float:
             f"unknown optimizer {optimizer!r}; use one of {', '.join(sorted(_OPTIMIZER_STATES))} or a number"
         )
     return _OPTIMIZER_STATES[name]
-
-
-def parse_size(text: str | int) -> int:
-    """'80GiB', '80GB', '80G', '81920MiB' or an int (bytes) to bytes; GB is read as GiB, as GPU specs mean it."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"cannot read the size {text!r}; write e.g. 80GiB, 40GB or 81920MiB")
-    unit = (m.group(2) or "").upper().replace("I", "").rstrip("B")
-    mult = {"": 1, "K": 1024, "M": MiB, "G": GiB, "T": 1024 * GiB}[unit]
-    return int(float(m.group(1)) * mult)
 
 
 def _numel(shape: Sequence[int]) -> int:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable
-from typing import TextIO
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from rankscope.models.core import NextStep
 
 
 class Command:
@@ -54,3 +57,16 @@ def emit(
 
 def print_json(data: object, out: TextIO | None = None) -> None:
     (out or sys.stdout).write(json.dumps(data, indent=2) + "\n")
+
+
+def render_next_steps(steps: Sequence[NextStep]) -> Iterator[str]:
+    """The "Next:" block closing a human report: each action with the MCP tool and playbook section to use."""
+    if not steps:
+        return
+    yield ""
+    yield "Next:"
+    for step in steps:
+        extra = " ".join(
+            x for x in (f"[tool {step.tool}]" if step.tool else "", step.skill_section or "") if x
+        )
+        yield f"  - {step.action} {extra}"

@@ -7,12 +7,9 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
+from rankscope.analysis.units import fmt_bytes
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.env import EnvReport
-
-
-def _gib(n: int | None) -> str:
-    return f"{n / 1024**3:.1f} GiB" if n is not None else "?"
 
 
 def render_env(model: BaseModel) -> Iterator[str]:
@@ -30,7 +27,7 @@ def render_env(model: BaseModel) -> Iterator[str]:
                 yield f"      fix: {f.fix}"
         yield ""
     yield f"Node {n.hostname}: {n.os}, kernel {n.kernel}, {n.cpus} CPUs ({n.cpus_usable} usable)"
-    yield f"  memory {_gib(n.memory_total_bytes)} ({_gib(n.memory_available_bytes)} available), /dev/shm {_gib(n.shm.size_bytes)} ({_gib(n.shm.used_bytes)} used)"
+    yield f"  memory {fmt_bytes(n.memory_total_bytes)} ({fmt_bytes(n.memory_available_bytes)} available), /dev/shm {fmt_bytes(n.shm.size_bytes)} ({fmt_bytes(n.shm.used_bytes)} used)"
     lim = n.limits
     yield f"  ulimits: open files {lim.open_files_soft or 'unlimited'}, locked memory {lim.locked_memory_soft if lim.locked_memory_soft is not None else 'unlimited'}"
     yield f"  python {n.python}"

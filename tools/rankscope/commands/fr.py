@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
-from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.models.flight import FlightReport
 
 
@@ -53,12 +53,7 @@ def render_flight(model: BaseModel) -> Iterator[str]:
             yield f"  rank {p.rank}: entered #{p.last_entered}, completed #{p.last_completed}{pending}"
     for n in r.notes:
         yield f"note: {n}"
-    if v.next_steps:
-        yield ""
-        yield "Next:"
-        for s in v.next_steps:
-            extra = " ".join(x for x in (f"[tool {s.tool}]" if s.tool else "", s.skill_section or "") if x)
-            yield f"  - {s.action} {extra}"
+    yield from render_next_steps(v.next_steps)
 
 
 class FlightCommand(Command):

@@ -85,6 +85,16 @@ def _add_verify_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_render_options(p: argparse.ArgumentParser, set_help: str) -> None:
+    """Options shared by `render` and `from-report`: both render a template, optionally write and verify it."""
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    p.add_argument("--fixed", action="store_true", help="render the corrected code instead of the bug")
+    p.add_argument("--out", metavar="PATH", help="write the script here (without it, print the script)")
+    p.add_argument("--verify", action="store_true", help="run it and check the symptom (needs --out)")
+    _add_verify_options(p)
+    add_json_flag(p)
+
+
 class ReproCommand(Command):
     name = "repro"
     help = (
@@ -104,48 +114,12 @@ class ReproCommand(Command):
         add_json_flag(p_list)
         p_render = sub.add_parser("render", help="render a template by name")
         p_render.add_argument("template", metavar="NAME", help="template name (`rankscope repro list`)")
-        p_render.add_argument(
-            "--set",
-            dest="sets",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="a parameter value (repeatable)",
-        )
-        p_render.add_argument(
-            "--fixed", action="store_true", help="render the corrected code instead of the bug"
-        )
-        p_render.add_argument(
-            "--out", metavar="PATH", help="write the script here (without it, print the script)"
-        )
-        p_render.add_argument(
-            "--verify", action="store_true", help="run it and check the symptom (needs --out)"
-        )
-        _add_verify_options(p_render)
-        add_json_flag(p_render)
+        _add_render_options(p_render, set_help="a parameter value (repeatable)")
         p_from = sub.add_parser(
             "from-report", help="pick and fill a template from a stacks/triage/run JSON report"
         )
         p_from.add_argument("report", metavar="REPORT.json")
-        p_from.add_argument(
-            "--set",
-            dest="sets",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override a parameter read from the report (repeatable)",
-        )
-        p_from.add_argument(
-            "--fixed", action="store_true", help="render the corrected code instead of the bug"
-        )
-        p_from.add_argument(
-            "--out", metavar="PATH", help="write the script here (without it, print the script)"
-        )
-        p_from.add_argument(
-            "--verify", action="store_true", help="run it and check the symptom (needs --out)"
-        )
-        _add_verify_options(p_from)
-        add_json_flag(p_from)
+        _add_render_options(p_from, set_help="override a parameter read from the report (repeatable)")
         p_verify = sub.add_parser("verify", help="run a rendered repro and check its declared symptom")
         p_verify.add_argument("path", metavar="PATH")
         _add_verify_options(p_verify)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Iterator
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -27,15 +28,49 @@ def _render(model: BaseModel) -> Iterator[str]:
     return render_stacks(model)
 
 
+REMOTE_VIAS: tuple[str, ...] = ("srun", "kubectl", "debug-server")
+"""``--via`` values that find the job's hosts themselves (Slurm allocation, the job's pods,
+MASTER_ADDR:MASTER_PORT), so they collect from several hosts even without ``--hosts``."""
+
+
 def _hosts(value: str | None) -> list[str] | None:
+    """``--hosts`` split at top-level commas; Slurm hostlists (``node[01-04,07]``) are expanded."""
     if value is None:
         return None
-    hosts = [h.strip() for h in value.split(",") if h.strip()]
+    from rankscope.remote import expand_hostlist  # only for several hosts: keeps `stacks` start-up lean
+
+    hosts: list[str] = []
+    for part in _split_top(value):
+        part = part.strip()
+        if not part:
+            continue
+        if "[" in part and not part.startswith(("ssh://", "[")):
+            hosts.extend(expand_hostlist(part))
+        else:
+            hosts.append(part)  # a plain name, ssh://user@host:port or an IPv6 literal
     if not hosts:
         raise InvalidInput(
-            "--hosts is empty.", fix="Pass a comma-separated host list, e.g. --hosts node1,node2."
+            "--hosts is empty.",
+            fix="Pass a comma-separated host list, e.g. --hosts node1,node2 or node[01-04].",
         )
-    return hosts
+    return list(dict.fromkeys(hosts))
+
+
+def _split_top(value: str) -> list[str]:
+    """Split at commas outside brackets: in ``node[01-04,07],gpu1`` the first comma is part of a hostlist."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(value):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(value[start:i])
+            start = i + 1
+    parts.append(value[start:])
+    return parts
 
 
 class StacksCommand(Command):
@@ -76,10 +111,21 @@ class StacksCommand(Command):
             help="comma-separated hosts to collect from (runs `rankscope stacks --local --json` there)",
         )
         remote.add_argument(
-            "--via", choices=("ssh", "srun", "kubectl"), default="ssh", help="how to reach the hosts"
+            "--via",
+            choices=("ssh", *REMOTE_VIAS),
+            default="ssh",
+            help="how to reach the hosts: ssh (needs --hosts); srun, kubectl and debug-server find the "
+            "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
+            "when --hosts is left out; debug-server takes --hosts MASTER_ADDR:PORT",
         )
         remote.add_argument("--job", help="SLURM job id (--via srun) or pod selector (--via kubectl)")
         remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
+        remote.add_argument(
+            "--rankscope-cmd",
+            default="rankscope",
+            metavar="CMD",
+            help="how to run rankscope on the other hosts (default: rankscope; e.g. /opt/venv/bin/rankscope)",
+        )
         remote.add_argument(
             "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
         )
@@ -95,9 +141,21 @@ class StacksCommand(Command):
                 f"--pid must be a positive process id, got {pid}.", fix="Run `rankscope ps` to find one."
             )
         hosts = _hosts(args.hosts)
+        via: str = args.via
         as_json: bool = args.json or args.local
-        if hosts and not args.local:
-            report = self._remote(args, hosts, pid, timeout)
+        if not args.local and (hosts or via in REMOTE_VIAS):
+            report = _remote(
+                hosts=hosts,
+                via=via,
+                job=args.job,
+                namespace=args.namespace,
+                pid=pid,
+                native=args.native,
+                locals=args.locals,
+                nonblocking=args.nonblocking,
+                timeout=timeout,
+                rankscope_cmd=args.rankscope_cmd,
+            )
         else:
             report = api.dump_stacks(
                 pid,
@@ -110,28 +168,19 @@ class StacksCommand(Command):
         emit(report, as_json, _render)
         return 0
 
-    @staticmethod
-    def _remote(args: argparse.Namespace, hosts: list[str], pid: int | None, timeout: float) -> StacksReport:
-        try:
-            importlib.import_module("rankscope.remote")
-            fn = api.dump_stacks_remote
-        except (ModuleNotFoundError, AttributeError) as exc:
-            raise RankscopeError(
-                "Collecting stacks from several hosts (--hosts) is not available in this installation.",
-                fix="Run `rankscope stacks --local --json` on each host and compare, or upgrade rankscope.",
-            ) from exc
-        report: StacksReport = fn(
-            hosts=hosts,
-            via=args.via,
-            job=args.job,
-            namespace=args.namespace,
-            pid=pid,
-            native=args.native,
-            locals=args.locals,
-            nonblocking=args.nonblocking,
-            timeout=timeout,
-        )
-        return report
+
+def _remote(**kwargs: Any) -> StacksReport:
+    """``api.dump_stacks_remote`` with the command's plain arguments, or a clear error without it."""
+    try:
+        importlib.import_module("rankscope.remote")
+        fn = api.dump_stacks_remote
+    except (ModuleNotFoundError, AttributeError) as exc:
+        raise RankscopeError(
+            "Collecting stacks from several hosts (--hosts, --via) is not available in this installation.",
+            fix="Run `rankscope stacks --local --json` on each host and compare, or upgrade rankscope.",
+        ) from exc
+    report: StacksReport = fn(**kwargs)
+    return report
 
 
 COMMANDS = [StacksCommand]

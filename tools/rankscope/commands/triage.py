@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
-from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.models.logs import TriageReport
 
 
@@ -44,14 +44,7 @@ def render_triage(model: BaseModel) -> Iterator[str]:
             yield f"    fix: {f.fix}"
     if r.truncated:
         yield f"... {r.dropped_findings} more findings left out (use --max-findings)."
-    if r.next_steps:
-        yield ""
-        yield "Next:"
-        for step in r.next_steps:
-            extra = " ".join(
-                x for x in (f"[tool {step.tool}]" if step.tool else "", step.skill_section or "") if x
-            )
-            yield f"  - {step.action} {extra}"
+    yield from render_next_steps(r.next_steps)
 
 
 class TriageCommand(Command):

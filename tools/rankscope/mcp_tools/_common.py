@@ -12,20 +12,36 @@ Every adapter follows the same pattern (see ``rankscope.mcp_tools.jobs``):
   did not ask for it);
 * ``register(server)`` adds the tools with :func:`add_tool`, which fills in the
   name, title, annotations and structured output in one place.
+
+Start-up is part of every agent session, and a third of rankscope's share of it is
+pydantic generating the JSON output schemas of the tools' report models. They depend
+only on the models and the installed pydantic/mcp, so :func:`add_tool` keeps them in a
+small cache file (``$RANKSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/rankscope`` or
+``~/.cache/rankscope``; ``RANKSCOPE_CACHE_DIR=`` empty turns it off), keyed by those
+versions and the size and mtime of every model and adapter module, so an edited model
+is never served with a stale schema. Any problem with the cache falls back to the SDK's
+own schema generation.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
 import logging
+import os
+import sys
+import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 from rankscope.errors import PermissionDenied, ProcessNotFound, RankscopeError, ToolTimeout
 
@@ -119,6 +135,91 @@ async def progress(ctx: Context[Any, Any] | None, done: float, total: float, mes
         log.debug("progress notification failed: %s", exc)
 
 
+SCHEMA_CACHE_FORMAT = 1
+
+
+def _schema_cache_file() -> Path | None:
+    configured = os.environ.get("RANKSCOPE_CACHE_DIR")
+    if configured is not None:
+        return Path(configured) / "mcp-output-schemas.json" if configured else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rankscope" / "mcp-output-schemas.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_cache_key() -> str:
+    """What the output schemas depend on: Python, pydantic, the SDK, rankscope's models and adapters."""
+    import pydantic
+    from mcp.server.mcpserver.utilities import func_metadata
+
+    from rankscope import __version__
+
+    parts = [str(SCHEMA_CACHE_FORMAT), sys.version, pydantic.VERSION, __version__]
+    package = Path(__file__).resolve().parents[1]
+    files = [Path(func_metadata.__file__ or ""), *sorted(package.glob("models/*.py"))]
+    files += sorted(package.glob("mcp_tools/*.py"))
+    for path in files:
+        st = path.stat()
+        parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+class _SchemaCache:
+    """Output schemas by tool name, loaded once per process, written back by :func:`save_schema_cache`."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.dirty = False
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        if not self.loaded:
+            self.loaded = True
+            path = _schema_cache_file()
+            try:
+                if path is not None and path.is_file():
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                    if data.get("key") == _schema_cache_key() and isinstance(data.get("tools"), dict):
+                        self.tools = data["tools"]
+            except (OSError, ValueError) as exc:
+                log.debug("ignoring the output schema cache: %s", exc)
+        return self.tools
+
+
+_CACHE = _SchemaCache()
+
+
+def save_schema_cache() -> None:
+    """Write the output schemas computed in this process, if any (best effort, atomic)."""
+    path = _schema_cache_file()
+    if not _CACHE.dirty or path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": _schema_cache_key(), "tools": _CACHE.tools}), encoding="utf-8")
+        os.replace(tmp, path)
+        _CACHE.dirty = False
+    except OSError as exc:
+        log.debug("cannot write the output schema cache %s: %s", path, exc)
+
+
+def _return_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
+    """The pydantic model ``fn`` returns, when its return annotation is one."""
+    try:
+        ret = typing.get_type_hints(fn).get("return")
+    except Exception:  # unresolvable annotations: let the SDK report them
+        return None
+    return ret if isinstance(ret, type) and issubclass(ret, BaseModel) else None
+
+
+def _registered(server: MCPServer, name: str) -> Any:
+    """The SDK's Tool object for ``name`` (None if this SDK keeps its tools elsewhere)."""
+    manager = getattr(server, "_tool_manager", None)
+    get_tool = getattr(manager, "get_tool", None)
+    return get_tool(name) if callable(get_tool) else None
+
+
 def add_tool(
     server: MCPServer,
     fn: Callable[..., Any],
@@ -130,13 +231,38 @@ def add_tool(
     """Register ``fn`` (already wrapped with :func:`guard`) with structured output.
 
     The description is the function's docstring: write it for the agent (what
-    the tool answers, when to call it, what to call next).
+    the tool answers, when to call it, what to call next). The output schema comes
+    from the cache when it is there (the SDK reads a tool's ``output_model`` and
+    ``output_schema`` live, so setting them is the same as having it derive them).
     """
-    server.add_tool(
-        fn,
-        name=name or fn.__name__,
-        title=title,
-        description=inspect.getdoc(fn),
-        annotations=annotations,
-        structured_output=True,
-    )
+    tool_name = name or fn.__name__
+    model = _return_model(fn)
+    model_id = f"{model.__module__}.{model.__qualname__}" if model is not None else None
+    cached = _CACHE.load().get(tool_name) if model is not None else None
+    common: dict[str, Any] = {
+        "name": tool_name,
+        "title": title,
+        "description": inspect.getdoc(fn),
+        "annotations": annotations,
+    }
+    if cached is not None and cached.get("model") == model_id and isinstance(cached.get("schema"), dict):
+        server.add_tool(fn, structured_output=False, **common)
+        tool = _registered(server, tool_name)
+        meta = getattr(tool, "fn_metadata", None)
+        if meta is not None and hasattr(meta, "output_model") and hasattr(meta, "output_schema"):
+            meta.output_model = model
+            meta.output_schema = cached["schema"]
+            meta.wrap_output = False
+            return
+        server.remove_tool(tool_name)  # an SDK without these fields: derive the schema as usual
+    server.add_tool(fn, structured_output=True, **common)
+    meta = getattr(_registered(server, tool_name), "fn_metadata", None)
+    if (
+        model is not None
+        and meta is not None
+        and getattr(meta, "output_model", None) is model
+        and not getattr(meta, "wrap_output", True)
+        and isinstance(getattr(meta, "output_schema", None), dict)
+    ):
+        _CACHE.tools[tool_name] = {"model": model_id, "schema": meta.output_schema}
+        _CACHE.dirty = True

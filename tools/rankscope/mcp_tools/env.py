@@ -5,22 +5,20 @@ from __future__ import annotations
 from mcp.server.mcpserver import MCPServer
 
 from rankscope import api
-from rankscope.mcp_tools._common import READ_ONLY, guard
+from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread
 from rankscope.models.env import EnvReport
 
 
+@guard
+async def collect_env(pid: int | None = None, include_torch: bool = True) -> EnvReport:
+    """Collect the environment of this node and, given the pid of a rank or launcher of a live job, of every rank: distributed variables (NCCL_*, TORCH_*, MASTER_*, ...; secrets redacted), interpreter and loaded torch version, /dev/shm, ulimits, torch/CUDA/NCCL versions, GPUs (nvidia-smi, topology, Xid errors), network and InfiniBand.
+
+    Returns cross-rank differences and findings with severity and fix
+    (env_mismatch, gpu_shared, flight_recorder_off, shm_too_small,
+    socket_ifname_missing, ...).
+    """
+    return await in_thread(api.collect_env, pid, include_torch=include_torch)
+
+
 def register(server: MCPServer) -> None:
-    @server.tool(
-        name="collect_env",
-        description=(
-            "Collect the environment of this node and, given the pid of a rank or launcher of a live job, of every "
-            "rank: distributed variables (NCCL_*, TORCH_*, MASTER_*, ...; secrets redacted), interpreter and loaded "
-            "torch version, /dev/shm, ulimits, torch/CUDA/NCCL versions, GPUs (nvidia-smi, topology, Xid errors), "
-            "network and InfiniBand. Returns cross-rank differences and findings with severity and fix "
-            "(env_mismatch, gpu_shared, flight_recorder_off, shm_too_small, socket_ifname_missing, ...)."
-        ),
-        annotations=READ_ONLY,
-    )
-    @guard
-    def collect_env(pid: int | None = None, include_torch: bool = True) -> EnvReport:
-        return api.collect_env(pid, include_torch=include_torch)
+    add_tool(server, collect_env, title="Environment of this node and of every rank", annotations=READ_ONLY)

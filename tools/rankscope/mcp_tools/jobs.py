@@ -54,6 +54,7 @@ async def dump_stacks(
     locals: bool = False,
     nonblocking: bool = False,
     full_ranks: list[int] | None = None,
+    ranks: list[int] | None = None,
     hosts: list[str] | None = None,
     via: Via = "ssh",
     job: str | None = None,
@@ -71,7 +72,9 @@ async def dump_stacks(
     inconclusive. verdict.suspect_ranks names the culprits and next_steps says
     what to do. The answer is bounded to about 16 KB: groups of ranks with one
     representative stack each; pass full_ranks=[...] to get the full stacks of
-    those ranks. pid: a rank or launcher pid from list_jobs (default: the only
+    those ranks. ranks: capture only these ranks (this host; the verdict then
+    covers them alone), e.g. the suspects of a previous answer with
+    native=True. pid: a rank or launcher pid from list_jobs (default: the only
     job on this host). native: include C/C++ frames (NCCL, gloo). locals:
     include local variables (redacted; slower). nonblocking: do not pause the
     ranks while sampling (less consistent stacks, for latency-sensitive jobs).
@@ -79,8 +82,9 @@ async def dump_stacks(
     job: via 'ssh' (hosts required), 'srun' (inside the Slurm allocation; job:
     the Slurm job id; hosts default to its nodes), 'kubectl' (job: the
     Kubernetes job whose pods to use, namespace: its namespace) or
-    'debug-server' (PyTorch's debug server, found through the job's store).
-    timeout: seconds per rank.
+    'debug-server' (PyTorch's debug server on every rank, found through the
+    job's TCPStore: hosts=['MASTER_ADDR:PORT'], default MASTER_ADDR:MASTER_PORT
+    of this environment; no ssh needed). timeout: seconds per rank.
     """
     _check_pid(pid)
     if timeout <= 0:
@@ -92,12 +96,22 @@ async def dump_stacks(
             f"full_ranks must hold rank numbers (0 and up), got {full_ranks}.",
             fix="Pass ranks from a previous answer's groups or verdict.suspect_ranks, e.g. full_ranks=[3].",
         )
+    if ranks is not None and (not ranks or any(r < 0 for r in ranks)):
+        raise InvalidInput(
+            f"ranks must be a non-empty list of rank numbers (0 and up), got {ranks}.",
+            fix="Leave ranks out for every rank, or pass ranks from list_jobs, e.g. ranks=[0, 3].",
+        )
     if hosts is not None and not hosts:
         raise InvalidInput(
             "hosts is empty.",
             fix="Leave hosts out for this host, or name the nodes, e.g. ['node1', 'node2'].",
         )
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
+    if remote and ranks is not None:
+        raise InvalidInput(
+            "ranks selects ranks on this host only; it cannot be combined with hosts, via, job or namespace.",
+            fix="Leave ranks out to capture every node, then pass full_ranks=[...] for the stacks you need.",
+        )
     if not remote:
         where = "this host"
     else:
@@ -120,7 +134,13 @@ async def dump_stacks(
     else:
         await progress(ctx, 1, 3, "capturing stacks with py-spy")
         report = await in_thread(
-            api.dump_stacks, pid, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout
+            api.dump_stacks,
+            pid,
+            native=native,
+            locals=locals,
+            nonblocking=nonblocking,
+            timeout=timeout,
+            ranks=ranks,
         )
     await progress(ctx, 2, 3, f"analysing {len(report.stacks)} rank(s)")
     from rankscope.analysis.bound import bound_report

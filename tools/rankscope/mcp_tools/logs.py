@@ -5,22 +5,22 @@ from __future__ import annotations
 from mcp.server.mcpserver import MCPServer
 
 from rankscope import api
-from rankscope.mcp_tools._common import READ_ONLY, guard
+from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread
 from rankscope.models.logs import TriageReport
 
 
+@guard
+async def triage_logs(paths: list[str], text: str | None = None, max_findings: int = 50) -> TriageReport:
+    """Triage the logs of a failed distributed PyTorch job: files, directories of per-rank logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), torchelastic error.json.
+
+    Returns findings (collective_timeout, peer_closed, cuda_oom,
+    killed_by_signal, ...) with ranks, facts and next steps, and
+    suspect_ranks: the ranks most likely at the root (victims that merely saw
+    a closed peer or waited in a collective are listed separately). Pass
+    `text` to triage pasted log text instead.
+    """
+    return await in_thread(api.triage_logs, paths, text=text, max_findings=max_findings)
+
+
 def register(server: MCPServer) -> None:
-    @server.tool(
-        name="triage_logs",
-        description=(
-            "Triage the logs of a failed distributed PyTorch job: files, directories of per-rank logs "
-            "(rank3.log, torchrun --log_dir attempt_0/3/stdout.log), torchelastic error.json. Returns findings "
-            "(collective_timeout, peer_closed, cuda_oom, killed_by_signal, ...) with ranks, facts and next steps, "
-            "and suspect_ranks: the ranks most likely at the root (victims that merely saw a closed peer or "
-            "waited in a collective are listed separately). Pass `text` to triage pasted log text instead."
-        ),
-        annotations=READ_ONLY,
-    )
-    @guard
-    def triage_logs(paths: list[str], text: str | None = None, max_findings: int = 50) -> TriageReport:
-        return api.triage_logs(paths, text=text, max_findings=max_findings)
+    add_tool(server, triage_logs, title="Triage the logs of a failed job", annotations=READ_ONLY)

@@ -31,9 +31,14 @@ VerdictKind = Literal[
 
 
 class Model(BaseModel):
-    """Base for all rankscope models: forbid typos in field names at construction."""
+    """Base for all rankscope models: forbid typos in field names at construction.
 
-    model_config = ConfigDict(extra="forbid")
+    ``defer_build``: a model's validator and serializer are built on its first use, not at
+    import, so a command or the MCP server pays only for the models it touches (about 80
+    are defined; `rankscope stacks` uses a dozen, and `rankscope mcp` none until a tool runs).
+    """
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class NextStep(Model):

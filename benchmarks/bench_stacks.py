@@ -1,6 +1,6 @@
 """Wall time of `rankscope stacks` beside a sequential `py-spy dump` loop, and analysis time.
 
-    .venv/bin/python benchmarks/bench_stacks.py [--repeats 3] [--out benchmarks/results/stacks.md]
+    .venv/bin/python benchmarks/bench_stacks.py [--repeats 7] [--native-repeats 3] [--out benchmarks/results/stacks.md]
 
 One real 8-rank gloo job (tests/programs/hang_collectives.py --mode same: every rank waits
 in recv) is started once; for 1, 2, 4 and 8 of its ranks, in the same run and alternating:
@@ -17,6 +17,7 @@ and the bounded answer's size for 64 native ranks beside the raw py-spy JSON.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -56,7 +57,7 @@ Row = tuple[int, bool, float, float, float, float]
 """ranks, native, rankscope wall, sequential wall, rankscope CPU, sequential CPU (medians)."""
 
 
-def bench_live(repeats: int) -> list[Row]:
+def bench_live(repeats: int, native_repeats: int) -> list[Row]:
     rows: list[Row] = []
     factory = JobFactory(Path(tempfile.mkdtemp(prefix="bench-stacks-")))
     try:
@@ -78,7 +79,7 @@ def bench_live(repeats: int) -> list[Row]:
                 seq = [[pyspy, "dump", "--json", *flag, "--pid", str(pids[r])] for r in range(n)]
                 a: list[tuple[float, float]] = []
                 b: list[tuple[float, float]] = []
-                for _ in range(repeats):
+                for _ in range(native_repeats if native else repeats):
                     a.append(timed([ours]))
                     b.append(timed(seq))
                 rows.append(
@@ -112,20 +113,27 @@ def bench_analysis() -> tuple[float, float, int, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=7, help="pairs of runs without --native")
+    p.add_argument("--native-repeats", type=int, default=3, help="pairs of runs with --native")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "stacks.md"))
     p.add_argument("--skip-live", action="store_true")
     a = p.parse_args()
     cold_s, analysis_s, bounded_bytes, raw_bytes = bench_analysis()
-    rows = [] if a.skip_live else bench_live(a.repeats)
+    load_before = os.getloadavg()
+    rows = [] if a.skip_live else bench_live(a.repeats, a.native_repeats)
+    load_after = os.getloadavg()
     lines = [
         "# rankscope stacks: benchmarks",
         "",
-        f"Measured by `benchmarks/bench_stacks.py --repeats {a.repeats}` on this 2-core machine "
+        f"Measured by `benchmarks/bench_stacks.py --repeats {a.repeats} --native-repeats {a.native_repeats}` "
+        f"on this {os.cpu_count()}-core machine "
         "(shared with other work while it ran: absolute times are noisy, the ratios were taken side by side, "
         "alternating). One real 8-rank gloo job hung in recv; rankscope is a fresh `rankscope stacks --json` "
         "process each time (interpreter start included); sequential is `py-spy dump --json` over the same "
         "ranks one after another. Medians.",
+        "",
+        f"Load average (1, 5, 15 min) before: {', '.join(f'{x:.1f}' for x in load_before)}; "
+        f"after: {', '.join(f'{x:.1f}' for x in load_after)}.",
         "",
         "| ranks | --native | rankscope wall (s) | sequential wall (s) | wall ratio | rankscope CPU (s) "
         "| sequential CPU (s) | target (wall, 8 ranks) |",

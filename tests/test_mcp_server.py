@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -316,3 +317,53 @@ def test_building_the_server_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+SCHEMAS_CODE = """
+import json, anyio
+from mcp import Client
+from rankscope.mcp_server import build_server
+
+async def main():
+    server = build_server()
+    async with Client(server) as client:
+        tools = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        listed = await client.call_tool("list_jobs", {})
+    assert not listed.is_error, listed.content
+    print(json.dumps({"tools": tools, "listed": sorted(listed.structured_content)}, sort_keys=True))
+
+anyio.run(main)
+"""
+
+
+def _schemas(cache_dir: str) -> dict[str, Any]:
+    env = {**os.environ, "RANKSCOPE_CACHE_DIR": cache_dir}
+    out = subprocess.run(
+        [sys.executable, "-c", SCHEMAS_CODE], capture_output=True, text=True, timeout=120, env=env, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def test_output_schema_cache_serves_what_the_sdk_derives(tmp_path: Path) -> None:
+    """A fresh start derives the output schemas and caches them; the next start serves the cached ones,
+    identical, and still validates structured output; a cache with another key is ignored."""
+    derived = _schemas("")  # cache off: the SDK derives every schema
+    assert derived == _schemas(str(tmp_path))  # derived again, and written
+    cache_file = tmp_path / "mcp-output-schemas.json"
+    cached = json.loads(cache_file.read_text())
+    assert set(cached["tools"]) == set(derived["tools"])
+    # prove the next start reads the file: mark one cached schema
+    cached["tools"]["list_jobs"]["schema"]["title"] = "from-the-cache"
+    cache_file.write_text(json.dumps(cached))
+    marked = _schemas(str(tmp_path))
+    assert marked["tools"]["list_jobs"]["title"] == "from-the-cache"
+    assert marked["listed"] == derived["listed"]
+    assert {k: v for k, v in marked["tools"].items() if k != "list_jobs"} == {
+        k: v for k, v in derived["tools"].items() if k != "list_jobs"
+    }
+    # a cache written for other models (another key) is never served
+    cached["key"] = "stale"
+    cache_file.write_text(json.dumps(cached))
+    assert _schemas(str(tmp_path)) == derived

@@ -13,15 +13,19 @@ missing or unknown command.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rankscope import __version__
-from rankscope.commands.base import Command
 from rankscope.errors import RankscopeError
+
+if TYPE_CHECKING:  # argparse and the command base load only when a parser is built (not for `mcp`)
+    import argparse
+
+    from rankscope.commands.base import Command
 
 # module name -> Command classes it defines, in --help order.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -77,6 +81,8 @@ def _load_commands(modules: Sequence[str] = COMMAND_MODULES) -> list[Command]:
 
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     """The parser and the command table: every command, or just ``only`` (a command name)."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="rankscope",
         description="Debug distributed PyTorch jobs from the outside: which rank, which line, what to do.",

@@ -36,6 +36,7 @@ from rankscope.redact import Redactor
 
 log = logging.getLogger("rankscope.stacks")
 
+
 MAX_DUMPS = 32
 """Concurrent py-spy processes at most (Python frames only: each is small and brief)."""
 
@@ -244,14 +245,14 @@ def capture_job(
             )
     redactor = Redactor()
 
-    def learn_secrets() -> None:
+    def meanwhile() -> None:
         # while the dumps run: the redactor needs the ranks' environments only to scrub them
         for r in procs:
             env = discovery.read_environ(r.pid)
             if env:
                 redactor.learn_env(env)
 
-    _run_dumps(dumps, exe, native, timeout, learn_secrets)
+    _run_dumps(dumps, exe, native, timeout, meanwhile)
     by_pid = {d.pid: d for d in dumps if d.rank is not None}
     results = [settled[r.pid] if r.pid in settled else _result(by_pid[r.pid]) for r in procs]
     nprocs: int | None = None

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import re
 import statistics
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -51,7 +51,6 @@ FrameFilter = Callable[[str, str], bool]
 SMALL_POOL_MAX = MiB  # requests <= 1 MiB come from the small pool (CUDACachingAllocator kSmallSize)
 SKILL = "skill/oom.md"
 NO_FRAMES = "<no frames: record_memory_history was off>"
-BEFORE_TRACE = "<allocated before the trace window>"
 
 
 # ------------------------------------------------------------------ frames
@@ -102,39 +101,83 @@ def _fmt_frame(f: Mapping[str, Any]) -> str:
 
 
 class _SiteNamer:
-    """Names allocation sites by innermost user frame.
+    """Names allocation sites by innermost user frame, as small integer ids.
 
     Symbolized snapshots share one dict per distinct frame, so each frame is
-    classified once (keyed by identity) and a stack costs one dict lookup per
-    frame up to its first user frame. The snapshot outlives the namer, so the
-    ids stay unique while they are used.
+    classified once (keyed by identity: the snapshot outlives the namer, so the
+    ids stay unique while they are used). Every allocation has its own frames
+    list, but most stacks start with the same run of native and torch frames
+    before the first user frame: ``prefixes`` remembers, per first frame, the
+    last such run seen, so a stack costs one C-level list comparison and one
+    lookup instead of a lookup per frame. Frames equal to known non-user ones
+    classify the same (the verdict depends only on filename, line and name),
+    so a match is exact. Site ids index ``names``; 0 is no site.
     """
 
     def __init__(self, frame_filter: FrameFilter) -> None:
         self.frame_filter = frame_filter
-        self._by_frame: dict[int, str] = {}  # id(frame) -> site text, "" when not a user frame
+        self.names: list[str] = [""]
+        self.ids: dict[str, int] = {}
+        self._user: dict[int, int] = {}  # id(frame) -> site id of its text, 0 when not a user frame
+        self.frame_site = self._user.get  # bound once: the hot loop inlines the lookup
+        # id(first frame) -> (k, frames[:k]): a stack whose first user frame was at index k
+        self.prefixes: dict[int, tuple[int, list[Any]]] = {}
+        self._python: dict[int, int] = {}  # id(frame) -> site id of its text, 0 when native
+        self._unknown = itertools.repeat(-1)  # the lookup default: truthy, so a scan stops there
 
-    def _classify(self, f: Mapping[str, Any]) -> str:
+    def site_id(self, name: str) -> int:
+        """The id of a site text, registering it on first sight."""
+        sid = self.ids.get(name)
+        if sid is None:
+            sid = self.ids[name] = len(self.names)
+            self.names.append(name)
+        return sid
+
+    def _classify(self, f: Mapping[str, Any]) -> int:
         filename = str(f.get("filename", ""))
         user = self.frame_filter(str(f.get("name", "")), filename) and is_user_file(filename)
-        site = _fmt_frame(f) if user else ""
-        self._by_frame[id(f)] = site
-        return site
+        sid = self.site_id(_fmt_frame(f)) if user else 0
+        self._user[id(f)] = sid
+        return sid
+
+    def of(self, frames: Sequence[Mapping[str, Any]]) -> int:
+        """Site id of a non-empty stack: its innermost user frame, else its innermost Python frame."""
+        get = self._user.get
+        known = self.prefixes.get(id(frames[0]))
+        matched = known is not None and frames[: known[0]] == known[1]
+        if matched and known is not None and len(frames) > known[0]:
+            sid = get(id(frames[known[0]]), 0)
+            if sid > 0:
+                return sid
+        for k, f in enumerate(frames):
+            sid = get(id(f), -1)
+            if sid < 0:
+                sid = self._classify(f)
+            if sid:
+                if not matched:  # a prefix that still matches stays: most stacks share it
+                    self.prefixes[id(frames[0])] = (k, list(frames[:k]))
+                return sid
+        return self._fallback(frames)
+
+    def _fallback(self, frames: Sequence[Mapping[str, Any]]) -> int:
+        """No user frame: the innermost Python frame, else the innermost frame."""
+        py = self._python
+        sid: int = next(filter(None, map(py.get, map(id, frames), self._unknown)), 0)
+        if sid > 0:
+            return sid
+        if sid < 0:
+            for f in frames:
+                sid = py.get(id(f), -1)
+                if sid < 0:
+                    sid = py[id(f)] = (
+                        0 if _is_native(str(f.get("filename", ""))) else self.site_id(_fmt_frame(f))
+                    )
+                if sid:
+                    return sid
+        return self.site_id(_fmt_frame(frames[0]))
 
     def site(self, frames: Sequence[Mapping[str, Any]]) -> str:
-        if not frames:
-            return NO_FRAMES
-        get = self._by_frame.get
-        for f in frames:
-            site = get(id(f))
-            if site is None:
-                site = self._classify(f)
-            if site:
-                return site
-        for f in frames:  # no user frame: innermost Python frame
-            if not _is_native(str(f.get("filename", ""))):
-                return _fmt_frame(f)
-        return _fmt_frame(frames[0])
+        return self.names[self.of(frames)] if frames else NO_FRAMES
 
     def stack(self, frames: Sequence[Mapping[str, Any]], limit: int = 8) -> list[str]:
         out = [
@@ -170,6 +213,18 @@ def _seg_device(seg: Mapping[str, Any]) -> int:
     return int(seg.get("device", 0) or 0)
 
 
+def _sample_ends(n: int, windows: int) -> list[int]:
+    """Indices of the trace entries after which a window of per-site live bytes is sampled.
+
+    ``windows`` equal slices, each ending at ``n * (w + 1) // windows - 1``; a
+    trace shorter than ``windows`` (a negative first end) is not sampled.
+    """
+    ends = [min(n - 1, (n * (w + 1)) // windows - 1) for w in range(windows)] if n else []
+    if not ends or ends[0] < 0:
+        return []
+    return sorted(set(ends))
+
+
 def analyze_snapshot(
     snapshot: Mapping[str, Any],
     source: str,
@@ -181,20 +236,27 @@ def analyze_snapshot(
     block_extra: BlockExtra | None = None,
     frame_filter: FrameFilter | None = None,
 ) -> SnapshotSummary:
-    """Summarise one snapshot in one linear pass over segments and the trace."""
+    """Summarise one snapshot: one pass over the segments, one over the trace.
+
+    The trace pass is the hot loop (millions of entries): it replays the
+    allocated/reserved totals and their peaks, and keeps the allocations live
+    so far (address -> their entry), touching each entry only for the keys its
+    action needs and allocating nothing per entry. Sites are named only for
+    the allocations live at the ends of the leak windows, not per entry; the
+    trace is read a second time only when there are leak suspects, to count
+    their allocations and frees. The trace itself is never copied.
+    """
     extra = block_extra or _block_extra_fallback
     namer = _SiteNamer(frame_filter or _frame_filter_fallback)
     segments: list[Mapping[str, Any]] = list(snapshot.get("segments") or [])
-    traces: list[list[Mapping[str, Any]]] = [list(t or []) for t in (snapshot.get("device_traces") or [])]
+    traces: list[Sequence[Mapping[str, Any]]] = [t or [] for t in (snapshot.get("device_traces") or [])]
 
     end_alloc: dict[int, int] = {}
     end_res: dict[int, int] = {}
     pending = 0
-    sites: dict[str, list[int]] = {}  # site -> [bytes, blocks]
-    stacks: dict[str, list[Any]] = {}  # site -> frames of one of its blocks (rendered for the top sites only)
+    active: list[Mapping[str, Any]] = []  # active_allocated blocks, named after the trace pass
     free_by_dev: dict[int, list[tuple[int, str]]] = {}  # device -> [(size, segment_type)]
     pending_by_dev: dict[int, int] = {}
-    has_frames = False
     expandable: bool | None = None
     for seg in segments:
         dev = _seg_device(seg)
@@ -207,14 +269,7 @@ def analyze_snapshot(
             size = int(b.get("size", 0))
             if state == "active_allocated":
                 end_alloc[dev] = end_alloc.get(dev, 0) + size
-                frames, _requested = extra(b)
-                has_frames = has_frames or bool(frames)
-                name = namer.site(frames)
-                acc = sites.setdefault(name, [0, 0])
-                acc[0] += size
-                acc[1] += 1
-                if name not in stacks:
-                    stacks[name] = frames
+                active.append(b)
             elif state == "inactive":
                 free_by_dev.setdefault(dev, []).append((size, seg_type))
             else:  # active_pending_free / active_awaiting_free: freed, but no free_completed yet
@@ -230,58 +285,101 @@ def analyze_snapshot(
     trace = traces[main] if main < len(traces) else []
 
     # One forward pass with totals relative to the start of the trace; the
-    # absolute start is the end state (segments) minus the net change.
+    # absolute start is the end state (segments) minus the net change. Per
+    # entry it only replays the totals and keeps the live in-trace allocations
+    # (address -> alloc entry); sites are named at the window ends, for the
+    # allocations live there (a few thousand), not for each of the millions of
+    # entries. Alloc/free counts are only reported for leak suspects: they are
+    # counted in a second pass when there are any.
     alloc_now = res_now = 0
     peak_alloc = peak_res = 0
-    peak_idx: int | None = None
+    peak_entry: Mapping[str, Any] | None = None
+    peak_from = 0  # index of the first entry of the window holding the peak
     n = len(trace)
-    boundaries = [min(n - 1, (n * (w + 1)) // windows - 1) for w in range(windows)] if n else []
-    next_boundary = boundaries.pop(0) if boundaries else -1
-    addr_site: dict[int, str] = {}
-    site_live: defaultdict[str, int] = defaultdict(int)
-    site_allocs: defaultdict[str, int] = defaultdict(int)
-    site_frees: defaultdict[str, int] = defaultdict(int)
-    samples: list[dict[str, int]] = []
-    ooms: list[OomEvent] = []
-    site_of = namer.site
-    for i, e in enumerate(trace):
-        action = e["action"]
-        size = e["size"]
-        if action == "alloc":
-            alloc_now += size
-            tframes = e.get("frames")
-            name = site_of(tframes) if tframes else NO_FRAMES
-            addr_site[e["addr"]] = name
-            site_live[name] += size
-            site_allocs[name] += 1
-            if alloc_now > peak_alloc:
-                peak_alloc, peak_idx = alloc_now, i
-        elif action == "free_completed":
-            alloc_now -= size
-            name = addr_site.pop(e["addr"], BEFORE_TRACE)
-            site_live[name] -= size
-            site_frees[name] += 1
-        elif action == "segment_alloc" or action == "segment_map":
-            res_now += size
-            if res_now > peak_res:
-                peak_res = res_now
-        elif action == "segment_free" or action == "segment_unmap":
-            res_now -= size
-        elif action == "oom":
-            tframes = e.get("frames")
-            ooms.append(
-                OomEvent(
-                    requested_bytes=size,
-                    device_free_bytes=int(e["device_free"]) if e.get("device_free") is not None else None,
-                    stream=e.get("stream"),
-                    site=site_of(tframes) if tframes else None,
-                )
-            )
-        if i == next_boundary:
-            samples.append(dict(site_live))
-            while boundaries and next_boundary == i:
-                next_boundary = boundaries.pop(0)
-    has_frames = has_frames or any(k != NO_FRAMES for k in site_allocs)
+    ends = _sample_ends(n, windows)
+    live_allocs: dict[int, Mapping[str, Any]] = {}
+    pop_live = live_allocs.pop
+    claim = live_allocs.setdefault
+    # Inconsistent traces keep their bytes where a per-site running sum would:
+    # an alloc over a live address leaves the old one counted for good, and a
+    # free of another size than its alloc leaves the difference.
+    orphans: list[Mapping[str, Any]] = []
+    drift: list[tuple[Mapping[str, Any], int]] = []
+    samples: list[dict[int, int]] = []
+    named: dict[int, int] = {}  # id(alloc entry) -> site id; the entries outlive the pass
+    oom_entries: list[Mapping[str, Any]] = []
+    entries = iter(trace)
+    start = 0
+    for end in ends or [n - 1]:
+        for e in itertools.islice(entries, end + 1 - start):
+            action = e["action"]
+            if action == "alloc":
+                prev = claim(e["addr"], e)
+                if prev is not e:
+                    orphans.append(prev)
+                    live_allocs[e["addr"]] = e
+                alloc_now += e["size"]
+                if alloc_now > peak_alloc:
+                    peak_alloc = alloc_now
+                    peak_entry = e
+                    peak_from = start
+            elif action == "free_completed":
+                size = e["size"]
+                alloc_now -= size
+                freed = pop_live(e["addr"], None)
+                if freed is not None and freed["size"] != size:
+                    drift.append((freed, freed["size"] - size))
+            elif action == "free_requested":
+                pass
+            elif action == "segment_alloc" or action == "segment_map":
+                res_now += e["size"]
+                if res_now > peak_res:
+                    peak_res = res_now
+            elif action == "segment_free" or action == "segment_unmap":
+                res_now -= e["size"]
+            elif action == "oom":
+                oom_entries.append(e)
+        if ends:
+            sample: dict[int, int] = {}
+            for e in itertools.chain(live_allocs.values(), orphans):
+                sid = named.get(id(e))  # an allocation live over several windows is named once
+                if sid is None:
+                    sid = named[id(e)] = _entry_site(namer, e)
+                sample[sid] = sample.get(sid, 0) + e["size"]
+            for e, delta in drift:
+                sid = _entry_site(namer, e)
+                sample[sid] = sample.get(sid, 0) + delta
+            samples.append(sample)
+        start = end + 1
+    del live_allocs, orphans, drift, named
+    peak_idx: int | None = None
+    if peak_entry is not None:  # found by identity in its window, not tracked per entry
+        hits = map(operator.is_, itertools.islice(trace, peak_from, None), itertools.repeat(peak_entry))
+        peak_idx = next(itertools.compress(itertools.count(peak_from), hits))
+    ooms = [
+        OomEvent(
+            requested_bytes=e["size"],
+            device_free_bytes=int(e["device_free"]) if e.get("device_free") is not None else None,
+            stream=e.get("stream"),
+            site=namer.site(e["frames"]) if e.get("frames") else None,
+        )
+        for e in oom_entries
+    ]
+    # frames recorded: on any live block (below), or on any allocation of the trace (usually the first)
+    has_frames = any(e.get("frames") for e in trace if e["action"] == "alloc")
+
+    sites: dict[str, list[int]] = {}  # site -> [bytes, blocks]
+    stacks: dict[str, list[Any]] = {}  # site -> frames of one of its blocks (rendered for the top sites only)
+    for b in active:
+        frames, _requested = extra(b)
+        has_frames = has_frames or bool(frames)
+        name = namer.site(frames)
+        acc = sites.setdefault(name, [0, 0])
+        acc[0] += int(b.get("size", 0))
+        acc[1] += 1
+        if name not in stacks:
+            stacks[name] = frames
+
     # pending-free blocks have had no free_completed yet: the trace still counts them
     start_alloc = end_alloc.get(main, 0) + pending_by_dev.get(main, 0) - alloc_now
     start_res = end_res.get(main, 0) - res_now
@@ -291,7 +389,7 @@ def analyze_snapshot(
     peak_alloc = max(peak_alloc, end_alloc.get(main, 0))
     peak_res = max(peak_res, end_res.get(main, 0), res_now)
 
-    leaks = _leak_suspects(samples, site_allocs, site_frees, min_leak_bytes)
+    leaks = _leak_suspects(samples, namer, trace, min_leak_bytes)
     frag = fragmentation(
         reserved=end_res.get(main, 0),
         allocated=end_alloc.get(main, 0),
@@ -335,17 +433,29 @@ def analyze_snapshot(
     )
 
 
+def _entry_site(namer: _SiteNamer, e: Mapping[str, Any]) -> int:
+    """Site id of an alloc entry (its stack's user frame, or the no-frames marker)."""
+    tframes = e.get("frames")
+    return namer.of(tframes) if tframes else namer.site_id(NO_FRAMES)
+
+
 def _leak_suspects(
-    samples: list[dict[str, int]], allocs: Mapping[str, int], frees: Mapping[str, int], min_bytes: int
+    samples: Sequence[Mapping[int, int]],
+    namer: _SiteNamer,
+    trace: Sequence[Mapping[str, Any]],
+    min_bytes: int,
 ) -> list[LeakSuspect]:
-    """Sites whose live bytes never fell and rose in most windows of the trace."""
+    """Sites whose live bytes never fell and rose in most windows of the trace.
+
+    ``samples`` are the bytes of in-trace allocations still live at the end of
+    each window, per site id. Only when some site qualifies is the trace read
+    again, to count that site's allocations and frees.
+    """
     if len(samples) < 3:
         return []
-    out: list[LeakSuspect] = []
-    for site in allocs:
-        if site in (BEFORE_TRACE,):
-            continue
-        series = [s.get(site, 0) for s in samples]
+    found: list[tuple[int, list[int], int, int]] = []  # (site id, series, first window, windows grown)
+    for sid in sorted({k for sample in samples for k in sample}):
+        series = [sample.get(sid, 0) for sample in samples]
         first = next((i for i, v in enumerate(series) if v > 0), None)
         if first is None:
             continue
@@ -357,20 +467,70 @@ def _leak_suspects(
         growth = series[-1] - (series[first - 1] if first > 0 else 0)
         if growth < min_bytes or grown < 3 or grown * 2 < len(samples):
             continue
+        found.append((sid, series, first, grown))
+    if not found:
+        return []
+    counts = _alloc_counts(namer, trace, {sid for sid, *_ in found})
+    out: list[tuple[int, LeakSuspect]] = []
+    for sid, series, first, grown in found:
+        allocs, frees, order = counts[sid]
         out.append(
-            LeakSuspect(
-                site=site,
-                start_bytes=series[0],
-                end_bytes=series[-1],
-                growth_bytes=growth,
-                allocs=allocs.get(site, 0),
-                frees=frees.get(site, 0),
-                windows_grown=grown,
-                windows=len(samples),
+            (
+                order,
+                LeakSuspect(
+                    site=namer.names[sid],
+                    start_bytes=series[0],
+                    end_bytes=series[-1],
+                    growth_bytes=series[-1] - (series[first - 1] if first > 0 else 0),
+                    allocs=allocs,
+                    frees=frees,
+                    windows_grown=grown,
+                    windows=len(samples),
+                ),
             )
         )
-    out.sort(key=lambda s: s.growth_bytes, reverse=True)
-    return out
+    # largest growth first; ties in the order the sites first allocated
+    out.sort(key=lambda t: (-t[1].growth_bytes, t[0]))
+    return [s for _, s in out]
+
+
+def _alloc_counts(
+    namer: _SiteNamer, trace: Sequence[Mapping[str, Any]], wanted: set[int]
+) -> dict[int, tuple[int, int, int]]:
+    """(allocs, frees, rank of its first allocation among them) of the wanted sites, over the whole trace.
+
+    Names every allocation once more (through the namer's cached prefixes); a
+    free counts for the site of the allocation at its address.
+    """
+    allocs: dict[int, int] = {}
+    frees: dict[int, int] = {}
+    first: dict[int, int] = {}
+    addr_site: dict[int, int] = {}
+    site_of = namer.of
+    frame_site = namer.frame_site
+    prefix_of = namer.prefixes.get
+    for e in trace:
+        action = e["action"]
+        if action == "alloc":
+            tframes = e.get("frames")
+            if tframes:  # the namer's fast path, inlined: a known non-user prefix, then a user frame
+                known = prefix_of(id(tframes[0]))
+                if known is not None and tframes[: known[0]] == known[1] and len(tframes) > known[0]:
+                    sid = frame_site(id(tframes[known[0]]), 0) or site_of(tframes)
+                else:
+                    sid = site_of(tframes)
+            else:
+                sid = namer.site_id(NO_FRAMES)
+            addr_site[e["addr"]] = sid
+            if sid in wanted:
+                allocs[sid] = allocs.get(sid, 0) + 1
+                if sid not in first:
+                    first[sid] = len(first)
+        elif action == "free_completed":
+            sid = addr_site.pop(e["addr"], 0)
+            if sid in wanted:
+                frees[sid] = frees.get(sid, 0) + 1
+    return {sid: (allocs.get(sid, 0), frees.get(sid, 0), first.get(sid, len(wanted))) for sid in wanted}
 
 
 def fragmentation(

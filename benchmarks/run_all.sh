@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run every benchmark in one go on a quiet machine; each writes its table to benchmarks/results/.
+# Ratios, not seconds, are the results: each script measures rankscope side by side with its
+# baseline in the same run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+$PY benchmarks/bench_stacks.py --repeats 3 --out benchmarks/results/stacks.md
+$PY benchmarks/bench_mcp.py --out benchmarks/results/mcp.md
+$PY benchmarks/bench_triage.py --mb 200 --out benchmarks/results/triage.md
+$PY benchmarks/bench_consistency.py            # writes benchmarks/results/consistency.md
+$PY benchmarks/bench_remote.py --out benchmarks/results/remote.md
+$PY benchmarks/bench_memory.py --sizes 50,500 --out benchmarks/results/memory.md
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

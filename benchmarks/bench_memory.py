@@ -7,6 +7,7 @@ and measures, each in a fresh process, side by side on the same file:
 * ``pickle.load``            just reading the file, as ``_memory_viz`` and most scripts do;
 * ``pickle.load, gc paused`` the floor: reading it with the cyclic GC paused (as rankscope does);
 * ``rankscope``              restricted load + ``analyze_snapshot`` (the ``rankscope memory`` path);
+* ``rankscope, by phase``    the same steps timed one by one: imports, load, analysis, freeing the snapshot;
 * ``torch _memory_viz``      torch's own text summaries of the same file (``segsum`` + ``trace``).
 
 Usage: ``python benchmarks/bench_memory.py [--sizes 50,500] [--data DIR] [--out FILE]``
@@ -50,6 +51,19 @@ elif mode == "rankscope":
     r = analyze_snapshot_files([path], top=10)
     s = r.snapshots[0]
     detail = f"peak {s.peak_allocated_bytes >> 20} MiB, {len(s.top_sites)} sites, {len(s.leak_suspects)} leak suspects"
+elif mode == "rankscope, by phase":
+    from rankscope import memory as m
+    from rankscope.analysis import memory as am
+    be, ff = m._torch_helpers()
+    with m.gc_paused():
+        c1 = time.process_time()
+        data = m.load_snapshot(path)
+        c2 = time.process_time()
+        s = am.analyze_snapshot(data, path, 0, top=10, block_extra=be, frame_filter=ff)
+        c3 = time.process_time()
+        del data
+        c4 = time.process_time()
+    detail = f"CPU: imports {c1 - c0:.2f} s, load {c2 - c1:.2f} s, analysis {c3 - c2:.2f} s, free {c4 - c3:.2f} s"
 else:
     from torch.cuda import _memory_viz as mv
     with open(path, "rb") as fh:
@@ -162,7 +176,10 @@ def measure(path: Path, mode: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="50,500", help="snapshot sizes in MiB, comma separated")
-    ap.add_argument("--modes", default="pickle.load;pickle.load, gc paused;rankscope;torch _memory_viz")
+    ap.add_argument(
+        "--modes",
+        default="pickle.load;pickle.load, gc paused;rankscope;rankscope, by phase;torch _memory_viz",
+    )
     ap.add_argument(
         "--out",
         default=None,

@@ -23,6 +23,7 @@ from typing import Any
 
 from rankscope.errors import PermissionDenied, PySpyNotFound, RankscopeError
 from rankscope.models.core import Frame, LocalVar, ThreadStack
+from rankscope.procfs import is_alive
 
 MIN_VERSION = (0, 3, 14)
 
@@ -117,14 +118,6 @@ def classify_error(stderr: str, pid: int, alive: bool) -> tuple[str, str]:
     if "failed to find python version" in low or "python interpreter" in low or "unsupported" in low:
         return "unsupported", f"pid {pid} is not a Python process py-spy can read ({first})"
     return "failed", f"py-spy failed on pid {pid}: {first} {causes}".strip()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def parse_dump(data: list[dict[str, Any]], pid: int) -> list[ThreadStack]:
@@ -230,7 +223,7 @@ def finish_dump(
         proc.communicate()
         raise DumpFailed("timeout", f"py-spy did not finish on pid {pid} within {timeout:g}s") from exc
     if proc.returncode != 0:
-        kind, message = classify_error(stderr, pid, _alive(pid))
+        kind, message = classify_error(stderr, pid, is_alive(pid))
         raise DumpFailed(kind, message)
     try:
         data = json.loads(stdout)

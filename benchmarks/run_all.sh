@@ -11,5 +11,5 @@ $PY benchmarks/bench_mcp.py --out benchmarks/results/mcp.md
 $PY benchmarks/bench_triage.py --mb 200 --out benchmarks/results/triage.md
 $PY benchmarks/bench_consistency.py            # writes benchmarks/results/consistency.md
 $PY benchmarks/bench_remote.py --out benchmarks/results/remote.md
-$PY benchmarks/bench_memory.py --sizes 50,500 --out benchmarks/results/memory.md
+$PY benchmarks/bench_memory.py --sizes 50,500 --data "${RANKSCOPE_BENCH_DATA:-/tmp/rankscope-bench-memory}" --out benchmarks/results/memory.md
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

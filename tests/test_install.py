@@ -187,6 +187,17 @@ def test_mcp_config_for_every_client(client: str) -> None:
     assert json.dumps(cfg["snippet"], indent=2) in text
 
 
+def test_mcp_config_prepares_the_servers_schema_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering the server writes its output-schema cache, so the client's first start is not the slow one."""
+    monkeypatch.setenv("RANKSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = mcp_config("cursor")
+    cache = tmp_path / "cache" / "mcp-output-schemas.json"
+    assert cache.is_file()
+    tools = json.loads(cache.read_text())["tools"]
+    assert {"list_jobs", "dump_stacks", "triage_logs"} <= set(tools)
+    assert not any("could not be prepared" in note for note in cfg.notes)
+
+
 def test_mcp_config_rejects_unknown_clients() -> None:
     with pytest.raises(InvalidInput, match="Unknown MCP client"):
         mcp_config("emacs")  # type: ignore[arg-type]

@@ -235,6 +235,22 @@ _CONFIG_FILES: dict[str, str] = {
 }
 
 
+def prepare_server() -> str | None:
+    """Build the MCP server once, so that its output-schema cache exists before the first real start.
+
+    Registration is the step that always comes before a client's first ``rankscope mcp``; doing the
+    one-off schema work here keeps that first start as fast as the later ones. Returns why it could
+    not be prepared, or None; a failure never stops the registration itself.
+    """
+    try:
+        from rankscope.mcp_server import build_server
+
+        build_server()
+    except Exception as exc:  # the registration text is still right; the first start just pays more
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def mcp_config(client: McpClient) -> McpConfig:
     """The exact registration of `rankscope mcp` for one MCP client, with absolute paths."""
     if client not in _CONFIG_FILES:
@@ -261,6 +277,11 @@ def mcp_config(client: McpClient) -> McpConfig:
         "The server must run on the host of the job it inspects, as the job's user or root (it reads /proc and "
         "uses ptrace through py-spy)."
     )
+    problem = prepare_server()
+    if problem is not None:
+        notes.append(
+            f"The server could not be prepared ahead of its first start ({problem}); run `rankscope mcp` once to see why."
+        )
     return McpConfig(
         client=client,
         command=command,

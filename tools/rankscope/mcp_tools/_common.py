@@ -192,7 +192,9 @@ _CACHE = _SchemaCache()
 def save_schema_cache() -> None:
     """Write the output schemas computed in this process, if any (best effort, atomic)."""
     path = _schema_cache_file()
-    if not _CACHE.dirty or path is None:
+    # Also write when nothing changed in this process but the file is missing (a new cache
+    # location, or a server built again after the file was removed).
+    if path is None or not _CACHE.tools or (not _CACHE.dirty and path.is_file()):
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -187,7 +187,9 @@ def test_mcp_config_for_every_client(client: str) -> None:
     assert json.dumps(cfg["snippet"], indent=2) in text
 
 
-def test_mcp_config_prepares_the_servers_schema_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mcp_config_prepares_the_servers_schema_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Registering the server writes its output-schema cache, so the client's first start is not the slow one."""
     monkeypatch.setenv("RANKSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     cfg = mcp_config("cursor")

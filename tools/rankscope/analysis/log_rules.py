@@ -44,6 +44,18 @@ def _step(action: str, section: str, tool: str | None = None) -> NextStep:
     return NextStep(action=action, tool=tool, skill_section=section)
 
 
+# What to do after an NCCL watchdog timeout, whichever of its message shapes was seen.
+_WATCHDOG_STEPS = (
+    _step(
+        "Read the lagging rank's stack while the job still hangs.", f"{_CE}#collective-timeout", "dump_stacks"
+    ),
+    _step(
+        "Analyse the flight-recorder dumps if TORCH_FR_BUFFER_SIZE was set.",
+        f"{_CE}#collective-timeout",
+        "analyze_flight_recorder",
+    ),
+)
+
 _NUM = r"-?\d+"
 _SIZE = r"[\d.]+ [KMGTP]?i?B"
 
@@ -67,18 +79,7 @@ RULES: tuple[Rule, ...] = (
             "Compare the sequence numbers across ranks: the rank whose last enqueued work is lowest, or that reports "
             "no timeout, is where to look. Do not just raise the timeout."
         ),
-        next_steps=(
-            _step(
-                "Read the lagging rank's stack while the job still hangs.",
-                f"{_CE}#collective-timeout",
-                "dump_stacks",
-            ),
-            _step(
-                "Analyse the flight-recorder dumps if TORCH_FR_BUFFER_SIZE was set.",
-                f"{_CE}#collective-timeout",
-                "analyze_flight_recorder",
-            ),
-        ),
+        next_steps=_WATCHDOG_STEPS,
     ),
     Rule(
         kind="collective_timeout",
@@ -100,18 +101,7 @@ RULES: tuple[Rule, ...] = (
             "enqueued work is lower than the others' never reached the collective they are waiting in."
         ),
         fix="Find the rank with the lowest last enqueued work (suspect_ranks) and read what it was doing instead.",
-        next_steps=(
-            _step(
-                "Read the lagging rank's stack while the job still hangs.",
-                f"{_CE}#collective-timeout",
-                "dump_stacks",
-            ),
-            _step(
-                "Analyse the flight-recorder dumps if TORCH_FR_BUFFER_SIZE was set.",
-                f"{_CE}#collective-timeout",
-                "analyze_flight_recorder",
-            ),
-        ),
+        next_steps=_WATCHDOG_STEPS,
     ),
     Rule(
         kind="collective_timeout",

@@ -56,9 +56,61 @@ def timed(argv_list: list[list[str]]) -> tuple[float, float]:
 Row = tuple[int, bool, float, float, float, float]
 """ranks, native, rankscope wall, sequential wall, rankscope CPU, sequential CPU (medians)."""
 
+Pair = tuple[str, float, float]
+"""what was timed, its median wall seconds, the sequential loop's median wall seconds beside it."""
 
-def bench_live(repeats: int, native_repeats: int) -> list[Row]:
+FLOOR = [sys.executable, "-c", "import rankscope.models.core"]
+"""A fresh interpreter that only imports the pydantic report models `--json` prints: the least any
+fresh `rankscope stacks` process pays before its first py-spy starts."""
+
+
+def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, repeats: int) -> list[Pair]:
+    """The start-up floor and the warm in-process path (the MCP server's), each beside the loop.
+
+    The floor shows how much of the fresh-process ratio is the report layer's import; the
+    in-process ``dump_stacks`` is what an agent pays through ``rankscope mcp``, where the
+    server has imported everything once.
+    """
+    from rankscope.stacks import dump_stacks
+
+    pairs: list[Pair] = []
+    seq8 = [[pyspy, "dump", "--json", "--pid", str(pids[r])] for r in range(8)]
+    floor: list[float] = []
+    loop: list[float] = []
+    for _ in range(repeats):
+        floor.append(timed([FLOOR])[0])
+        loop.append(timed(seq8)[0])
+    pairs.append(
+        (
+            "fresh interpreter + `import rankscope.models.core`, no work (8-rank loop beside)",
+            statistics.median(floor),
+            statistics.median(loop),
+        )
+    )
+    dump_stacks(job_pid, ranks=[0])  # warm: every module and model built once, as in a running server
+    for n in (1, 2, 4, 8):
+        seq = seq8[:n]
+        ours: list[float] = []
+        loop = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            dump_stacks(job_pid, ranks=list(range(n)))
+            ours.append(time.perf_counter() - start)
+            loop.append(timed(seq)[0])
+        pairs.append(
+            (
+                f"in-process `dump_stacks`, {n} rank{'s' if n > 1 else ''} (as `rankscope mcp` runs it)",
+                statistics.median(ours),
+                statistics.median(loop),
+            )
+        )
+        print(f"{pairs[-1]}", flush=True)
+    return pairs
+
+
+def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]]:
     rows: list[Row] = []
+    pairs: list[Pair] = []
     factory = JobFactory(Path(tempfile.mkdtemp(prefix="bench-stacks-")))
     try:
         job = factory.torchrun(
@@ -93,9 +145,10 @@ def bench_live(repeats: int, native_repeats: int) -> list[Row]:
                     )
                 )
                 print(f"ranks={n} native={native}: {rows[-1]}", flush=True)
+        pairs = bench_floor_and_resident(job.pid, pids, pyspy, repeats)
     finally:
         factory.cleanup()
-    return rows
+    return rows, pairs
 
 
 def bench_analysis() -> tuple[float, float, int, int]:
@@ -120,7 +173,7 @@ def main() -> None:
     a = p.parse_args()
     cold_s, analysis_s, bounded_bytes, raw_bytes = bench_analysis()
     load_before = os.getloadavg()
-    rows = [] if a.skip_live else bench_live(a.repeats, a.native_repeats)
+    rows, pairs = ([], []) if a.skip_live else bench_live(a.repeats, a.native_repeats)
     load_after = os.getloadavg()
     lines = [
         "# rankscope stacks: benchmarks",
@@ -145,6 +198,13 @@ def main() -> None:
             f"| {n} | {'yes' if native else 'no'} | {ours:.2f} | {seq:.2f} | {ours / seq:.2f}× | {ours_cpu:.2f} "
             f"| {seq_cpu:.2f} | {target if n == 8 else ''} |"
         )
+    lines += [
+        "",
+        "| without --native, beside the same sequential loop | wall (s) | sequential wall (s) | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for what, ours, seq in pairs:
+        lines.append(f"| {what} | {ours:.3f} | {seq:.3f} | {ours / seq:.2f}× |")
     lines += [
         "",
         "| analysis | result | target |",

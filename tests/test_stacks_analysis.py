@@ -13,8 +13,24 @@ import pytest
 from rankscope.analysis.bound import bound_report
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.analysis.render_stacks import render_stacks
-from rankscope.analysis.stacks import analyze, find_call_site, is_user_frame, op_from_source, recognise_op
-from rankscope.models.core import Frame, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
+from rankscope.analysis.stacks import (
+    analyze,
+    find_call_site,
+    is_user_frame,
+    op_from_source,
+    p2p_peer,
+    recognise_op,
+)
+from rankscope.models.core import (
+    Frame,
+    Job,
+    LocalVar,
+    RankError,
+    RankProcess,
+    RankStack,
+    StacksReport,
+    ThreadStack,
+)
 from rankscope.pyspy import parse_dump
 from rankscope.stacks import _spawn_index
 
@@ -111,7 +127,12 @@ def test_all_ranks_in_the_same_recv() -> None:
     v = report.verdict
     assert v.kind == "all_in_same_collective"
     assert v.suspect_ranks == []
-    assert "all 2 ranks wait in recv" in v.summary
+    # a recv is not a collective: with every rank receiving, nobody sends
+    assert "all 2 ranks wait in recv" in v.summary and "so no rank sends" in v.summary
+    assert "send/recv ordering deadlock" in v.summary
+    assert v.next_steps[0].skill_section == "skill/hangs.md#point-to-point-deadlock"
+    # without locals the peers are unknown: the next steps ask for them
+    assert all(s.peer is None for s in report.stacks)
     assert {"collect_env", "dump_stacks", "analyze_flight_recorder"} <= {s.tool for s in v.next_steps}
 
 
@@ -477,3 +498,74 @@ def test_bounded_answer_without_any_rank() -> None:
     bounded = bound_report(report)
     assert bounded.verdict.kind == "inconclusive" and bounded.truncated
     assert "host n7: capture failed: unreachable" in " ".join(bounded.verdict.evidence)
+
+
+def test_ring_of_recvs_with_locals_is_named_a_deadlock() -> None:
+    # four real gloo ranks, each in recv(src=rank+1): the peers come from the frames' locals
+    report = report_for("ring_recv_locals")
+    v = report.verdict
+    assert v.kind == "all_in_same_collective" and v.suspect_ranks == []
+    assert [(s.rank, s.op, s.peer) for s in report.stacks] == [(r, "recv", (r + 1) % 4) for r in range(4)]
+    assert "ranks 0, 1, 2, 3 wait on each other in a cycle" in v.summary
+    assert "every rank in it receives first, so none sends" in v.summary
+    assert "rank 3 receives from rank 0, which receives from rank 1" in v.evidence
+    # the peers are known, so no step asks for locals again
+    assert not any("locals" in s.action for s in v.next_steps)
+    assert v.next_steps[0].skill_section == "skill/hangs.md#point-to-point-deadlock"
+
+
+def test_pipeline_stage_that_never_sent_is_the_suspect() -> None:
+    # ranks 0 and 1 wait for the gradient of the next stage; rank 2 went to a barrier instead
+    report = report_for("pipeline_locals")
+    v = report.verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [2]
+    assert "rank 1 receives from rank 2, which waits in barrier at hang_collectives.py:" in " ".join(
+        v.evidence
+    )
+    assert "cycle" not in v.summary
+
+
+def test_p2p_peers_and_cycles_from_synthetic_stacks() -> None:
+    job, stacks, _ = load("ring_recv_locals")
+    # 0 and 1 form a matched pair (0 sends to 1, 1 receives from 0); 2 and 3 both receive from each other
+    wanted = {0: ("send", "dst", 1), 1: ("recv", "src", 0), 2: ("recv", "src", 3), 3: ("recv", "src", 2)}
+    edited = []
+    for s in stacks:
+        fn, name, peer = wanted[s.rank or 0]
+        threads = []
+        for t in s.threads:
+            frames = []
+            for f in t.frames:
+                if f.function == "recv" and f.file.endswith("distributed_c10d.py"):
+                    locals_ = [
+                        LocalVar(name=name, repr=str(peer), arg=True),
+                        LocalVar(name="group", repr="None"),
+                    ]
+                    f = f.model_copy(update={"function": fn, "locals": locals_})
+                frames.append(f)
+            threads.append(t.model_copy(update={"frames": frames}))
+        edited.append(s.model_copy(update={"threads": threads}))
+    report = analyze(job, edited, [])
+    assert "rank 0 sends to rank 1, which receives from rank 0 (a matching pair)" in report.verdict.evidence
+    # the matched pair is left out of the cycle
+    assert (
+        "ranks 2, 3 wait on each other in a cycle (2 receives from 3, 3 receives from 2)"
+        in report.verdict.summary
+    )
+
+
+def test_p2p_peer_reads_global_then_default_group_rank() -> None:
+    c10d = "/x/site-packages/torch/distributed/distributed_c10d.py"
+
+    def frames(*locals_: tuple[str, str]) -> list[Frame]:
+        return [
+            Frame(function="recv", file=c10d, line=1, locals=[LocalVar(name=n, repr=v) for n, v in locals_]),
+            Frame(function="main", file="/job/train.py", line=9),
+        ]
+
+    assert p2p_peer(frames(("src", "3"), ("group", "None"))) == 3
+    assert p2p_peer(frames(("src", "None"), ("group", "None"), ("group_src", "2"))) == 2
+    # a subgroup's group rank is not a global rank: left unknown
+    assert p2p_peer(frames(("src", "None"), ("group", "<ProcessGroup at 0x7f>"), ("group_src", "2"))) is None
+    assert p2p_peer(frames(("src", "None"), ("group", "None"))) is None  # recv from any source
+    assert p2p_peer([Frame(function="recv", file=c10d, line=1)]) is None  # no locals captured

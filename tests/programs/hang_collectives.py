@@ -6,6 +6,8 @@ Modes (``--mode``):
   early      rank ``--odd`` leaves the loop early and waits in its own code; the others all_reduce
   same       every rank waits in recv() from its right neighbour: all in the same op at the same line
   p2p        the same with irecv(...).wait(): a C++ wait right under the user's line
+  pipeline   each rank waits in recv() for the gradient of rank+1; the last stage, rank ``--odd``,
+             went to a barrier() instead of sending it
   idle       no rank communicates: every rank waits on an Event (compute/data-loading stand-in)
   partial    mark ready, then init_process_group: with fewer ranks started than WORLD_SIZE every
              rank waits there for the ones that never came (see hang_envlaunch.py)
@@ -97,6 +99,12 @@ def main() -> None:
         elif a.mode == "same":
             buf = torch.zeros(4)
             dist.recv(buf, src=(rank + 1) % world)
+        elif a.mode == "pipeline":
+            if rank == a.odd:
+                sync_metrics()
+            else:
+                grad = torch.zeros(4)
+                dist.recv(grad, src=rank + 1)
         elif a.mode == "p2p":
             req = dist.irecv(torch.zeros(4), src=(rank + 1) % world)
             assert req is not None

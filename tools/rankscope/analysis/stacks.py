@@ -233,8 +233,51 @@ def op_from_source(frames: list[Frame], source_line: str | None) -> tuple[str | 
     )
 
 
+P2P_DIRECTION: dict[str, str] = {
+    "send": "send",
+    "recv": "recv",
+    "send_object_list": "send",
+    "recv_object_list": "recv",
+}
+"""Blocking point-to-point calls of c10d and the direction each waits in: a blocking recv
+returns only once its peer sends, a send (beyond transport buffers) once its peer receives."""
+
+_PEER_LOCALS: dict[str, tuple[str, str]] = {"send": ("dst", "group_dst"), "recv": ("src", "group_src")}
+
+
+def _int_repr(value: str | None) -> int | None:
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+def p2p_peer(frames: list[Frame]) -> int | None:
+    """The other end of the blocking send/recv a main thread waits in, from the call's locals.
+
+    ``src``/``dst`` are global ranks; ``group_src``/``group_dst`` are group ranks, taken only
+    when the call ran on the default group (``group`` is None), where the two agree. None when
+    locals were not captured, the call receives from any source, or it ran on a subgroup.
+    """
+    for frame in frames:
+        if frame.native:
+            continue
+        if is_user_frame(frame):
+            return None
+        if not frame.file.replace("\\", "/").endswith("torch/distributed/distributed_c10d.py"):
+            continue
+        direction = P2P_DIRECTION.get(frame.function)
+        if direction is None or not frame.locals:
+            continue
+        values = {v.name: v.repr for v in frame.locals}
+        global_name, group_name = _PEER_LOCALS[direction]
+        peer = _int_repr(values.get(global_name))
+        if peer is None and values.get("group") in (None, "None"):
+            peer = _int_repr(values.get(group_name))
+        if peer is not None and peer >= 0:
+            return peer
+    return None
+
+
 def annotate(stack: RankStack, ddp_evidence: str | None = None) -> RankStack:
-    """A copy of ``stack`` with ``op``, ``op_evidence`` and ``call_site`` filled in.
+    """A copy of ``stack`` with ``op``, ``op_evidence``, ``peer`` and ``call_site`` filled in.
 
     An ``op`` the shell already set (from the source line, see :func:`op_from_source`) is
     kept when the frames themselves name no operation.
@@ -245,8 +288,9 @@ def annotate(stack: RankStack, ddp_evidence: str | None = None) -> RankStack:
     op, evidence = recognise_op(thread.frames, ddp_evidence)
     if op is None and stack.op is not None:
         op, evidence = stack.op, stack.op_evidence
+    peer = p2p_peer(thread.frames) if op in P2P_DIRECTION else None
     return stack.model_copy(
-        update={"op": op, "op_evidence": evidence, "call_site": find_call_site(thread.frames)}
+        update={"op": op, "op_evidence": evidence, "peer": peer, "call_site": find_call_site(thread.frames)}
     )
 
 
@@ -342,6 +386,99 @@ _STATE_WORDS: dict[str, str] = {
 }
 
 
+# -- point-to-point ----------------------------------------------------------------------------
+
+
+MAX_P2P_LINES = 8
+"""Evidence lines about send/recv peers at most: an answer for 256 ranks stays short."""
+
+
+def _p2p_waits(live: list[RankStack]) -> dict[int, tuple[str, int]]:
+    """rank -> (direction, peer) for every live rank blocked in a send/recv whose peer is known."""
+    return {
+        s.rank: (P2P_DIRECTION[s.op], s.peer)
+        for s in live
+        if s.rank is not None and s.op in P2P_DIRECTION and s.peer is not None
+    }
+
+
+def _p2p_cycle(waits: dict[int, tuple[str, int]]) -> list[int] | None:
+    """Ranks that wait on each other in a cycle with no matching pair: a send/recv deadlock.
+
+    Each blocked rank waits on one peer. A pair where one sends to the other while the other
+    receives from the first is matched (data can flow); a cycle of waits with no matched pair
+    in it can never make progress: everyone receives (or everyone sends) first.
+    """
+
+    def matched(rank: int) -> bool:
+        direction, peer = waits[rank]
+        other = waits.get(peer)
+        return other is not None and other[1] == rank and other[0] != direction
+
+    for start in sorted(waits):
+        path: list[int] = []
+        cur: int | None = start
+        while cur is not None and cur in waits and cur not in path and not matched(cur):
+            path.append(cur)
+            cur = waits[cur][1]
+        if cur is not None and cur in path:
+            cycle = path[path.index(cur) :]
+            if len(cycle) > 1:
+                return cycle
+    return None
+
+
+def _p2p_lines(live: list[RankStack], all_stacks: list[RankStack]) -> list[str]:
+    """Evidence: for each rank in a send/recv with a known peer, what that peer is doing."""
+    by_rank = {s.rank: s for s in all_stacks if s.rank is not None}
+    lines: list[str] = []
+    for rank, (direction, peer) in sorted(_p2p_waits(live).items()):
+        verb = "sends to" if direction == "send" else "receives from"
+        other = by_rank.get(peer)
+        if other is None:
+            doing = "which was not captured"
+        elif other.state in STUCK_STATES or other.state in GONE_STATES:
+            doing = f"which is {_STATE_WORDS.get(other.state, other.state)}"
+        elif other.op in P2P_DIRECTION and other.peer is not None:
+            o_dir = P2P_DIRECTION[other.op]
+            o_verb = "sends to" if o_dir == "send" else "receives from"
+            ok = other.peer == rank and o_dir != direction
+            doing = f"which {o_verb} rank {other.peer}" + (" (a matching pair)" if ok else "")
+        elif other.op:
+            doing = f"which waits in {other.op} at {short_site(other.call_site)}"
+        elif other.threads:
+            doing = f"which is in no collective, at {short_site(other.call_site)}"
+        else:
+            doing = "whose stack was not captured"
+        lines.append(f"rank {rank} {verb} rank {peer}, {doing}")
+    if len(lines) > MAX_P2P_LINES:
+        more = len(lines) - MAX_P2P_LINES + 1
+        lines = [
+            *lines[: MAX_P2P_LINES - 1],
+            f"... {more} more ranks in send/recv (each rank's `peer` in `stacks`)",
+        ]
+    return lines
+
+
+def _cycle_phrase(cycle: list[int], waits: dict[int, tuple[str, int]]) -> str:
+    """``ranks 0, 1 wait on each other in a cycle (0 receives from 1, 1 receives from 0)...``."""
+    links = ", ".join(
+        f"{r} {'sends to' if waits[r][0] == 'send' else 'receives from'} {waits[r][1]}" for r in cycle
+    )
+    directions = {waits[r][0] for r in cycle}
+    if directions == {"recv"}:
+        why = "every rank in it receives first, so none sends"
+    elif directions == {"send"}:
+        why = "every rank in it sends first, so none receives"
+    else:
+        why = "no send in it meets its recv"
+    return (
+        f"ranks {', '.join(map(str, cycle))} wait on each other in a cycle ({links}): {why}: "
+        "a send/recv ordering deadlock in the program, unless the other side was posted earlier with "
+        "isend/irecv (then the transport is stuck)"
+    )
+
+
 def _step(action: str, tool: str | None, section: str) -> NextStep:
     return NextStep(action=action, tool=tool, skill_section=f"{_PLAYBOOK}#{section}")
 
@@ -380,6 +517,7 @@ def _verdict(
         )
     if exited:
         evidence.append(f"{ranks_phrase(exited)} exited")
+    evidence.extend(_p2p_lines(live, annotated))
     if any(s.op == BACKWARD_OP for s in live):
         evidence.append(
             "some ranks are inside autograd backward with no communication frame visible; if the model is wrapped "
@@ -479,6 +617,9 @@ def _verdict(
                 f"{'; '.join(_describe(g) for g in op_groups)}: the ranks split evenly between different collectives, so "
                 "no majority names the culprit; compare the call sites for a rank-dependent branch"
             )
+        cycle = _p2p_cycle(_p2p_waits(live))
+        if cycle is not None:
+            summary += f"; {_cycle_phrase(cycle, _p2p_waits(live))}"
         return Verdict(
             kind="mismatched_collectives",
             suspect_ranks=suspects,
@@ -540,6 +681,8 @@ def _verdict(
 
     if len(op_groups) == 1 and not idle:
         g = op_groups[0]
+        if g.op in P2P_DIRECTION:
+            return _all_in_same_p2p(g, live, evidence)
         summary = (
             f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}: the ranks agree, so the hang is "
             "elsewhere (a rank on another host, the network or NCCL transport, or a GPU)"
@@ -617,6 +760,60 @@ def _verdict(
     )
 
 
+def _all_in_same_p2p(g: Group, live: list[RankStack], evidence: list[str]) -> Verdict:
+    """Every rank blocked in the same send (or recv) at the same line.
+
+    Unlike a collective, this is rarely the transport: a blocking recv returns only once
+    its peer sends, so when every rank receives, nobody sends, unless the sends were
+    posted earlier with isend. The peers (from ``--locals``) turn that into a named cycle.
+    """
+    direction = P2P_DIRECTION[g.op or ""]
+    waits = _p2p_waits(live)
+    cycle = _p2p_cycle(waits)
+    where = f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}"
+    other = "sends" if direction == "recv" else "receives"
+    if cycle is not None:
+        summary = f"{where}; {_cycle_phrase(cycle, waits)}"
+    else:
+        summary = (
+            f"{where}, so no rank {other}: a blocking {direction} returns only when its peer {other[:-1]}s, so "
+            f"unless the matching {other[:-1]}s were posted earlier (isend/irecv) this is a send/recv ordering "
+            "deadlock in the program; otherwise the transport (network or NCCL) is stuck"
+        )
+    steps = [
+        _step(
+            "Order the point-to-point calls so one side of each pair sends while the other receives: alternate "
+            "send/recv by rank parity, or post both with batch_isend_irecv (or isend + irecv, then wait on both).",
+            None,
+            "point-to-point-deadlock",
+        )
+    ]
+    if cycle is None and len(waits) < len(g.ranks):
+        steps.append(
+            _step(
+                "Dump with locals (--locals / locals=True): each rank's send/recv shows its peer, and the verdict "
+                "names the cycle of waits.",
+                "dump_stacks",
+                "point-to-point-deadlock",
+            )
+        )
+    steps += [
+        _step(
+            "If the sends were posted earlier with isend, check the transport: the environment and the logs.",
+            "collect_env",
+            "all-in-same-collective",
+        ),
+        _step(
+            "On NCCL, read the flight recorder: its send/recv entries show which pairs were posted and never matched.",
+            "analyze_flight_recorder",
+            "point-to-point-deadlock",
+        ),
+    ]
+    return Verdict(
+        kind="all_in_same_collective", suspect_ranks=[], summary=summary, evidence=evidence, next_steps=steps
+    )
+
+
 def analyze(job: Job, stacks: list[RankStack], errors: list[RankError]) -> StacksReport:
     """Annotate every rank's stack, group the ranks and reach a verdict.
 
@@ -656,6 +853,7 @@ def analyze(job: Job, stacks: list[RankStack], errors: list[RankError]) -> Stack
 
 
 __all__ = [
+    "P2P_DIRECTION",
     "analyze",
     "annotate",
     "bound_report",
@@ -665,6 +863,7 @@ __all__ = [
     "is_user_frame",
     "main_thread",
     "op_from_source",
+    "p2p_peer",
     "rank_ranges",
     "recognise_op",
 ]

@@ -175,6 +175,11 @@ class RankStack(Model):
         default=None, description="torch.distributed operation the rank is blocked in, if any."
     )
     op_evidence: str | None = Field(default=None, description="The frame(s) the op was read from.")
+    peer: int | None = Field(
+        default=None,
+        description="For a blocking send/recv: the rank on the other end (global), read from the call's "
+        "src/dst local; only with locals captured.",
+    )
     call_site: CallSite | None = None
     error: RankError | None = None
 

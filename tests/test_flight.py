@@ -316,12 +316,111 @@ def test_everyone_waits_in_the_same_collective() -> None:
     assert "nccl:all_reduce #2" in report.verdict.summary
 
 
-def test_all_completed_is_no_collective_and_p2p_is_noted() -> None:
-    p2p = _event(0, op="nccl:send 0->1", is_p2p=True, p2p_seq_id=1)
-    per_rank = {0: [_event(1), p2p], 1: [_event(1)]}
+def test_all_completed_is_no_collective_and_unpaired_p2p_is_noted() -> None:
+    done = _event(0, op="nccl:send 0->1", is_p2p=True, p2p_seq_id=1)
+    coalesced = _event(0, op="nccl:coalesced", is_p2p=True, p2p_seq_id=2)
+    per_rank = {0: [_event(1), done, coalesced], 1: [_event(1), _event(0, op="nccl:recv 1<-0", is_p2p=True)]}
     report = analyze(_dumps(per_rank, 2))
     assert report.verdict.kind == "no_collective"
-    assert any("p2p" in n for n in report.notes)
+    assert report.process_groups[0].p2p_mismatch is None
+    assert any("nccl:coalesced" in n and "not paired" in n for n in report.notes)
+
+
+def _p2p(
+    seq: int, op: str, state: str = "scheduled", sizes: list[list[int]] | None = None
+) -> dict[str, object]:
+    """A send/recv as ProcessGroupNCCL records it: group ranks in the name, its own p2p_seq_id."""
+    return _event(
+        1,
+        op=op,
+        state=state,
+        is_p2p=True,
+        p2p_seq_id=seq,
+        input_sizes=sizes or [[8]],
+        output_sizes=sizes or [[8]],
+        time_created_ns=100 + seq,
+        frames=[{"name": "pipeline_step", "filename": "/job/pp.py", "line": 40 + seq}],
+    )
+
+
+def test_pipeline_ranks_that_both_receive_first_are_a_deadlock() -> None:
+    per_rank = {0: [_event(1), _p2p(1, "nccl:recv 0<-1")], 1: [_event(1), _p2p(1, "nccl:recv 1<-0")]}
+    report = analyze(_dumps(per_rank, 2))
+    m = report.first_mismatch
+    assert m is not None and m.is_p2p and m.kind == "p2p_deadlock"
+    assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [0, 1]
+    assert "0 receives from 1, 1 receives from 0" in report.verdict.summary
+    progress = {p.rank: p for p in report.process_groups[0].progress}
+    assert progress[0].pending_p2p == "nccl:recv 0<-1 #1" and progress[0].pending_op is None
+
+
+def test_send_whose_peer_never_posts_the_recv_blames_the_peer() -> None:
+    per_rank = {0: [_event(1), _p2p(1, "nccl:send 0->1")], 1: [_event(1)]}
+    report = analyze(_dumps(per_rank, 2))
+    m = report.first_mismatch
+    assert m is not None and m.kind == "p2p_unmatched" and m.suspect_ranks == [1]
+    assert report.verdict.kind == "divergent_ranks" and report.verdict.suspect_ranks == [1]
+    assert report.verdict.summary.startswith(
+        "rank 0 sends to rank 1 (nccl:send 0->1 #1 of group 0 at /job/pp.py:41"
+    )
+    assert (
+        "rank 1 has no send, recv or collective pending: rank 1 never posted the matching recv"
+        in m.description
+    )
+
+
+def test_recv_whose_peer_sends_elsewhere_names_the_wrong_peer() -> None:
+    per_rank = {
+        0: [_event(1), _p2p(1, "nccl:recv 0<-1")],
+        1: [_event(1), _p2p(1, "nccl:send 1->2")],
+        2: [_event(1), _p2p(1, "nccl:recv 2<-1")],
+    }
+    report = analyze(_dumps(per_rank, 3))
+    m = report.first_mismatch
+    assert m is not None and m.kind == "p2p_wrong_peer" and m.suspect_ranks == [1]
+    assert "but rank 1 sends to rank 2" in m.description
+    assert report.verdict.kind == "mismatched_collectives"
+
+
+def test_p2p_pair_with_different_sizes_and_a_matched_pair() -> None:
+    bad = {
+        0: [_event(1), _p2p(1, "nccl:send 0->1", sizes=[[8]])],
+        1: [_event(1), _p2p(1, "nccl:recv 1<-0", sizes=[[4]])],
+    }
+    report = analyze(_dumps(bad, 2))
+    m = report.first_mismatch
+    assert m is not None and m.is_p2p and m.kind == "size_mismatch" and m.suspect_ranks == [0, 1]
+    assert "with sizes [[8]]" in m.description and "with sizes [[4]]" in m.description
+    # the same sizes: a pair in flight, so the cause is elsewhere (the transport)
+    good = {0: [_event(1), _p2p(1, "nccl:send 0->1")], 1: [_event(1), _p2p(1, "nccl:recv 1<-0")]}
+    report = analyze(_dumps(good, 2))
+    assert report.first_mismatch is None
+    assert report.verdict.kind == "all_in_same_collective"
+    assert "nccl:send 0->1 #1" in report.verdict.summary and "nccl:recv 1<-0 #1" in report.verdict.summary
+
+
+def test_p2p_peers_of_a_subgroup_are_mapped_to_global_ranks() -> None:
+    sub = ("5", "pp_stage")
+    cfg = {
+        "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+        "5": {"name": "5", "desc": "pp_stage", "ranks": "[2, 3]"},
+    }
+    per_rank = {
+        0: [_event(1)],
+        1: [_event(1)],
+        2: [_event(1), {**_p2p(1, "nccl:recv 0<-1"), "process_group": sub, "pg_id": 5}],
+        3: [_event(1), {**_p2p(1, "nccl:recv 1<-0"), "process_group": sub, "pg_id": 5}],
+    }
+    dumps = [
+        LoadedDump(
+            path=f"r{r}", rank=r, format="pickle", data={"version": "2.10", "pg_config": cfg, "entries": es}
+        )
+        for r, es in per_rank.items()
+    ]
+    report = analyze(dumps)
+    m = report.first_mismatch
+    assert m is not None and m.kind == "p2p_deadlock" and m.process_group == "5"
+    assert m.suspect_ranks == [2, 3] and "2 receives from 3, 3 receives from 2" in m.description
 
 
 def test_duplicate_rank_files_keep_one() -> None:
@@ -329,3 +428,14 @@ def test_duplicate_rank_files_keep_one() -> None:
     dumps.append(LoadedDump(path="r1-again", rank=1, format="json", data=dumps[1].data))
     report = analyze(dumps)
     assert report.ranks == [0, 1] and any("two dumps for rank 1" in n for n in report.notes)
+
+
+def test_a_rank_stuck_in_a_recv_before_a_collective_gets_both_stories() -> None:
+    # rank 1 went on to all_reduce #2 without sending; rank 0 still waits for its data
+    per_rank = {0: [_event(1), _p2p(1, "nccl:recv 0<-1")], 1: [_event(1), _event(2, state="scheduled")]}
+    report = analyze(_dumps(per_rank, 2))
+    assert report.verdict.kind == "divergent_ranks"  # the recorder's first disagreement: all_reduce #2
+    assert any(
+        e.startswith("also: rank 0 receives from rank 1") and "rank 1 waits in nccl:all_reduce #2" in e
+        for e in report.verdict.evidence
+    )

@@ -15,10 +15,12 @@ plug in torchfrtrace's own ``Op.match`` without this module importing torch.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rankscope.analysis.p2p import Waits, cycle_phrase, find_cycle, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import CallSite, Frame, NextStep, RankError, StacksReport, Verdict
 from rankscope.models.flight import (
@@ -300,6 +302,8 @@ def _align(pg: _PG, matcher: Matcher | None) -> FrProcessGroup:
         seqs = pg.seqs[r]
         done = [s for s, (e, _) in seqs.items() if e.completed]
         pending = sorted(s for s, (e, _) in seqs.items() if not e.completed)
+        p2p = pg.p2p.get(r, {})
+        p2p_pending = sorted(s for s, e in p2p.items() if not e.completed)
         report.progress.append(
             FrRankProgress(
                 rank=r,
@@ -307,6 +311,7 @@ def _align(pg: _PG, matcher: Matcher | None) -> FrProcessGroup:
                 last_entered=max(seqs) if seqs else None,
                 last_completed=max(done) if done else None,
                 pending_op=f"{seqs[pending[0]][0].op} #{pending[0]}" if pending else None,
+                pending_p2p=f"{p2p[p2p_pending[0]].op} #{p2p_pending[0]}" if p2p_pending else None,
             )
         )
     nonempty = [pg.seqs[r] for r in members if pg.seqs[r]]
@@ -351,6 +356,128 @@ def _align(pg: _PG, matcher: Matcher | None) -> FrProcessGroup:
             report.first_mismatch = mismatch
             return report
     return report
+
+
+# -- point-to-point ----------------------------------------------------------------------------
+
+_P2P_NAME = re.compile(r"^[\w-]+:(send|recv) (\d+)(?:->|<-)(\d+)$")
+"""``nccl:send 0->1`` (this rank -> dst), ``nccl:recv 1<-0`` (this rank <- src): group ranks."""
+
+
+@dataclass(frozen=True)
+class _P2POp:
+    entry: FrEntry
+    direction: str
+    peer: int
+
+
+def _p2p_op(entry: FrEntry, pg_ranks: list[int]) -> _P2POp | None:
+    """The direction and the peer's global rank of a recorded send/recv (None: coalesced etc.)."""
+    m = _P2P_NAME.match(entry.op)
+    if m is None:
+        return None
+    local_peer = int(m.group(3))
+    peer = pg_ranks[local_peer] if local_peer < len(pg_ranks) else local_peer
+    return _P2POp(entry=entry, direction=m.group(1), peer=peer)
+
+
+def _tensor_sizes(entry: FrEntry) -> list[list[int]]:
+    return entry.input_sizes or entry.output_sizes
+
+
+def _label(op: _P2POp) -> str:
+    return f"{op.entry.op} #{op.entry.seq_id}{_where(op.entry)}"
+
+
+def _p2p_mismatch(pg: _PG, dumped: set[int], pending_elsewhere: dict[int, str]) -> FrMismatch | None:
+    """The first send/recv of a group that can never complete, judged from pending entries.
+
+    ``p2p_seq_id`` counts each rank's own sends and recvs, so entries are paired by peer,
+    not by number: a rank's oldest pending send/recv needs the opposite op, naming this
+    rank, pending on its peer. In order: a cycle of waits (deadlock), a peer that never
+    posted the other side, then a pair whose tensor sizes differ. ``pending_elsewhere``:
+    rank -> the collective it waits in (any group), to say what an unmatched peer does.
+    """
+    pg_ranks = sorted(pg.ranks)
+    pending: dict[int, list[_P2POp]] = {}
+    for rank, entries in sorted(pg.p2p.items()):
+        ops = [
+            op
+            for seq in sorted(entries)
+            if (op := _p2p_op(entries[seq], pg_ranks)) and not op.entry.completed
+        ]
+        if ops:
+            pending[rank] = ops
+    if not pending:
+        return None
+    first = {rank: ops[0] for rank, ops in pending.items()}
+    waits: Waits = {rank: (op.direction, op.peer) for rank, op in first.items()}
+    cycle = find_cycle(waits)
+    if cycle is not None:
+        return FrMismatch(
+            process_group=pg.name,
+            pg_desc=pg.desc,
+            seq_id=first[cycle[0]].entry.seq_id,
+            is_p2p=True,
+            kind="p2p_deadlock",
+            ranks_entered=sorted(cycle),
+            suspect_ranks=sorted(cycle),
+            description=f"group {pg.name}: {cycle_phrase(cycle, waits)}",
+            entries=[first[r].entry for r in cycle],
+        )
+    size_mismatch: FrMismatch | None = None
+    for rank in sorted(first, key=lambda r: (first[r].entry.time_created_ns or 0, r)):
+        op = first[rank]
+        peer = op.peer
+        if peer not in dumped:
+            continue  # no dump for the peer: reported as a missing rank
+        other = next(
+            (o for o in pending.get(peer, []) if o.peer == rank and o.direction != op.direction), None
+        )
+        if other is not None:
+            if size_mismatch is None and _tensor_sizes(op.entry) != _tensor_sizes(other.entry):
+                size_mismatch = FrMismatch(
+                    process_group=pg.name,
+                    pg_desc=pg.desc,
+                    seq_id=op.entry.seq_id,
+                    is_p2p=True,
+                    kind="size_mismatch",
+                    ranks_entered=sorted({rank, peer}),
+                    suspect_ranks=sorted({rank, peer}),
+                    description=(
+                        f"rank {rank} {verb(op.direction)} rank {peer} with sizes {_tensor_sizes(op.entry)} "
+                        f"({_label(op)}), rank {peer} {verb(other.direction)} rank {rank} with sizes "
+                        f"{_tensor_sizes(other.entry)} ({_label(other)}): a send and its recv must have the same "
+                        "size and dtype"
+                    ),
+                    entries=[op.entry, other.entry],
+                )
+            continue
+        opposite = "recv" if op.direction == "send" else "send"
+        theirs = first.get(peer)
+        if theirs is not None:
+            doing = f"rank {peer} {verb(theirs.direction)} rank {theirs.peer} ({_label(theirs)})"
+        elif peer in pending_elsewhere:
+            doing = f"rank {peer} waits in {pending_elsewhere[peer]}"
+        else:
+            doing = f"rank {peer} has no send, recv or collective pending"
+        return FrMismatch(
+            process_group=pg.name,
+            pg_desc=pg.desc,
+            seq_id=op.entry.seq_id,
+            is_p2p=True,
+            kind="p2p_wrong_peer" if theirs is not None or peer in pending_elsewhere else "p2p_unmatched",
+            ranks_entered=[rank],
+            ranks_not_entered=[peer],
+            suspect_ranks=[peer],
+            description=(
+                f"rank {rank} {verb(op.direction)} rank {peer} ({op.entry.op} #{op.entry.seq_id} of group "
+                f"{pg.name}{_where(op.entry)}), but {doing}: "
+                f"rank {peer} never posted the matching {opposite}"
+            ),
+            entries=[op.entry, *([theirs.entry] if theirs is not None else [])],
+        )
+    return size_mismatch
 
 
 def _earliest(mismatches: list[FrMismatch]) -> FrMismatch | None:
@@ -413,7 +540,9 @@ def _verdict(
             )
         if first.torchfrtrace:
             evidence.append(f"torchfrtrace: {first.torchfrtrace}")
-        kind = "divergent_ranks" if first.kind == "not_entered" else "mismatched_collectives"
+        kind = (
+            "divergent_ranks" if first.kind in ("not_entered", "p2p_unmatched") else "mismatched_collectives"
+        )
         return Verdict(
             kind=kind,
             suspect_ranks=first.suspect_ranks,
@@ -432,7 +561,7 @@ def _verdict(
             evidence=evidence,
             next_steps=_steps("missing_ranks"),
         )
-    pending = [(p.rank, p.pending_op) for g in pgs for p in g.progress if p.pending_op]
+    pending = [(p.rank, op) for g in pgs for p in g.progress for op in (p.pending_op, p.pending_p2p) if op]
     if pending:
         ops = sorted({op for _, op in pending if op})
         evidence.append("pending: " + "; ".join(f"rank {r}: {op}" for r, op in sorted(pending)))
@@ -515,11 +644,33 @@ def analyze(
         world_size = max(ranks) + 1
     missing = sorted(set(range(world_size or 0)) - set(ranks))
 
-    groups = [_align(pg, matcher) for pg in sorted(pgs.values(), key=lambda p: (len(p.name), p.name))]
-    first = _earliest([g.first_mismatch for g in groups if g.first_mismatch is not None])
+    ordered = sorted(pgs.values(), key=lambda p: (len(p.name), p.name))
+    groups = [_align(pg, matcher) for pg in ordered]
+    waiting_in = {
+        p.rank: f"{p.pending_op} of group {g.name}" for g in groups for p in g.progress if p.pending_op
+    }
+    for pg, group in zip(ordered, groups, strict=True):
+        group.p2p_mismatch = _p2p_mismatch(pg, set(ranks), waiting_in)
+    first = _earliest([m for g in groups for m in (g.first_mismatch, g.p2p_mismatch) if m is not None])
     verdict = _verdict(first, groups, ranks, missing)
-    if any(pg.p2p for pg in pgs.values()):
-        notes.append("p2p ops (send/recv) are listed per rank but not matched across ranks")
+    # A rank "never entered" a collective may be stuck before it in a send/recv: say so too.
+    also = [f"also: {g.p2p_mismatch.description}" for g in groups if g.p2p_mismatch not in (None, first)]
+    if also:
+        verdict = verdict.model_copy(update={"evidence": [*verdict.evidence, *also]})
+    unread = sorted(
+        {
+            e.op
+            for pg in pgs.values()
+            for es in pg.p2p.values()
+            for e in es.values()
+            if not _P2P_NAME.match(e.op)
+        }
+    )
+    if unread:
+        notes.append(
+            f"p2p entries without a readable peer ({', '.join(unread)}, e.g. from batch_isend_irecv) are listed "
+            "per rank but not paired across ranks"
+        )
     if stacks is not None:
         verdict = _merge_stacks(verdict, stacks)
     return FlightReport(

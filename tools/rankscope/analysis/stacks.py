@@ -20,6 +20,7 @@ from rankscope.analysis.collectives import (
     classify_python_frame,
     frame_key,
 )
+from rankscope.analysis.p2p import Waits, cycle_phrase, find_cycle, verb
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import (
     CallSite,
@@ -393,7 +394,7 @@ MAX_P2P_LINES = 8
 """Evidence lines about send/recv peers at most: an answer for 256 ranks stays short."""
 
 
-def _p2p_waits(live: list[RankStack]) -> dict[int, tuple[str, int]]:
+def _p2p_waits(live: list[RankStack]) -> Waits:
     """rank -> (direction, peer) for every live rank blocked in a send/recv whose peer is known."""
     return {
         s.rank: (P2P_DIRECTION[s.op], s.peer)
@@ -402,38 +403,11 @@ def _p2p_waits(live: list[RankStack]) -> dict[int, tuple[str, int]]:
     }
 
 
-def _p2p_cycle(waits: dict[int, tuple[str, int]]) -> list[int] | None:
-    """Ranks that wait on each other in a cycle with no matching pair: a send/recv deadlock.
-
-    Each blocked rank waits on one peer. A pair where one sends to the other while the other
-    receives from the first is matched (data can flow); a cycle of waits with no matched pair
-    in it can never make progress: everyone receives (or everyone sends) first.
-    """
-
-    def matched(rank: int) -> bool:
-        direction, peer = waits[rank]
-        other = waits.get(peer)
-        return other is not None and other[1] == rank and other[0] != direction
-
-    for start in sorted(waits):
-        path: list[int] = []
-        cur: int | None = start
-        while cur is not None and cur in waits and cur not in path and not matched(cur):
-            path.append(cur)
-            cur = waits[cur][1]
-        if cur is not None and cur in path:
-            cycle = path[path.index(cur) :]
-            if len(cycle) > 1:
-                return cycle
-    return None
-
-
 def _p2p_lines(live: list[RankStack], all_stacks: list[RankStack]) -> list[str]:
     """Evidence: for each rank in a send/recv with a known peer, what that peer is doing."""
     by_rank = {s.rank: s for s in all_stacks if s.rank is not None}
     lines: list[str] = []
     for rank, (direction, peer) in sorted(_p2p_waits(live).items()):
-        verb = "sends to" if direction == "send" else "receives from"
         other = by_rank.get(peer)
         if other is None:
             doing = "which was not captured"
@@ -441,16 +415,15 @@ def _p2p_lines(live: list[RankStack], all_stacks: list[RankStack]) -> list[str]:
             doing = f"which is {_STATE_WORDS.get(other.state, other.state)}"
         elif other.op in P2P_DIRECTION and other.peer is not None:
             o_dir = P2P_DIRECTION[other.op]
-            o_verb = "sends to" if o_dir == "send" else "receives from"
             ok = other.peer == rank and o_dir != direction
-            doing = f"which {o_verb} rank {other.peer}" + (" (a matching pair)" if ok else "")
+            doing = f"which {verb(o_dir)} rank {other.peer}" + (" (a matching pair)" if ok else "")
         elif other.op:
             doing = f"which waits in {other.op} at {short_site(other.call_site)}"
         elif other.threads:
             doing = f"which is in no collective, at {short_site(other.call_site)}"
         else:
             doing = "whose stack was not captured"
-        lines.append(f"rank {rank} {verb} rank {peer}, {doing}")
+        lines.append(f"rank {rank} {verb(direction)} rank {peer}, {doing}")
     if len(lines) > MAX_P2P_LINES:
         more = len(lines) - MAX_P2P_LINES + 1
         lines = [
@@ -458,25 +431,6 @@ def _p2p_lines(live: list[RankStack], all_stacks: list[RankStack]) -> list[str]:
             f"... {more} more ranks in send/recv (each rank's `peer` in `stacks`)",
         ]
     return lines
-
-
-def _cycle_phrase(cycle: list[int], waits: dict[int, tuple[str, int]]) -> str:
-    """``ranks 0, 1 wait on each other in a cycle (0 receives from 1, 1 receives from 0)...``."""
-    links = ", ".join(
-        f"{r} {'sends to' if waits[r][0] == 'send' else 'receives from'} {waits[r][1]}" for r in cycle
-    )
-    directions = {waits[r][0] for r in cycle}
-    if directions == {"recv"}:
-        why = "every rank in it receives first, so none sends"
-    elif directions == {"send"}:
-        why = "every rank in it sends first, so none receives"
-    else:
-        why = "no send in it meets its recv"
-    return (
-        f"ranks {', '.join(map(str, cycle))} wait on each other in a cycle ({links}): {why}: "
-        "a send/recv ordering deadlock in the program, unless the other side was posted earlier with "
-        "isend/irecv (then the transport is stuck)"
-    )
 
 
 def _step(action: str, tool: str | None, section: str) -> NextStep:
@@ -617,9 +571,9 @@ def _verdict(
                 f"{'; '.join(_describe(g) for g in op_groups)}: the ranks split evenly between different collectives, so "
                 "no majority names the culprit; compare the call sites for a rank-dependent branch"
             )
-        cycle = _p2p_cycle(_p2p_waits(live))
+        cycle = find_cycle(_p2p_waits(live))
         if cycle is not None:
-            summary += f"; {_cycle_phrase(cycle, _p2p_waits(live))}"
+            summary += f"; {cycle_phrase(cycle, _p2p_waits(live))}"
         return Verdict(
             kind="mismatched_collectives",
             suspect_ranks=suspects,
@@ -769,11 +723,11 @@ def _all_in_same_p2p(g: Group, live: list[RankStack], evidence: list[str]) -> Ve
     """
     direction = P2P_DIRECTION[g.op or ""]
     waits = _p2p_waits(live)
-    cycle = _p2p_cycle(waits)
+    cycle = find_cycle(waits)
     where = f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}"
     other = "sends" if direction == "recv" else "receives"
     if cycle is not None:
-        summary = f"{where}; {_cycle_phrase(cycle, waits)}"
+        summary = f"{where}; {cycle_phrase(cycle, waits)}"
     else:
         summary = (
             f"{where}, so no rank {other}: a blocking {direction} returns only when its peer {other[:-1]}s, so "

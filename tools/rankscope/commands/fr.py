@@ -30,7 +30,8 @@ def render_flight(model: BaseModel) -> Iterator[str]:
     m = r.first_mismatch
     if m is not None:
         yield ""
-        yield f"First disagreement: group {m.process_group} ({m.pg_desc or '-'}) collective #{m.seq_id}: {m.kind}"
+        what = "send/recv" if m.is_p2p else "collective"
+        yield f"First disagreement: group {m.process_group} ({m.pg_desc or '-'}) {what} #{m.seq_id}: {m.kind}"
         for e in m.entries:
             where = f" at {e.call_site}" if e.call_site else ""
             yield (
@@ -38,7 +39,8 @@ def render_flight(model: BaseModel) -> Iterator[str]:
                 f"state={e.state}{' (done)' if e.completed else ''}{where}"
             )
         if m.ranks_not_entered:
-            yield f"  never entered: ranks {','.join(map(str, m.ranks_not_entered))}"
+            never = "never posted the other side" if m.is_p2p else "never entered"
+            yield f"  {never}: ranks {','.join(map(str, m.ranks_not_entered))}"
         suspect = next((e for e in m.entries if e.rank in m.suspect_ranks and e.frames), None)
         if suspect is not None:
             yield f"  recorded stack of rank {suspect.rank}:"
@@ -50,7 +52,8 @@ def render_flight(model: BaseModel) -> Iterator[str]:
         yield f"Group {g.name} ({g.desc or '-'}), ranks {','.join(map(str, g.ranks))}, aligned {span}"
         for p in g.progress:
             pending = f", waiting in {p.pending_op}" if p.pending_op else ""
-            yield f"  rank {p.rank}: entered #{p.last_entered}, completed #{p.last_completed}{pending}"
+            p2p = f", send/recv pending: {p.pending_p2p}" if p.pending_p2p else ""
+            yield f"  rank {p.rank}: entered #{p.last_entered}, completed #{p.last_completed}{pending}{p2p}"
     for n in r.notes:
         yield f"note: {n}"
     yield from render_next_steps(v.next_steps)

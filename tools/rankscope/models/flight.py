@@ -18,6 +18,9 @@ MismatchKind = Literal[
     "op_mismatch",  # different collective types at the same sequence id
     "size_mismatch",  # same op, different input/output sizes
     "dtype_mismatch",  # same op, different dtypes
+    "p2p_unmatched",  # a send/recv whose peer has nothing pending: it never posted the other side
+    "p2p_wrong_peer",  # a send/recv whose peer waits in something else (another peer, a collective)
+    "p2p_deadlock",  # sends/recvs that wait on each other in a cycle with no matching pair
 ]
 
 
@@ -84,6 +87,10 @@ class FrRankProgress(Model):
     pending_op: str | None = Field(
         default=None, description="The oldest collective this rank entered but did not finish."
     )
+    pending_p2p: str | None = Field(
+        default=None,
+        description="The oldest send/recv this rank posted but did not finish, e.g. 'nccl:recv 1<-0 #3'.",
+    )
 
 
 class FrProcessGroup(Model):
@@ -101,6 +108,11 @@ class FrProcessGroup(Model):
     aligned_to: int | None = None
     progress: list[FrRankProgress] = Field(default_factory=list)
     first_mismatch: FrMismatch | None = None
+    p2p_mismatch: FrMismatch | None = Field(
+        default=None,
+        description="Pending sends/recvs whose other side was never posted (p2p_seq_id counts per rank, so "
+        "they are matched by peer, not by number).",
+    )
 
 
 class FlightReport(Model):

@@ -175,12 +175,22 @@ def test_spawn_job_ranks_come_from_the_spawn_index(jobs: JobFactory, pyspy_works
 def test_all_in_same_collective_and_ranks_that_never_came(jobs: JobFactory, pyspy_works: str) -> None:
     same = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "p2p"])
     partial = jobs.python("hang_envlaunch.py", nproc=2, args=["--world", "3", "--started", "2"])
+    ring = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "same"])
     same.wait_ready(timeout=READY_S)
     partial.wait_ready(timeout=READY_S)
+    ring.wait_ready(timeout=READY_S)
     report = settle(same.pid, lambda r: r.verdict.kind == "all_in_same_collective")
     # irecv(...).wait(): a C++ wait right under the user's line, read from the source line
     assert {g.op for g in report.groups} == {"Work.wait"} and report.verdict.suspect_ranks == []
     assert all(s.op_evidence and "req.wait()" in s.op_evidence for s in report.stacks)
+    # every rank in recv(src=rank+1): with locals, the peers name the cycle of waits
+    report = settle(ring.pid, lambda r: {s.op for s in r.stacks} == {"recv"})
+    assert report.verdict.kind == "all_in_same_collective" and "so no rank sends" in report.verdict.summary
+    code, out, _ = run_cli("stacks", "--pid", str(ring.pid), "--locals", "--json")
+    assert code == 0
+    ringed = StacksReport.model_validate_json(out)
+    assert [(s.rank, s.peer) for s in ringed.stacks] == [(0, 1), (1, 2), (2, 0)]
+    assert "ranks 0, 1, 2 wait on each other in a cycle" in ringed.verdict.summary
     report = settle(partial.pid, lambda r: {s.op for s in r.stacks} == {"init_process_group"})
     assert report.job.launcher == "env" and report.job.world_size == 3
     assert report.verdict.kind == "missing_ranks" and report.verdict.suspect_ranks == [2]

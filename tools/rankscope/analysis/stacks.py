@@ -571,9 +571,10 @@ def _verdict(
                 f"{'; '.join(_describe(g) for g in op_groups)}: the ranks split evenly between different collectives, so "
                 "no majority names the culprit; compare the call sites for a rank-dependent branch"
             )
-        cycle = find_cycle(_p2p_waits(live))
+        waits = _p2p_waits(live)
+        cycle = find_cycle(waits)
         if cycle is not None:
-            summary += f"; {cycle_phrase(cycle, _p2p_waits(live))}"
+            summary += f"; {cycle_phrase(cycle, waits)}"
         return Verdict(
             kind="mismatched_collectives",
             suspect_ranks=suspects,

@@ -69,6 +69,10 @@ def _check(results: list[VerifyResult]) -> None:
         assert r.answer == ("clean" if r.fixed else "reproduced"), r
         if r.fixed:
             assert r.outcome == "ok" and r.exit_code == 0
+        elif r.symptom_source == "verdict" and r.symptom == "all_in_same_collective":
+            # every rank in the same blocking recv: no rank is the suspect, the summary names the deadlock
+            assert r.outcome == "hung" and r.verdict_kind == r.symptom and not r.suspect_ranks
+            assert any("send/recv ordering deadlock" in e for e in r.evidence), r.evidence
         elif r.symptom_source == "verdict":
             assert r.outcome == "hung" and r.verdict_kind == r.symptom and r.suspect_ranks
         elif r.symptom_source == "finding":

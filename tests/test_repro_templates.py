@@ -34,6 +34,7 @@ DATA = Path(__file__).resolve().parent / "data" / "repro"
 REQUIRED_CLASSES = {
     "skip_collective",
     "collective_order",
+    "send_recv_order",
     "shape_mismatch",
     "uneven_batches",
     "rank_conditional_collective",
@@ -270,6 +271,17 @@ def test_from_report_collectives_in_different_orders_becomes_a_mismatch_repro() 
     choice = choose_from_stacks(StacksReport.model_validate(_load("stacks_collective_order.json")))
     assert choice.template == "skip_collective"
     assert {choice.params["op"], choice.params["next_op"]} == {"all_reduce", "broadcast"}
+
+
+def test_from_report_every_rank_in_recv_becomes_a_send_recv_order_repro(tmp_path: Path) -> None:
+    # all in the same collective is no program bug, except when the call is a blocking recv
+    report = StacksReport.model_validate(_load("stacks_send_recv_order.json"))
+    assert report.verdict.kind == "all_in_same_collective" and {g.op for g in report.groups} == {"recv"}
+    choice = choose_from_stacks(report)
+    assert choice.template == "send_recv_order" and choice.params["world_size"] == 2
+    assert any("send/recv ordering deadlock" in r for r in choice.reasons)
+    r = repro_from_report(str(DATA / "stacks_send_recv_order.json"), out=str(tmp_path / "r.py"))
+    assert "dist.recv(received, src=prev)\n    dist.send(tensor, dst=nxt)" in r.script
 
 
 def test_from_report_rank_conditional_work_is_divergent_ranks() -> None:

@@ -6,6 +6,15 @@ flight recorder (peers read from ``nccl:send 0->1`` / ``nccl:recv 1<-0`` entries
 
 from __future__ import annotations
 
+P2P_DIRECTION: dict[str, str] = {
+    "send": "send",
+    "recv": "recv",
+    "send_object_list": "send",
+    "recv_object_list": "recv",
+}
+"""Blocking point-to-point calls of c10d and the direction each waits in: a blocking recv
+returns only once its peer sends, a send (beyond transport buffers) once its peer receives."""
+
 Waits = dict[int, tuple[str, int]]
 """rank -> (direction, peer): the ``send`` or ``recv`` the rank is blocked in, and the other rank."""
 
@@ -59,4 +68,4 @@ def cycle_phrase(cycle: list[int], waits: Waits) -> str:
     )
 
 
-__all__ = ["Waits", "cycle_phrase", "find_cycle", "is_matched", "verb"]
+__all__ = ["P2P_DIRECTION", "Waits", "cycle_phrase", "find_cycle", "is_matched", "verb"]

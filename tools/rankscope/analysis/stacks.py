@@ -20,7 +20,7 @@ from rankscope.analysis.collectives import (
     classify_python_frame,
     frame_key,
 )
-from rankscope.analysis.p2p import Waits, cycle_phrase, find_cycle, verb
+from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, verb
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import (
     CallSite,
@@ -233,15 +233,6 @@ def op_from_source(frames: list[Frame], source_line: str | None) -> tuple[str | 
         f"`{text[:80]}` at {short_site(CallSite(file=inner.file, line=inner.line, function=inner.function))} waits in C++ with no Python frame below it: a c10d Work.wait (isend/irecv or async_op=True)",
     )
 
-
-P2P_DIRECTION: dict[str, str] = {
-    "send": "send",
-    "recv": "recv",
-    "send_object_list": "send",
-    "recv_object_list": "recv",
-}
-"""Blocking point-to-point calls of c10d and the direction each waits in: a blocking recv
-returns only once its peer sends, a send (beyond transport buffers) once its peer receives."""
 
 _PEER_LOCALS: dict[str, tuple[str, str]] = {"send": ("dst", "group_dst"), "recv": ("src", "group_src")}
 
@@ -761,6 +752,11 @@ def _all_in_same_p2p(g: Group, live: list[RankStack], evidence: list[str]) -> Ve
         _step(
             "On NCCL, read the flight recorder: its send/recv entries show which pairs were posted and never matched.",
             "analyze_flight_recorder",
+            "point-to-point-deadlock",
+        ),
+        _step(
+            "Verify the diagnosis with a minimal repro of the exchange (generate_repro from this report).",
+            "generate_repro",
             "point-to-point-deadlock",
         ),
     ]

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding, Group, StacksReport
 from rankscope.models.repro import Catalog, ParamSpec, ParamValue, TemplateChoice, TemplateSpec
@@ -465,6 +466,18 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
         return TemplateChoice(
             template="uneven_batches",
             params={"world_size": ws},
+            reasons=reasons + notes,
+            from_kind=verdict.kind,
+        )
+    p2p = [g for g in groups if g.op in P2P_DIRECTION]
+    if verdict.kind == "all_in_same_collective" and p2p:
+        reasons.append(
+            f"every rank waits in {p2p[0].op} at {p2p[0].call_site}: with every rank in a blocking {p2p[0].op}, none is "
+            "on the other side of its exchange (a send/recv ordering deadlock)"
+        )
+        return TemplateChoice(
+            template="send_recv_order",
+            params={"world_size": ws, **shape_params},
             reasons=reasons + notes,
             from_kind=verdict.kind,
         )

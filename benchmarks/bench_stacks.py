@@ -2,15 +2,18 @@
 
     .venv/bin/python benchmarks/bench_stacks.py [--repeats 7] [--native-repeats 3] [--out benchmarks/results/stacks.md]
 
-One real 8-rank gloo job (tests/programs/hang_collectives.py --mode same: every rank waits
-in recv) is started once; for 1, 2, 4 and 8 of its ranks, in the same run and alternating:
+One real 8-rank gloo job (tests/programs/hang_collectives.py --mode mismatch --odd 7: seven
+ranks in all_reduce, one in barrier) is started once; for 1, 2, 4 and 8 of its ranks, in the
+same run and alternating:
 
 * ``rankscope stacks --pid LAUNCHER --rank ... --json`` (a fresh process: interpreter start,
   discovery, concurrent py-spy, analysis, JSON);
 * ``py-spy dump --json --pid`` over the same ranks one after another;
 
 each with and without ``--native``. Medians are reported as ratios rankscope / sequential.
-Then the pure analysis of 1,024 synthetic rank stacks (built from a real native capture),
+Beside them: the start-up floor (an interpreter that only imports the report models), the warm
+in-process ``dump_stacks`` of ``rankscope mcp``, and a second job whose 8 ranks all wait in recv
+(where rankscope dumps them twice, the second time for their peers). Then the pure analysis of 1,024 synthetic rank stacks (built from a real native capture),
 and the bounded answer's size for 64 native ranks beside the raw py-spy JSON.
 """
 
@@ -113,10 +116,16 @@ def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]
     pairs: list[Pair] = []
     factory = JobFactory(Path(tempfile.mkdtemp(prefix="bench-stacks-")))
     try:
+        # 7 ranks in all_reduce, rank 7 in barrier: a collective hang
         job = factory.torchrun(
+            "hang_collectives.py", nproc=8, args=["--mode", "mismatch", "--odd", "7", "--pg-timeout", "3600"]
+        )
+        # every rank in recv from the next: a send/recv hang, where the ranks are read twice
+        ring = factory.torchrun(
             "hang_collectives.py", nproc=8, args=["--mode", "same", "--pg-timeout", "3600"]
         )
         job.wait_ready(timeout=600)
+        ring.wait_ready(timeout=600)
         found = find_job(job.pid)
         pids = {r.rank: r.pid for r in found.ranks}
         pyspy = find_pyspy()
@@ -146,6 +155,19 @@ def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]
                 )
                 print(f"ranks={n} native={native}: {rows[-1]}", flush=True)
         pairs = bench_floor_and_resident(job.pid, pids, pyspy, repeats)
+        ring_pids = [r.pid for r in find_job(ring.pid).ranks]
+        ours_ring: list[float] = []
+        loop_ring: list[float] = []
+        for _ in range(repeats):
+            ours_ring.append(timed([[RANKSCOPE, "stacks", "--pid", str(ring.pid), "--json"]])[0])
+            loop_ring.append(timed([[pyspy, "dump", "--json", "--pid", str(pid)] for pid in ring_pids])[0])
+        pairs.append(
+            (
+                "fresh `rankscope stacks`, 8 ranks all in recv (a second dump with locals reads each peer)",
+                statistics.median(ours_ring),
+                statistics.median(loop_ring),
+            )
+        )
     finally:
         factory.cleanup()
     return rows, pairs
@@ -181,7 +203,8 @@ def main() -> None:
         f"Measured by `benchmarks/bench_stacks.py --repeats {a.repeats} --native-repeats {a.native_repeats}` "
         f"on this {os.cpu_count()}-core machine "
         "(shared with other work while it ran: absolute times are noisy, the ratios were taken side by side, "
-        "alternating). One real 8-rank gloo job hung in recv; rankscope is a fresh `rankscope stacks --json` "
+        "alternating). One real 8-rank gloo job hung in a collective (7 ranks in all_reduce, 1 in barrier); "
+        "rankscope is a fresh `rankscope stacks --json` "
         "process each time (interpreter start included); sequential is `py-spy dump --json` over the same "
         "ranks one after another. Medians.",
         "",

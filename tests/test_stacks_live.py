@@ -183,14 +183,17 @@ def test_all_in_same_collective_and_ranks_that_never_came(jobs: JobFactory, pysp
     # irecv(...).wait(): a C++ wait right under the user's line, read from the source line
     assert {g.op for g in report.groups} == {"Work.wait"} and report.verdict.suspect_ranks == []
     assert all(s.op_evidence and "req.wait()" in s.op_evidence for s in report.stacks)
-    # every rank in recv(src=rank+1): with locals, the peers name the cycle of waits
+    # every rank in recv(src=rank+1): a second dump with locals reads each peer, and the cycle is named
     report = settle(ring.pid, lambda r: {s.op for s in r.stacks} == {"recv"})
-    assert report.verdict.kind == "all_in_same_collective" and "so no rank sends" in report.verdict.summary
+    assert report.verdict.kind == "all_in_same_collective"
+    assert [(s.rank, s.peer) for s in report.stacks] == [(0, 1), (1, 2), (2, 0)]
+    assert "ranks 0, 1, 2 wait on each other in a cycle" in report.verdict.summary
+    assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)  # not asked for
     code, out, _ = run_cli("stacks", "--pid", str(ring.pid), "--locals", "--json")
     assert code == 0
     ringed = StacksReport.model_validate_json(out)
     assert [(s.rank, s.peer) for s in ringed.stacks] == [(0, 1), (1, 2), (2, 0)]
-    assert "ranks 0, 1, 2 wait on each other in a cycle" in ringed.verdict.summary
+    assert any(f.locals for s in ringed.stacks for t in s.threads for f in t.frames)
     report = settle(partial.pid, lambda r: {s.op for s in r.stacks} == {"init_process_group"})
     assert report.job.launcher == "env" and report.job.world_size == 3
     assert report.verdict.kind == "missing_ranks" and report.verdict.suspect_ranks == [2]

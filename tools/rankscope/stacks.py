@@ -20,9 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rankscope import discovery, pyspy
-from rankscope.analysis.stacks import analyze, is_user_frame, op_from_source
+from rankscope.analysis.p2p import P2P_DIRECTION
+from rankscope.analysis.stacks import analyze, is_user_frame, op_from_source, p2p_peer, recognise_op
 from rankscope.errors import PermissionDenied, RankscopeError
 from rankscope.models.core import (
+    Frame,
     Job,
     LocalVar,
     ProcState,
@@ -91,6 +93,45 @@ def _with_source_op(stack: RankStack) -> RankStack:
     line = linecache.getline(inner.file, inner.line)
     op, evidence = op_from_source(thread.frames, line or None)
     return stack.model_copy(update={"op": op, "op_evidence": evidence}) if op else stack
+
+
+def _main_frames(threads: list[ThreadStack]) -> list[Frame]:
+    thread = next((t for t in threads if t.is_main), None)
+    return thread.frames if thread is not None else []
+
+
+def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
+    """pid -> peer rank, for the ranks blocked in a send/recv.
+
+    Which rank a recv waits for is only in its locals (``src``), and without it a cycle of
+    receiving ranks cannot be named. A dump taken with locals (mp.spawn ranks) is read as it
+    is; the other ranks found in a send/recv are dumped once more, with locals, and only the
+    peer is kept: the locals themselves are dropped here and never reach the report unless
+    asked for. A rank that moved on in between gives no peer.
+    """
+
+    def read(d: _Dump) -> None:
+        frames = _main_frames(d.threads or [])
+        peer = p2p_peer(frames) if recognise_op(frames)[0] in P2P_DIRECTION else None
+        if peer is not None:
+            peers[d.pid] = peer
+
+    peers: dict[int, int] = {}
+    again: list[_Dump] = []
+    for d in dumps:
+        if d.rank is None or recognise_op(_main_frames(d.threads or []))[0] not in P2P_DIRECTION:
+            continue
+        if d.locals:
+            read(d)
+        else:
+            again.append(_Dump(pid=d.pid, rank=d.rank, locals=True, nonblocking=d.nonblocking, state=d.state))
+    if again:
+        _run_dumps(again, exe, False, timeout, lambda: None)
+        for d in again:
+            if d.failure is not None:
+                log.info("no send/recv peer for pid %d: %s", d.pid, d.failure)
+            read(d)
+    return peers
 
 
 def _redact_threads(threads: list[ThreadStack], redactor: Redactor, keep_locals: bool) -> list[ThreadStack]:
@@ -253,6 +294,7 @@ def capture_job(
                 redactor.learn_env(env)
 
     _run_dumps(dumps, exe, native, timeout, meanwhile)
+    peers = {} if locals else _p2p_peers(dumps, exe, timeout)
     by_pid = {d.pid: d for d in dumps if d.rank is not None}
     results = [settled[r.pid] if r.pid in settled else _result(by_pid[r.pid]) for r in procs]
     nprocs: int | None = None
@@ -282,6 +324,8 @@ def capture_job(
                     for r in new_ranks
                 ]
         stack = _with_source_op(stack)
+        if stack.pid in peers:
+            stack = stack.model_copy(update={"peer": peers[stack.pid]})
         stack = stack.model_copy(update={"threads": _redact_threads(stack.threads, redactor, locals)})
         stacks.append(stack)
         if err is not None:

@@ -272,7 +272,7 @@ def annotate(stack: RankStack, ddp_evidence: str | None = None) -> RankStack:
     """A copy of ``stack`` with ``op``, ``op_evidence``, ``peer`` and ``call_site`` filled in.
 
     An ``op`` the shell already set (from the source line, see :func:`op_from_source`) is
-    kept when the frames themselves name no operation.
+    kept when the frames themselves name no operation; so is a ``peer`` it set.
     """
     thread = main_thread(stack)
     if thread is None:
@@ -280,7 +280,11 @@ def annotate(stack: RankStack, ddp_evidence: str | None = None) -> RankStack:
     op, evidence = recognise_op(thread.frames, ddp_evidence)
     if op is None and stack.op is not None:
         op, evidence = stack.op, stack.op_evidence
-    peer = p2p_peer(thread.frames) if op in P2P_DIRECTION else None
+    peer: int | None = None
+    if op in P2P_DIRECTION:
+        # from the locals in these frames, else what the shell read from a second dump with locals
+        peer = p2p_peer(thread.frames)
+        peer = stack.peer if peer is None else peer
     return stack.model_copy(
         update={"op": op, "op_evidence": evidence, "peer": peer, "call_site": find_call_site(thread.frames)}
     )

@@ -76,9 +76,10 @@ async def dump_stacks(
     covers them alone), e.g. the suspects of a previous answer with
     native=True. pid: a rank or launcher pid from list_jobs (default: the only
     job on this host). native: include C/C++ frames (NCCL, gloo). locals:
-    include local variables (redacted; slower); they also give each blocked
-    send/recv its peer, so a send/recv deadlock is named as a cycle of waits.
-    nonblocking: do not pause the
+    include local variables (redacted; slower). Ranks blocked in a send/recv
+    are read a second time for their peer (stacks[].peer), so a send/recv
+    deadlock is named as a cycle of waits; their locals are not returned unless
+    locals=True. nonblocking: do not pause the
     ranks while sampling (less consistent stacks, for latency-sensitive jobs).
     hosts: capture the ranks of every node at once, one verdict for the whole
     job: via 'ssh' (hosts required), 'srun' (inside the Slurm allocation; job:

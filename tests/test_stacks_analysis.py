@@ -511,6 +511,7 @@ def test_ring_of_recvs_with_locals_is_named_a_deadlock() -> None:
     assert "rank 3 receives from rank 0, which receives from rank 1" in v.evidence
     # the peers are known, so no step asks for locals again
     assert not any("locals" in s.action for s in v.next_steps)
+    assert "  send/recv: 0<-1, 1<-2, 2<-3, 3<-0" in list(render_stacks(report))
     assert v.next_steps[0].skill_section == "skill/hangs.md#point-to-point-deadlock"
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 
 from rankscope.analysis.collectives import classify_native_frame, frame_key
+from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import Frame, Group, StacksReport
 
@@ -119,6 +120,7 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
         f" (suspects: {ranks_phrase(verdict.suspect_ranks)})" if verdict.suspect_ranks else ""
     )
     yield f"  {verdict.summary}"
+    yield from _peer_lines(report)
     if verdict.next_steps:
         yield "next steps:"
         for i, step in enumerate(verdict.next_steps, 1):
@@ -128,6 +130,21 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
             yield f"  {i}. {step.action}" + (f" [{refs}]" if refs else "")
     if report.truncated and report.hint:
         yield f"(truncated: {report.hint})"
+
+
+MAX_PEERS_SHOWN = 16
+
+
+def _peer_lines(report: StacksReport) -> Iterator[str]:
+    """``send/recv: 0<-1, 1<-2, 2->0``: who each rank blocked in a send/recv waits on (NCCL's notation)."""
+    pairs = [
+        f"{s.rank}{'->' if P2P_DIRECTION.get(s.op or '') == 'send' else '<-'}{s.peer}"
+        for s in report.stacks
+        if s.rank is not None and s.peer is not None
+    ]
+    if pairs:
+        more = len(pairs) - MAX_PEERS_SHOWN
+        yield "  send/recv: " + ", ".join(pairs[:MAX_PEERS_SHOWN]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _other_threads(report: StacksReport, rank: int) -> int:

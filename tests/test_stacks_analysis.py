@@ -570,3 +570,13 @@ def test_p2p_peer_reads_global_then_default_group_rank() -> None:
     assert p2p_peer(frames(("src", "None"), ("group", "<ProcessGroup at 0x7f>"), ("group_src", "2"))) is None
     assert p2p_peer(frames(("src", "None"), ("group", "None"))) is None  # recv from any source
     assert p2p_peer([Frame(function="recv", file=c10d, line=1)]) is None  # no locals captured
+
+
+def test_pipeline_schedule_waiting_for_a_stage_that_skipped_its_step() -> None:
+    # torch.distributed.pipelining: stages 1-2 wait in the schedule's _wait_batch_p2p (a C++ wait on
+    # batch_isend_irecv work, no c10d frame) for stage 0, which skipped the step and went to a barrier
+    report = report_for("pipeline_schedule_skip")
+    ops = {s.rank: s.op for s in report.stacks}
+    assert ops == {0: "barrier", 1: "pp.send_recv", 2: "pp.send_recv"}
+    assert report.verdict.kind == "mismatched_collectives"
+    assert report.verdict.suspect_ranks == [0]  # not the stages that wait for it

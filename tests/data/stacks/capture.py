@@ -70,6 +70,7 @@ CASES: dict[str, tuple[str, str, int, list[str], bool, bool]] = {
         False,
         True,
     ),
+    "pipeline_schedule_skip": ("torchrun", "hang_pipeline.py", 3, ["--odd", "0"], False, False),
     "idle": ("torchrun", "hang_collectives.py", 2, ["--mode", "idle"], False, False),
     "ddp_skip_backward": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], False, False),
     "ddp_skip_backward_native": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], True, False),

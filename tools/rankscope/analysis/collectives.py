@@ -97,6 +97,11 @@ FRAMEWORK_FRAMES: dict[tuple[str, str], tuple[str, str]] = {
     ("tensor/_collective_utils.py", "mesh_broadcast"): ("DTensor", "broadcast"),
     ("tensor/_collective_utils.py", "mesh_scatter"): ("DTensor", "scatter"),
     ("tensor/_collective_utils.py", "shard_dim_alltoall"): ("DTensor", "all_to_all"),
+    # Pipeline parallelism (torch.distributed.pipelining): the schedule waits on its
+    # batch_isend_irecv work in C++, under no c10d frame of its own
+    ("pipelining/schedules.py", "_wait_batch_p2p"): ("PP", "send_recv"),
+    ("pipelining/schedules.py", "_batch_p2p"): ("PP", "send_recv"),
+    ("pipelining/schedules.py", "_sorted_batch_p2p"): ("PP", "send_recv"),
     # DDP (Python side)
     ("nn/parallel/distributed.py", "DistributedDataParallel.forward"): ("DDP", "forward"),
     ("nn/parallel/distributed.py", "DistributedDataParallel._pre_forward"): ("DDP", "forward"),

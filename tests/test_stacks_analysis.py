@@ -580,3 +580,13 @@ def test_pipeline_schedule_waiting_for_a_stage_that_skipped_its_step() -> None:
     assert ops == {0: "barrier", 1: "pp.send_recv", 2: "pp.send_recv"}
     assert report.verdict.kind == "mismatched_collectives"
     assert report.verdict.suspect_ranks == [0]  # not the stages that wait for it
+
+
+def test_fsdp2_ranks_waiting_in_unshard_for_a_rank_that_skipped_forward() -> None:
+    # a real 3-rank fully_shard job on gloo: ranks 0 and 2 in forward, inside FSDP2's parameter
+    # all-gather; rank 1 skipped the step and waits in a barrier
+    report = report_for("fsdp2_skip_forward")
+    assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [1]
+    waiting = by_rank(report)[0]
+    assert waiting.op_evidence and "inside FSDP2 all_gather, FSDP2 unshard" in waiting.op_evidence
+    assert waiting.call_site and waiting.call_site.file.endswith("hang_fsdp2.py")

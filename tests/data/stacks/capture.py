@@ -71,6 +71,7 @@ CASES: dict[str, tuple[str, str, int, list[str], bool, bool]] = {
         True,
     ),
     "pipeline_schedule_skip": ("torchrun", "hang_pipeline.py", 3, ["--odd", "0"], False, False),
+    "fsdp2_skip_forward": ("torchrun", "hang_fsdp2.py", 3, ["--odd", "1"], False, False),
     "idle": ("torchrun", "hang_collectives.py", 2, ["--mode", "idle"], False, False),
     "ddp_skip_backward": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], False, False),
     "ddp_skip_backward_native": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], True, False),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from rankscope import discovery, pyspy
 from rankscope.analysis.p2p import P2P_DIRECTION
-from rankscope.analysis.stacks import analyze, is_user_frame, op_from_source, p2p_peer, recognise_op
+from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.errors import PermissionDenied, RankscopeError
 from rankscope.models.core import (
     Frame,
@@ -82,15 +82,16 @@ def _nprocs_from(threads: list[ThreadStack]) -> int | None:
     return None
 
 
-def _with_source_op(stack: RankStack) -> RankStack:
-    """Let the analysis see ``req.wait()`` when the main thread sits in C++ right under user code."""
+def _with_source_op(stack: RankStack, getline: Callable[[str, int], str] = linecache.getline) -> RankStack:
+    """Let the analysis see a C++ wait that only a source line names: ``req.wait()`` right
+    under user code, or ``torch.ops._c10d_functional.wait_tensor`` in a compiled graph."""
     thread = next((t for t in stack.threads if t.is_main), None)
     if thread is None:
         return stack
-    inner = next((f for f in thread.frames if not f.native), None)
-    if inner is None or inner.line is None or not is_user_frame(inner):
+    inner = source_frame(thread.frames)
+    if inner is None or inner.line is None:
         return stack
-    line = linecache.getline(inner.file, inner.line)
+    line = getline(inner.file, inner.line)
     op, evidence = op_from_source(thread.frames, line or None)
     return stack.model_copy(update={"op": op, "op_evidence": evidence}) if op else stack
 

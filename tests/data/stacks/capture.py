@@ -4,13 +4,15 @@
 
 Each case starts a real job from tests/programs, waits until every rank is blocked, and
 writes ``<case>.json``: the discovered Job and, per rank, its state and the raw
-``py-spy dump --json`` output. tests/test_stacks_analysis.py replays them through the
+``py-spy dump --json`` output; for frames in torch.compile's generated code, whose files live
+in a temporary cache, also their source lines (``sources``). tests/test_stacks_analysis.py replays them through the
 pure analysis.
 """
 
 from __future__ import annotations
 
 import json
+import linecache
 import sys
 import tempfile
 import time
@@ -72,6 +74,7 @@ CASES: dict[str, tuple[str, str, int, list[str], bool, bool]] = {
     ),
     "pipeline_schedule_skip": ("torchrun", "hang_pipeline.py", 3, ["--odd", "0"], False, False),
     "fsdp2_skip_forward": ("torchrun", "hang_fsdp2.py", 3, ["--odd", "1"], False, False),
+    "compiled_wait_tensor": ("torchrun", "hang_compiled.py", 3, ["--odd", "1"], False, False),
     "idle": ("torchrun", "hang_collectives.py", 2, ["--mode", "idle"], False, False),
     "ddp_skip_backward": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], False, False),
     "ddp_skip_backward_native": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], True, False),
@@ -121,6 +124,11 @@ def capture(case: str) -> None:
             if state not in ("stopped", "tracing_stop", "zombie"):
                 raw = pyspy.dump_raw(r.pid, native=native, locals=locals_, timeout=60)
             out["ranks"].append({"rank": r.rank, "pid": r.pid, "host": r.host, "state": state, "pyspy": raw})
+            for thread in raw or []:
+                for f in thread.get("frames") or []:
+                    if "/torchinductor_" in f.get("filename", "") and f.get("line"):
+                        line = linecache.getline(f["filename"], f["line"])
+                        out.setdefault("sources", {})[f"{f['filename']}:{f['line']}"] = line
         (HERE / f"{case}.json").write_text(json.dumps(out, indent=1) + "\n")
         print(f"{case}: {len(job.ranks)} ranks captured")
     finally:

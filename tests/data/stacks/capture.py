@@ -5,8 +5,8 @@
 Each case starts a real job from tests/programs, waits until every rank is blocked, and
 writes ``<case>.json``: the discovered Job and, per rank, its state and the raw
 ``py-spy dump --json`` output; for frames in torch.compile's generated code, whose files live
-in a temporary cache, also their source lines (``sources``). tests/test_stacks_analysis.py replays them through the
-pure analysis.
+in a temporary cache, also their source lines (``sources``). tests/test_stacks_analysis.py
+replays them through the pure analysis.
 """
 
 from __future__ import annotations

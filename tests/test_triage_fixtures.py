@@ -240,3 +240,20 @@ def test_spawn_and_role_prefixed_lines() -> None:
     assert killed[0].ranks == [1] and killed[0].facts["signal"] == "SIGKILL"
     assert any(rec.rank == 2 and rec.exitcode == 1 for rec in r.failures)
     assert r.suspect_ranks[0] == 1 and 0 in r.victim_ranks
+
+
+def test_nccl_send_recv_timeouts_point_at_a_send_recv_deadlock() -> None:
+    # NCCL's watchdog names p2p work OpType=RECV / SEND (format of ProcessGroupNCCL's WorkNCCL)
+    text = "".join(
+        f"[rank{r}]:[E1122 03:06:29.163000 1338{r} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum=12, OpType=RECV, NumelIn=4, NumelOut=4, Timeout(ms)=600000) ran for "
+        f"60001{r} milliseconds before timing out.\n"
+        for r in (0, 1)
+    )
+    r = triage_logs([], text=text)
+    assert r.summary.startswith("Point-to-point ops timed out (RECV on ranks 0-1)")
+    assert "send/recv ordering deadlock" in r.summary
+    assert r.next_steps[0].skill_section == "skill/hangs.md#point-to-point-deadlock"
+    # gloo's "for recv operation" is its transport under every collective: not a p2p hint
+    gloo = triage_logs([str(LOGS / "torchrun_gloo_timeout.log")])
+    assert "Point-to-point" not in gloo.summary and "Collectives timed out" in gloo.summary

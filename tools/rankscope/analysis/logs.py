@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.analysis.log_rules import ALL_NEEDLES, RULES, SECTIONS, SIGNAL_MEANING, XID_MEANING, Role, Rule
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.units import size_or_none
 from rankscope.models.core import Finding, NextStep, Severity
 from rankscope.models.logs import FailureRecord
@@ -622,8 +623,8 @@ def conclude(
 
     kinds = {f.kind for f in findings}
     summary = _summary(findings, kinds, suspects, sorted(victims - set(suspects)))
-    steps: list[NextStep] = []
-    seen_steps: set[tuple[str | None, str | None]] = set()
+    steps: list[NextStep] = [P2P_STEP] if _p2p_timeouts(findings) else []
+    seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
     for f in findings:
         if f.severity == "info":
             continue
@@ -640,6 +641,32 @@ def conclude(
         evidence=evidence,
         next_steps=steps[:6],
     )
+
+
+P2P_OPS = frozenset({"SEND", "RECV"})
+"""NCCL work types (``OpType=RECV``) of point-to-point ops. Gloo's "Timed out waiting ... for recv
+operation" is not one: every gloo collective sends and receives through that transport."""
+
+P2P_STEP = NextStep(
+    action="Order the sends and recvs so one side of each pair sends while the other receives (rank parity, "
+    "isend before recv, or batch_isend_irecv); while a job still hangs, dump_stacks names the cycle of waits.",
+    tool=None,
+    skill_section="skill/hangs.md#point-to-point-deadlock",
+)
+
+
+def _p2p_timeouts(findings: list[Finding]) -> list[str]:
+    """``["RECV on ranks 0, 1"]`` when every timed-out op with a known name is a send or a recv."""
+    by_op: dict[str, set[int]] = {}
+    for f in findings:
+        if f.kind == "collective_timeout" and f.facts.get("op"):
+            by_op.setdefault(str(f.facts["op"]), set()).update(f.ranks)
+    if not by_op or not all(op in P2P_OPS for op in by_op):
+        return []
+    return [
+        f"{op} on {ranks_phrase(sorted(ranks)) if ranks else 'some ranks'}"
+        for op, ranks in sorted(by_op.items())
+    ]
 
 
 def _summary(findings: list[Finding], kinds: set[str], suspects: list[int], victims: list[int]) -> str:
@@ -675,7 +702,14 @@ def _summary(findings: list[Finding], kinds: set[str], suspects: list[int], vict
         parts.append("Shared memory (/dev/shm) ran out.")
     if "gpu_xid" in kinds:
         parts.append("The kernel log shows GPU Xid errors: check the hardware before anything else.")
-    if "collective_timeout" in kinds:
+    p2p = _p2p_timeouts(findings)
+    if p2p:
+        parts.append(
+            f"Point-to-point ops timed out ({', '.join(p2p)}): a recv waits for its peer's send and a send for "
+            "its peer's recv. If every timed-out rank was receiving (or every one sending), no rank was on the "
+            "other side: a send/recv ordering deadlock in the program."
+        )
+    elif "collective_timeout" in kinds:
         parts.append(
             "Collectives timed out: the ranks that waited are victims of the rank that did not arrive."
         )

@@ -82,23 +82,21 @@ def _nprocs_from(threads: list[ThreadStack]) -> int | None:
     return None
 
 
-def _with_source_op(stack: RankStack, getline: Callable[[str, int], str] = linecache.getline) -> RankStack:
-    """Let the analysis see a C++ wait that only a source line names: ``req.wait()`` right
-    under user code, or ``torch.ops._c10d_functional.wait_tensor`` in a compiled graph."""
-    thread = next((t for t in stack.threads if t.is_main), None)
-    if thread is None:
-        return stack
-    inner = source_frame(thread.frames)
-    if inner is None or inner.line is None:
-        return stack
-    line = getline(inner.file, inner.line)
-    op, evidence = op_from_source(thread.frames, line or None)
-    return stack.model_copy(update={"op": op, "op_evidence": evidence}) if op else stack
-
-
 def _main_frames(threads: list[ThreadStack]) -> list[Frame]:
     thread = next((t for t in threads if t.is_main), None)
     return thread.frames if thread is not None else []
+
+
+def _with_source_op(stack: RankStack, getline: Callable[[str, int], str] = linecache.getline) -> RankStack:
+    """Let the analysis see a C++ wait that only a source line names: ``req.wait()`` right
+    under user code, or ``torch.ops._c10d_functional.wait_tensor`` in a compiled graph."""
+    frames = _main_frames(stack.threads)
+    inner = source_frame(frames)
+    if inner is None or inner.line is None:
+        return stack
+    line = getline(inner.file, inner.line)
+    op, evidence = op_from_source(frames, line or None)
+    return stack.model_copy(update={"op": op, "op_evidence": evidence}) if op else stack
 
 
 def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
@@ -110,6 +108,8 @@ def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
     peer is kept: the locals themselves are dropped here and never reach the report unless
     asked for. A rank that moved on in between gives no peer.
     """
+    peers: dict[int, int] = {}
+    again: list[_Dump] = []
 
     def read(d: _Dump) -> None:
         frames = _main_frames(d.threads or [])
@@ -117,8 +117,6 @@ def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
         if peer is not None:
             peers[d.pid] = peer
 
-    peers: dict[int, int] = {}
-    again: list[_Dump] = []
     for d in dumps:
         if d.rank is None or recognise_op(_main_frames(d.threads or []))[0] not in P2P_DIRECTION:
             continue

@@ -622,8 +622,9 @@ def conclude(
             suspect(r, "the only rank that is not a victim")
 
     kinds = {f.kind for f in findings}
-    summary = _summary(findings, kinds, suspects, sorted(victims - set(suspects)))
-    steps: list[NextStep] = [P2P_STEP] if _p2p_timeouts(findings) else []
+    p2p = _p2p_timeouts(findings)
+    summary = _summary(findings, kinds, suspects, sorted(victims - set(suspects)), p2p)
+    steps: list[NextStep] = [P2P_STEP] if p2p else []
     seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
     for f in findings:
         if f.severity == "info":
@@ -669,7 +670,10 @@ def _p2p_timeouts(findings: list[Finding]) -> list[str]:
     ]
 
 
-def _summary(findings: list[Finding], kinds: set[str], suspects: list[int], victims: list[int]) -> str:
+def _summary(
+    findings: list[Finding], kinds: set[str], suspects: list[int], victims: list[int], p2p: list[str]
+) -> str:
+    """``p2p``: the timed-out send/recv work (:func:`_p2p_timeouts`), empty when not all of it is."""
     if not findings:
         return "No known failure pattern found in the logs."
     parts: list[str] = []
@@ -702,7 +706,6 @@ def _summary(findings: list[Finding], kinds: set[str], suspects: list[int], vict
         parts.append("Shared memory (/dev/shm) ran out.")
     if "gpu_xid" in kinds:
         parts.append("The kernel log shows GPU Xid errors: check the hardware before anything else.")
-    p2p = _p2p_timeouts(findings)
     if p2p:
         parts.append(
             f"Point-to-point ops timed out ({', '.join(p2p)}): a recv waits for its peer's send and a send for "

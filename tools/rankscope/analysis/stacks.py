@@ -20,7 +20,7 @@ from rankscope.analysis.collectives import (
     classify_python_frame,
     frame_key,
 )
-from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, verb
+from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import (
     CallSite,
@@ -454,20 +454,20 @@ def _p2p_waits(live: list[RankStack]) -> Waits:
     }
 
 
-def _p2p_lines(live: list[RankStack], all_stacks: list[RankStack]) -> list[str]:
+def _p2p_lines(waits: Waits, all_stacks: list[RankStack]) -> list[str]:
     """Evidence: for each rank in a send/recv with a known peer, what that peer is doing."""
     by_rank = {s.rank: s for s in all_stacks if s.rank is not None}
     lines: list[str] = []
-    for rank, (direction, peer) in sorted(_p2p_waits(live).items()):
+    for rank, (direction, peer) in sorted(waits.items()):
         other = by_rank.get(peer)
         if other is None:
             doing = "which was not captured"
         elif other.state in STUCK_STATES or other.state in GONE_STATES:
             doing = f"which is {_STATE_WORDS.get(other.state, other.state)}"
-        elif other.op in P2P_DIRECTION and other.peer is not None:
-            o_dir = P2P_DIRECTION[other.op]
-            ok = other.peer == rank and o_dir != direction
-            doing = f"which {verb(o_dir)} rank {other.peer}" + (" (a matching pair)" if ok else "")
+        elif peer in waits:
+            o_dir, o_peer = waits[peer]
+            pair = " (a matching pair)" if is_matched(rank, waits) else ""
+            doing = f"which {verb(o_dir)} rank {o_peer}{pair}"
         elif other.op:
             doing = f"which waits in {other.op} at {short_site(other.call_site)}"
         elif other.threads:
@@ -522,7 +522,8 @@ def _verdict(
         )
     if exited:
         evidence.append(f"{ranks_phrase(exited)} exited")
-    evidence.extend(_p2p_lines(live, annotated))
+    waits = _p2p_waits(live)
+    evidence.extend(_p2p_lines(waits, annotated))
     if any(s.op == BACKWARD_OP for s in live):
         evidence.append(
             "some ranks are inside autograd backward with no communication frame visible; if the model is wrapped "
@@ -622,7 +623,6 @@ def _verdict(
                 f"{'; '.join(_describe(g) for g in op_groups)}: the ranks split evenly between different collectives, so "
                 "no majority names the culprit; compare the call sites for a rank-dependent branch"
             )
-        waits = _p2p_waits(live)
         cycle = find_cycle(waits)
         if cycle is not None:
             summary += f"; {cycle_phrase(cycle, waits)}"
@@ -688,7 +688,7 @@ def _verdict(
     if len(op_groups) == 1 and not idle:
         g = op_groups[0]
         if g.op in P2P_DIRECTION:
-            return _all_in_same_p2p(g, live, evidence)
+            return _all_in_same_p2p(g, waits, evidence)
         summary = (
             f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}: the ranks agree, so the hang is "
             "elsewhere (a rank on another host, the network or NCCL transport, or a GPU)"
@@ -766,15 +766,15 @@ def _verdict(
     )
 
 
-def _all_in_same_p2p(g: Group, live: list[RankStack], evidence: list[str]) -> Verdict:
+def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
     """Every rank blocked in the same send (or recv) at the same line.
 
     Unlike a collective, this is rarely the transport: a blocking recv returns only once
     its peer sends, so when every rank receives, nobody sends, unless the sends were
-    posted earlier with isend. The peers (from ``--locals``) turn that into a named cycle.
+    posted earlier with isend. The peers (``waits``, read from the calls' locals) turn that
+    into a named cycle.
     """
     direction = P2P_DIRECTION[g.op or ""]
-    waits = _p2p_waits(live)
     cycle = find_cycle(waits)
     where = f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}"
     other = "sends" if direction == "recv" else "receives"
@@ -797,8 +797,8 @@ def _all_in_same_p2p(g: Group, live: list[RankStack], evidence: list[str]) -> Ve
     if cycle is None and len(waits) < len(g.ranks):
         steps.append(
             _step(
-                "Dump with locals (--locals / locals=True): each rank's send/recv shows its peer, and the verdict "
-                "names the cycle of waits.",
+                "Dump with locals (--locals / locals=True) to read the arguments of the send/recv calls whose "
+                "peer could not be read (src/dst, group): a recv from any source or on a subgroup.",
                 "dump_stacks",
                 "point-to-point-deadlock",
             )

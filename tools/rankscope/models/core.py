@@ -20,6 +20,22 @@ ProcState = Literal[
     "running", "sleeping", "disk_sleep", "stopped", "tracing_stop", "zombie", "dead", "idle", "unknown"
 ]
 
+Backend = Literal["nccl", "gloo", "mixed", "unknown"]
+"""The communication backend a rank (or a job) uses, read from outside the process."""
+
+WaitKind = Literal["collective", "gpu", "launch_queue", "allocator", "other"]
+"""What a rank's main thread waits for: ``collective`` = blocked on the CPU inside a collective
+(gloo, NCCL's barrier or blocking wait, communicator init); ``gpu`` = the CPU waits for the GPU
+(``.item()``, ``.cpu()``, a synchronize); ``launch_queue`` = blocked launching a kernel behind a hung
+one; ``allocator`` = the CUDA caching allocator synchronizes or frees; ``other`` = none of these
+(compute, data loading, a lock, I/O)."""
+
+Confidence = Literal["high", "medium", "low"]
+
+MissingStatus = Literal["not_visible", "exited", "stopped", "zombie"]
+"""Why a rank of the world has no stack here: ``not_visible`` = not on this host (or not found);
+it cannot be blamed. ``exited``/``stopped``/``zombie`` can."""
+
 VerdictKind = Literal[
     "mismatched_collectives",
     "divergent_ranks",
@@ -127,6 +143,15 @@ class Job(Model):
     notes: list[str] = Field(default_factory=list)
 
 
+class MissingRank(Model):
+    """A rank of the world with no live stack here, and why."""
+
+    rank: int
+    status: MissingStatus
+    exit_code: int | None = None
+    detail: str = Field(default="", description="Where the status was read, or what to run to see the rank.")
+
+
 class JobList(Model):
     """Answer of `rankscope ps` / MCP `list_jobs`."""
 
@@ -182,6 +207,15 @@ class RankStack(Model):
     )
     call_site: CallSite | None = None
     error: RankError | None = None
+    backend: Backend | None = Field(default=None, description="This rank's backend, when read.")
+    wait: WaitKind | None = Field(default=None, description="What the main thread waits for.")
+    wait_evidence: str | None = Field(
+        default=None, description="The frame the wait was read from; says 'inferred' without native frames."
+    )
+    counters: dict[str, int] = Field(
+        default_factory=dict,
+        description="Integer locals (step, epoch, i, ...) of the outermost user frames, keyed 'function:name'.",
+    )
 
 
 class Group(Model):
@@ -203,6 +237,9 @@ class Verdict(Model):
 
     kind: VerdictKind
     suspect_ranks: list[int] = Field(default_factory=list)
+    confidence: Confidence = Field(
+        default="medium", description="high | medium | low: how strongly the evidence decides."
+    )
     summary: str
     evidence: list[str] = Field(default_factory=list)
     next_steps: list[NextStep] = Field(default_factory=list)

@@ -35,6 +35,7 @@ from rankscope.models.core import (
     ThreadStack,
     Verdict,
 )
+from rankscope.models.flight import FlightReport
 
 MAX_GROUP_FRAMES = 60
 """Representative frames kept per group (innermost first)."""
@@ -825,11 +826,14 @@ def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
     )
 
 
-def analyze(job: Job, stacks: list[RankStack], errors: list[RankError]) -> StacksReport:
+def analyze(
+    job: Job, stacks: list[RankStack], errors: list[RankError], flight: FlightReport | None = None
+) -> StacksReport:
     """Annotate every rank's stack, group the ranks and reach a verdict.
 
     ``job`` and ``stacks`` may be merged from several hosts: any rank of the world that no
-    host reported is counted as missing.
+    host reported is counted as missing. ``flight`` is the job's flight-recorder analysis when
+    dumps were found: on NCCL its sequence numbers outrank the CPU positions.
     """
     ddp = _ddp_in_use(stacks)
     annotated = [annotate(s, ddp) for s in stacks]

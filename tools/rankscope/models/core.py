@@ -123,6 +123,15 @@ class RankProcess(Model):
     )
 
 
+class MissingRank(Model):
+    """A rank of the world with no live stack here, and why."""
+
+    rank: int
+    status: MissingStatus
+    exit_code: int | None = None
+    detail: str = Field(default="", description="Where the status was read, or what to run to see the rank.")
+
+
 class Job(Model):
     """A distributed job as seen from this host."""
 
@@ -141,15 +150,23 @@ class Job(Model):
         default_factory=list, description="Ranks known to have exited (zombies, gone)."
     )
     notes: list[str] = Field(default_factory=list)
-
-
-class MissingRank(Model):
-    """A rank of the world with no live stack here, and why."""
-
-    rank: int
-    status: MissingStatus
-    exit_code: int | None = None
-    detail: str = Field(default="", description="Where the status was read, or what to run to see the rank.")
+    backend: Backend | None = Field(
+        default=None, description="nccl | gloo | mixed | unknown, read from outside the ranks; None when not read."
+    )
+    backend_evidence: list[str] = Field(
+        default_factory=list, description="What decided the backend (mapped libraries, thread names, env)."
+    )
+    launcher_pids: list[int] = Field(
+        default_factory=list,
+        description="Every launcher of this job on this host (several torchrun agents of one job are one job).",
+    )
+    attempt: int | None = Field(
+        default=None, description="TORCHELASTIC_RESTART_COUNT of the ranks shown (torchrun restarts)."
+    )
+    missing: list[MissingRank] = Field(
+        default_factory=list,
+        description="Each rank of the world with no live stack here, classified (not_visible, exited, ...).",
+    )
 
 
 class JobList(Model):

@@ -151,7 +151,8 @@ class Job(Model):
     )
     notes: list[str] = Field(default_factory=list)
     backend: Backend | None = Field(
-        default=None, description="nccl | gloo | mixed | unknown, read from outside the ranks; None when not read."
+        default=None,
+        description="nccl | gloo | mixed | unknown, read from outside the ranks; None when not read.",
     )
     backend_evidence: list[str] = Field(
         default_factory=list, description="What decided the backend (mapped libraries, thread names, env)."

@@ -30,8 +30,9 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def assert_clean_error(code: int, err: str, *needles: str) -> None:
-    assert code == 2, err
+def assert_clean_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    """A clean error: 2 for a call that must change (usage), 1 for a runtime failure."""
+    assert code == exit_code, err
     assert "Traceback" not in err
     assert "error:" in err and "Fix:" in err
     for needle in needles:
@@ -59,6 +60,13 @@ def test_invalid_pid_and_timeout() -> None:
     assert_clean_error(code, err, "--timeout")
 
 
+def test_cli_and_mcp_refuse_a_rank_filter_on_several_hosts_alike() -> None:
+    """One check for both faces: the CLI no longer drops --rank when --hosts is given."""
+    code, out, err = run_cli("stacks", "--hosts", "node1,node2", "--rank", "3")
+    assert_clean_error(code, err, "ranks (--rank) selects ranks on this host only")
+    assert out == ""
+
+
 def test_non_python_and_unrelated_python_pids() -> None:
     sleeper = subprocess.Popen(["sleep", "600"])
     plain = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
@@ -78,7 +86,7 @@ def test_pyspy_missing(fake_job: RunningJob, monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.delenv("RANKSCOPE_PYSPY", raising=False)
     code, _, err = run_cli("stacks", "--pid", str(fake_job.pid))
-    assert_clean_error(code, err, "py-spy was not found", "pip install py-spy")
+    assert_clean_error(code, err, "py-spy was not found", "pip install py-spy", exit_code=1)
 
 
 def test_unknown_rank_filter(fake_job: RunningJob, pyspy_works: str) -> None:
@@ -125,7 +133,7 @@ def test_permission_denied_real_cli_subprocess(fake_job: RunningJob) -> None:
         timeout=120,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
     )
-    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr  # a runtime failure, not a usage error
     assert "Traceback" not in out.stderr
     assert "permission denied" in out.stderr.lower()
     assert "CAP_SYS_PTRACE" in out.stderr and "ptrace_scope" in out.stderr

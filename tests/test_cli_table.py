@@ -6,7 +6,7 @@ import importlib
 import subprocess
 import sys
 
-from rankscope.cli import COMMAND_MODULES, COMMAND_TABLE, build_parser
+from rankscope.cli import COMMAND_MODULES, COMMANDS, build_parser
 
 
 def test_command_table_matches_every_modules_commands() -> None:
@@ -15,16 +15,23 @@ def test_command_table_matches_every_modules_commands() -> None:
         for mod in COMMAND_MODULES
         for cls in importlib.import_module(f"rankscope.commands.{mod}").COMMANDS
     }
-    assert defined == COMMAND_TABLE
+    assert defined == COMMANDS
     _, table = build_parser()
-    assert set(table) == set(COMMAND_TABLE)
+    assert set(table) == set(COMMANDS)
 
 
 def test_one_command_parser_knows_only_that_command() -> None:
-    parser, table = build_parser("memory-budget")
-    assert list(table) == ["memory-budget"]
-    args = parser.parse_args(["-v", "memory-budget", "x.json"])
-    assert args.command == "memory-budget" and args.verbose
+    parser, table = build_parser("mcp-config")
+    assert list(table) == ["mcp-config"]
+    args = parser.parse_args(["-v", "mcp-config", "--client", "cursor"])
+    assert args.command == "mcp-config" and args.verbose
+
+
+def test_one_registry_one_spelling_per_command() -> None:
+    from rankscope.cli import COMMAND_MODULES
+
+    assert COMMAND_MODULES == tuple(dict.fromkeys(COMMANDS.values()))
+    assert "memory-budget" not in COMMANDS  # `rankscope memory budget` is the one spelling
 
 
 def test_running_a_command_imports_no_other_command_module() -> None:
@@ -49,5 +56,5 @@ def test_help_and_unknown_commands_still_list_every_command() -> None:
             [sys.executable, "-m", "rankscope", *argv], capture_output=True, text=True, timeout=60, cwd="/"
         )
         text = out.stdout + out.stderr
-        for name in COMMAND_TABLE:
+        for name in COMMANDS:
             assert name in text, (argv, name)

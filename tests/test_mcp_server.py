@@ -174,21 +174,30 @@ def test_prompts_for_the_main_procedures() -> None:
         (
             "list_jobs",
             {"pid": -1},
-            "pid must be a positive process id, got -1. Fix: Call list_jobs without arguments",
+            "pid (--pid) must be a positive process id, got -1. Fix: Run `rankscope ps` (MCP: list_jobs)",
         ),
-        ("dump_stacks", {"pid": 0}, "pid must be a positive process id, got 0. Fix:"),
-        ("dump_stacks", {"timeout": 0}, "timeout must be positive, got 0.0. Fix: Pass a timeout in seconds"),
-        ("dump_stacks", {"full_ranks": [-2]}, "full_ranks must hold rank numbers (0 and up), got [-2]. Fix:"),
-        ("dump_stacks", {"hosts": []}, "hosts is empty. Fix: Leave hosts out for this host"),
+        ("dump_stacks", {"pid": 0}, "pid (--pid) must be a positive process id, got 0. Fix:"),
+        (
+            "dump_stacks",
+            {"timeout": 0},
+            "timeout (--timeout) must be positive, got 0. Fix: Pass a timeout in seconds",
+        ),
+        (
+            "dump_stacks",
+            {"full_ranks": [-2]},
+            "full_ranks must be a list of rank numbers (0 and up), got [-2]. Fix:",
+        ),
+        ("dump_stacks", {"hosts": []}, "hosts (--hosts) is empty. Fix: Leave it out for this host"),
         (
             "dump_stacks",
             {"ranks": [-1]},
-            "ranks must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
+            "ranks (--rank) must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
         ),
         (
             "dump_stacks",
             {"ranks": [0], "via": "srun"},
-            "ranks selects ranks on this host only; it cannot be combined with hosts, via, job or namespace. Fix:",
+            "ranks (--rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
+            "namespace. Fix:",
         ),
         (
             "dump_stacks",

@@ -112,9 +112,9 @@ def test_budget_dtypes_optimizer_and_a_plan_that_does_not_fit(placements: Path) 
 
 
 @pytest.mark.slow
-def test_budget_cli_both_spellings(placements: Path) -> None:
+def test_budget_cli(placements: Path) -> None:
     path = str(placements / "placements-rank0.json")
-    for argv in (["memory", "budget", path], ["memory-budget", path]):
+    for argv in (["memory", "budget", path],):
         out = run_cli(*argv, "--gpu-memory", "100KiB", "--json", timeout=60)
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout)

@@ -8,10 +8,11 @@ it is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, str] = {
+from rankscope.lazy import lazy_getattr
+
+EXPORTS: dict[str, str] = {
     # hangs (discovery + stacks + launch)
     "list_jobs": "rankscope.discovery",
     "find_job": "rankscope.discovery",
@@ -38,9 +39,13 @@ _EXPORTS: dict[str, str] = {
     # the skill
     "install_skill": "rankscope.install",
     "mcp_config": "rankscope.install",
+    # options and the argument checks both faces share
+    "DumpOptions": "rankscope.options",
+    "check_pid": "rankscope.validate",
+    "check_stacks_call": "rankscope.validate",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rankscope.compare import compare_dir as compare_dir
@@ -54,6 +59,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.launch import run_job as run_job
     from rankscope.memory import inspect_memory as inspect_memory
     from rankscope.memory import memory_budget as memory_budget
+    from rankscope.options import DumpOptions as DumpOptions
     from rankscope.placements import inspect_placements as inspect_placements
     from rankscope.remote import dump_stacks_remote as dump_stacks_remote
     from rankscope.repro import list_templates as list_templates
@@ -62,12 +68,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.repro import verify_repro as verify_repro
     from rankscope.stacks import dump_stacks as dump_stacks
     from rankscope.triage import triage_logs as triage_logs
+    from rankscope.validate import check_pid as check_pid
+    from rankscope.validate import check_stacks_call as check_stacks_call
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rankscope.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, EXPORTS)

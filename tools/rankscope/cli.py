@@ -2,11 +2,16 @@
 
 Each subcommand lives in ``rankscope.commands.<module>`` as a ``Command``
 subclass. The CLI only parses, calls the library through the command, and
-turns ``RankscopeError`` into a message with its fix and exit code 2.
+turns ``RankscopeError`` into a message with its fix and its exit code.
+
+Exit codes: 0 the command ran (a diagnosis was made, whatever it found); 1 the diagnosis
+or the runtime failed (no job found, py-spy failed, a timeout, permission denied); 2 a
+usage error (a bad flag, argument, file or pid: fix the call and retry); 130 interrupted.
+``rankscope run`` passes on the job's own exit code (see commands/run.py).
 
 Start-up is part of every answer (``rankscope stacks`` is often a few py-spy
 dumps of 10 ms each), so the CLI imports only the module of the subcommand it
-runs: :data:`COMMAND_TABLE` maps command names to modules without importing
+runs: :data:`COMMANDS` maps command names to modules without importing
 them, and the full parser (every module) is built only for ``--help``, a
 missing or unknown command.
 """
@@ -27,23 +32,7 @@ if TYPE_CHECKING:  # argparse and the command base load only when a parser is bu
 
     from rankscope.commands.base import Command
 
-# module name -> Command classes it defines, in --help order.
-COMMAND_MODULES: tuple[str, ...] = (
-    "ps",
-    "stacks",
-    "run",
-    "env",
-    "triage",
-    "compare",
-    "placements",
-    "repro",
-    "fr",
-    "memory",
-    "mcp",
-    "install",
-)
-
-COMMAND_TABLE: dict[str, str] = {
+COMMANDS: dict[str, str] = {
     "ps": "ps",
     "stacks": "stacks",
     "run": "run",
@@ -54,13 +43,16 @@ COMMAND_TABLE: dict[str, str] = {
     "repro": "repro",
     "fr": "fr",
     "memory": "memory",
-    "memory-budget": "memory",
     "mcp": "mcp",
     "mcp-config": "mcp",
     "install-skill": "install",
 }
-"""Command name -> module under ``rankscope.commands`` that defines it (checked by the tests
-against every module's ``COMMANDS``), so one command loads one module."""
+"""The one command registry, in --help order: command name -> the module under
+``rankscope.commands`` whose ``COMMANDS`` defines it, so one command loads one module
+(tests/unit/test_cli_table.py checks every module's ``COMMANDS`` against it)."""
+
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
+"""The modules of :data:`COMMANDS`, each once, in --help order (derived, never edited)."""
 
 _GLOBAL_FLAGS = frozenset({"-v", "--verbose"})
 
@@ -68,12 +60,7 @@ _GLOBAL_FLAGS = frozenset({"-v", "--verbose"})
 def _load_commands(modules: Sequence[str] = COMMAND_MODULES) -> list[Command]:
     commands: list[Command] = []
     for mod_name in modules:
-        try:
-            mod = importlib.import_module(f"rankscope.commands.{mod_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"rankscope.commands.{mod_name}":
-                continue  # capability not built yet
-            raise
+        mod = importlib.import_module(f"rankscope.commands.{mod_name}")
         for cls in getattr(mod, "COMMANDS", ()):
             commands.append(cls())
     return commands
@@ -91,7 +78,7 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     table: dict[str, Command] = {}
-    modules = (COMMAND_TABLE[only],) if only is not None else COMMAND_MODULES
+    modules = (COMMANDS[only],) if only is not None else COMMAND_MODULES
     for cmd in _load_commands(modules):
         if only is not None and cmd.name != only:
             continue
@@ -106,7 +93,7 @@ def _invoked_command(words: Sequence[str]) -> str | None:
     for word in words:
         if word in _GLOBAL_FLAGS:
             continue
-        return word if word in COMMAND_TABLE else None
+        return word if word in COMMANDS else None
     return None
 
 

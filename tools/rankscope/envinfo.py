@@ -33,8 +33,9 @@ from pathlib import Path
 from rankscope import procfs, subproc
 from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
-from rankscope.errors import NotADistributedJob, ProcessNotFound, RankscopeError
-from rankscope.models.core import Job, RankProcess
+from rankscope.discovery import find_job, list_jobs
+from rankscope.errors import ProcessNotFound, RankscopeError
+from rankscope.models.core import Job
 from rankscope.models.env import (
     EnvReport,
     IbDevice,
@@ -46,7 +47,7 @@ from rankscope.models.env import (
     ShmInfo,
     TorchInfo,
 )
-from rankscope.proctree import children_map, descendants
+from rankscope.proctree import children_map
 from rankscope.redact import Redactor
 
 log = logging.getLogger("rankscope.env")
@@ -395,51 +396,18 @@ def _python_of(pid: int, cmdline: list[str]) -> str | None:
     return procfs.read_exe(pid)
 
 
-def _fallback_job(pid: int) -> Job:
-    """Ranks = pid and its descendants with RANK in their environment (used when discovery is unavailable)."""
-    if not (PROC / str(pid)).exists():
-        raise ProcessNotFound(f"No process with pid {pid}.")
-    ranks: list[RankProcess] = []
-    host = socket.gethostname()
-    for p in [pid, *descendants(pid)]:
-        with contextlib.suppress(OSError):
-            env = procfs.environ(p)
-            if "RANK" in env and not any(r.pid == p for r in ranks):
-                if any(p in descendants(r.pid) for r in ranks):
-                    continue
-                ranks.append(
-                    RankProcess(
-                        rank=int(env["RANK"]) if env["RANK"].isdigit() else None,
-                        local_rank=int(env["LOCAL_RANK"]) if env.get("LOCAL_RANK", "").isdigit() else None,
-                        pid=p,
-                        host=host,
-                        launcher="env",
-                    )
-                )
-    if not ranks:
-        raise NotADistributedJob(
-            f"pid {pid} has no rank processes (no RANK in its or its children's environment)."
-        )
-    return Job(job_id=str(pid), ranks=ranks, hosts=[host])
-
-
 def find_ranks(pid: int) -> Job:
     """The job of ``pid``, with the ranks of other launchers on this host that joined the same rendezvous.
 
     Several torchrun agents on one host (``--nnodes=2 --node_rank=0/1`` on localhost, or several containers
     sharing a PID namespace) each own a part of one job; their environments must be compared together.
     """
-    try:
-        from rankscope import api
-
-        job: Job = api.find_job(pid)
-    except (ImportError, AttributeError):
-        return _fallback_job(pid)
+    job = find_job(pid)
     if not job.missing_ranks or job.master_port is None:
         return job
     try:
         others = [
-            j for j in api.list_jobs().jobs if j.job_id == job.job_id and j.launcher_pid != job.launcher_pid
+            j for j in list_jobs().jobs if j.job_id == job.job_id and j.launcher_pid != job.launcher_pid
         ]
     except RankscopeError:
         return job

@@ -11,10 +11,12 @@ from __future__ import annotations
 class RankscopeError(Exception):
     """Base of every error rankscope reports to a user.
 
-    ``fix`` is the concrete next action. ``exit_code`` is what the CLI returns.
+    ``fix`` is the concrete next action. ``exit_code`` is what the CLI returns: 1 when the
+    diagnosis or the runtime failed, 2 (usage errors, :class:`UsageError`) when the call itself
+    must change.
     """
 
-    exit_code: int = 2
+    exit_code: int = 1
     default_fix: str = ""
 
     def __init__(self, message: str, fix: str | None = None) -> None:
@@ -32,19 +34,25 @@ class RankscopeError(Exception):
         return self.message
 
 
-class InvalidInput(RankscopeError):
+class UsageError(RankscopeError):
+    """The call must change (an argument, a file, a pid): the CLI exits 2, as for a bad flag."""
+
+    exit_code = 2
+
+
+class InvalidInput(UsageError):
     """Arguments or files that cannot be used as given."""
 
     default_fix = "Check the arguments; `rankscope <command> --help` lists them."
 
 
-class ProcessNotFound(RankscopeError):
+class ProcessNotFound(UsageError):
     """The pid names no running process."""
 
     default_fix = "Run `rankscope ps` to list the distributed jobs on this host and pick a pid from there."
 
 
-class NotADistributedJob(RankscopeError):
+class NotADistributedJob(UsageError):
     """The process exists but is not part of a distributed PyTorch job."""
 
     default_fix = (
@@ -96,3 +104,50 @@ class ToolTimeout(RankscopeError):
 
 class ExternalToolFailed(RankscopeError):
     """An external command (py-spy, nvidia-smi, ssh, ...) failed."""
+
+
+# ------------------------------------------------------------ capability errors
+# Raised by one capability each, kept here so that every error a user can see is in one file.
+
+DUMP_FIXES: dict[str, str] = {
+    "permission_denied": PermissionDenied.default_fix,
+    "pyspy_missing": PySpyNotFound.default_fix,
+    "process_exited": "The process exited during capture; run `rankscope ps` to see what is left of the job.",
+    "timeout": "Retry with a longer --timeout, or with --nonblocking (does not pause the process); "
+    "a process stuck in the kernel (state D) cannot be paused.",
+    "unsupported": "py-spy reads CPython 2.3-3.13 processes only: check that the pid is a Python rank and that "
+    "py-spy is recent (`pip install -U py-spy`).",
+    "failed": "Run `py-spy dump --pid PID` by hand to see the full error; retry with --nonblocking.",
+}
+
+
+class DumpFailed(RankscopeError):
+    """py-spy could not dump one process; ``kind`` is the RankError kind."""
+
+    def __init__(self, kind: str, message: str, fix: str | None = None) -> None:
+        super().__init__(message, fix if fix is not None else DUMP_FIXES.get(kind, DUMP_FIXES["failed"]))
+        self.kind = kind
+
+
+class ProbeTimeout(RankscopeError):
+    """Another rank did not join a probe exchange in time."""
+
+    default_fix = (
+        "Every rank of the group must call the same probe at the same point (not under `if rank == 0`). "
+        "Run `rankscope stacks` on the job to see where the missing rank is, or raise RANKSCOPE_PROBE_TIMEOUT."
+    )
+
+
+class LocalEditsFound(UsageError):
+    """install-skill would overwrite files someone changed."""
+
+    default_fix = "Keep your edits elsewhere and re-run with --force (MCP/API: force=True) to overwrite them."
+
+
+class SnapshotUnreadable(InvalidInput):
+    """A snapshot file that is not a plain ``_dump_snapshot`` pickle."""
+
+    default_fix = (
+        "Pass files written by torch.cuda.memory._dump_snapshot(path) or rankscope.probe.record_oom_snapshots(dir); "
+        "rankscope only unpickles plain dicts/lists/numbers/strings and refuses anything else."
+    )

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from rankscope import __version__
-from rankscope.errors import InvalidInput, RankscopeError
+from rankscope.errors import InvalidInput, LocalEditsFound
 from rankscope.models.install import (
     FileAction,
     InstalledFile,
@@ -39,12 +39,6 @@ MANIFEST = ".rankscope-manifest.json"
 BUNDLED = ("SKILL.md", "skill", "repro_templates")
 _IGNORED_PARTS = ("__pycache__",)
 _IGNORED_SUFFIXES = (".pyc",)
-
-
-class LocalEditsFound(RankscopeError):
-    """install-skill would overwrite files someone changed."""
-
-    default_fix = "Keep your edits elsewhere and re-run with --force (MCP/API: force=True) to overwrite them."
 
 
 def _sha256(path: Path) -> str:

@@ -29,7 +29,6 @@ that outlived it (identified by pid *and* start time, never by name).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import re
@@ -42,13 +41,14 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 from rankscope import procfs
+from rankscope.analysis.bound import bound_report
 from rankscope.analysis.collapse import collapse_rank_lines, format_ranks
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import NextStep, StacksReport
@@ -390,12 +390,10 @@ def _sweep(seen: dict[int, int]) -> list[int]:
 
 def _capture_stacks(pid: int, timeout: float) -> tuple[StacksReport | None, str | None]:
     """Stacks and verdict of the hung job, or why they could not be taken (never raises)."""
-    try:
-        from rankscope import api
+    from rankscope.stacks import dump_stacks  # lazily: the stacks shell is needed only for a hang
 
-        return api.dump_stacks(pid, timeout=timeout), None
-    except (ImportError, AttributeError) as exc:
-        return None, f"stack capture is not available in this installation ({exc})"
+    try:
+        return dump_stacks(pid, timeout=timeout), None
     except RankscopeError as exc:
         return None, f"stack capture failed: {exc.render()}"
     except Exception as exc:  # the job must still be reaped and the rest reported
@@ -835,17 +833,7 @@ def bound_run_report(report: RunReport, max_collapsed_bytes: int = MAX_COLLAPSED
     err, cut_err = _cap_lines(report.collapsed_stderr, max_collapsed_bytes // 2)
     stacks = report.stacks
     if stacks is not None:
-        bound: Callable[..., Any] | None = None
-        for module in (
-            "rankscope.analysis.bound",
-            "rankscope.analysis.stacks",
-        ):  # lives with the stacks analysis
-            with contextlib.suppress(ImportError):
-                bound = getattr(importlib.import_module(module), "bound_report", None)
-            if bound is not None:
-                break
-        if bound is not None:
-            stacks = bound(stacks, max_bytes=MAX_STACKS_BYTES)
+        stacks = bound_report(stacks, max_bytes=MAX_STACKS_BYTES)
     cut = []
     if cut_out:
         cut.append(f"{cut_out} collapsed stdout line(s)")

@@ -40,13 +40,7 @@ INSTRUCTIONS = (
 def build_server() -> MCPServer:
     server: MCPServer = MCPServer(name="rankscope", version=__version__, instructions=INSTRUCTIONS)
     for name in TOOL_MODULES:
-        try:
-            mod = importlib.import_module(f"rankscope.mcp_tools.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"rankscope.mcp_tools.{name}":
-                continue  # capability not built yet
-            raise
-        mod.register(server)
+        importlib.import_module(f"rankscope.mcp_tools.{name}").register(server)
     save_schema_cache()  # output schemas derived on this start, for the next one
     return server
 

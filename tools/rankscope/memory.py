@@ -33,7 +33,8 @@ from typing import Any
 
 from rankscope import procfs, subproc
 from rankscope.analysis import memory as am
-from rankscope.errors import InvalidInput, RankscopeError
+from rankscope.discovery import find_job
+from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
 from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
 from rankscope.models.probe import PlacementReport, PlacementsReport
@@ -45,15 +46,6 @@ log = logging.getLogger("rankscope.memory")
 NVIDIA_SMI_TIMEOUT = 10.0
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pk")
 MAX_SNAPSHOTS = 256
-
-
-class SnapshotUnreadable(InvalidInput):
-    """A snapshot file that is not a plain ``_dump_snapshot`` pickle."""
-
-    default_fix = (
-        "Pass files written by torch.cuda.memory._dump_snapshot(path) or rankscope.probe.record_oom_snapshots(dir); "
-        "rankscope only unpickles plain dicts/lists/numbers/strings and refuses anything else."
-    )
 
 
 # ----------------------------------------------------------------- snapshots
@@ -239,10 +231,7 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
 
 def _find_job(pid: int | None) -> Job:
     """The job around ``pid`` (a rank, its launcher or a rank's child; None: the only job here)."""
-    from rankscope import api
-
-    job: Job = api.find_job(pid)
-    return job
+    return find_job(pid)
 
 
 def _nvidia_smi() -> tuple[dict[int, list[tuple[str, int]]] | None, str | None]:
@@ -443,5 +432,5 @@ def memory_budget(
         )
     except ValueError as exc:
         raise InvalidInput(
-            str(exc), fix="See `rankscope memory-budget --help` for the accepted values."
+            str(exc), fix="See `rankscope memory --help` (budget options) for the accepted values."
         ) from exc

@@ -21,30 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rankscope.errors import PermissionDenied, PySpyNotFound, RankscopeError
+from rankscope.errors import DumpFailed, PySpyNotFound
 from rankscope.models.core import Frame, LocalVar, ThreadStack
 from rankscope.procfs import is_alive
 
 MIN_VERSION = (0, 3, 14)
-
-FIXES: dict[str, str] = {
-    "permission_denied": PermissionDenied.default_fix,
-    "pyspy_missing": PySpyNotFound.default_fix,
-    "process_exited": "The process exited during capture; run `rankscope ps` to see what is left of the job.",
-    "timeout": "Retry with a longer --timeout, or with --nonblocking (does not pause the process); "
-    "a process stuck in the kernel (state D) cannot be paused.",
-    "unsupported": "py-spy reads CPython 2.3-3.13 processes only: check that the pid is a Python rank and that "
-    "py-spy is recent (`pip install -U py-spy`).",
-    "failed": "Run `py-spy dump --pid PID` by hand to see the full error; retry with --nonblocking.",
-}
-
-
-class DumpFailed(RankscopeError):
-    """py-spy could not dump one process; ``kind`` is the RankError kind."""
-
-    def __init__(self, kind: str, message: str, fix: str | None = None) -> None:
-        super().__init__(message, fix if fix is not None else FIXES.get(kind, FIXES["failed"]))
-        self.kind = kind
 
 
 def find_pyspy() -> str:

@@ -2,7 +2,7 @@
 
 The shell around ``rankscope.analysis.templates``: it reads the manifest and
 the Jinja2 templates from ``repro_templates/``, writes scripts, and verifies
-them by running them through ``rankscope run`` (``api.run_job``) and judging
+them by running them through ``rankscope run`` (``launch.run_job``) and judging
 the result with rankscope's own verdict and log triage.
 """
 
@@ -20,7 +20,8 @@ from jinja2 import FileSystemLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ValidationError
 
-from rankscope import api
+from rankscope import launch
+from rankscope import triage as log_triage
 from rankscope.analysis.templates import (
     choose_from_findings,
     choose_from_stacks,
@@ -214,7 +215,7 @@ def choose_template(report: str | os.PathLike[str] | BaseModel | dict[str, Any])
             if data.get("stacks"):
                 return choose_from_stacks(StacksReport.model_validate(data["stacks"]))
             text = "\n".join(_run_output_lines(data))
-            triage = api.triage_logs([], text=text)
+            triage = log_triage.triage_logs([], text=text)
             return choose_from_findings(triage.findings, world_size=data.get("nproc"))
         if "verdict" in data and "job" in data:
             return choose_from_stacks(StacksReport.model_validate(data))
@@ -304,7 +305,7 @@ def verify_repro(
         world = meta.get("world_size")
         nproc = world if isinstance(world, int) and world > 0 else 2
     started = time.monotonic()
-    run = api.run_job(str(script_path), [], nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
+    run = launch.run_job(str(script_path), [], nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
     redactor = Redactor()
     lines = _run_output_lines(run.model_dump(mode="json"))
     text = "\n".join(lines)
@@ -316,7 +317,7 @@ def verify_repro(
         evidence.append(f"verdict {verdict.kind}: {verdict.summary}")
     finding_kinds: list[str] = []
     if run.outcome != "ok" and text.strip():
-        triage = api.triage_logs([], text=text)
+        triage = log_triage.triage_logs([], text=text)
         finding_kinds = sorted({f.kind for f in triage.findings})
         for f in triage.findings:
             if f.kind == kind:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from rankscope import discovery, pyspy
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
-from rankscope.errors import PermissionDenied, RankscopeError
+from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.models.core import (
     Frame,
     Job,
@@ -161,7 +161,7 @@ def _exited(proc: RankProcess) -> tuple[RankStack, RankError]:
         host=proc.host,
         kind="process_exited",
         message=f"pid {proc.pid} exited before its stack could be captured",
-        fix=pyspy.FIXES["process_exited"],
+        fix=DUMP_FIXES["process_exited"],
     )
     return RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state="dead", error=err), err
 
@@ -362,7 +362,7 @@ def dump_stacks(
         known = {r.rank for r in job.ranks}
         unknown = [r for r in ranks if r not in known]
         if unknown and len(unknown) == len(ranks):
-            raise RankscopeError(
+            raise InvalidInput(
                 f"ranks {unknown} are not among the ranks found here ({sorted(k for k in known if k is not None)}).",
                 fix="Pass --rank with a rank listed by `rankscope ps`.",
             )

@@ -5,7 +5,6 @@ Forms::
     rankscope memory --pid PID [--json]            live job: nvidia-smi + /proc per rank
     rankscope memory PATH... [--top N] [--json]    snapshot pickles or a directory of per-rank files
     rankscope memory budget PLACEMENT.json [--optimizer adam] [--param-dtype bf16] [--gpu-memory 80GiB]
-    rankscope memory-budget PLACEMENT.json ...     the same budget, as its own command
 
 ``budget`` as the first PATH selects the budget (a snapshot file literally
 named ``budget`` can be passed as ``./budget``).
@@ -168,23 +167,4 @@ class MemoryCommand(Command):
         return 0
 
 
-class MemoryBudgetCommand(Command):
-    name = "memory-budget"
-    help = "per-rank bytes of params/grads/optimizer for a sharding plan; DDP vs FSDP per layer vs FSDP at the root"
-    description = (
-        "Read a placement report (rankscope.probe.dump(model, dir, kind='placements'), `rankscope placements CKPT "
-        "--json`, or {world_size, params:[{fqn, shape, local_shape, dtype, placements, unit}]}) and give per-rank "
-        "bytes for the plan as given, DDP, FSDP with per-layer units and FSDP at the root only; with --gpu-memory, "
-        "whether each fits. Same as `rankscope memory budget PLACEMENT.json`."
-    )
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("placement", metavar="PLACEMENT.json", help="placement report JSON")
-        add_json_flag(parser)
-        _add_budget_options(parser)
-
-    def run(self, args: argparse.Namespace) -> int:
-        return _run_budget(args, args.placement)
-
-
-COMMANDS = [MemoryCommand, MemoryBudgetCommand]
+COMMANDS = [MemoryCommand]

@@ -9,7 +9,6 @@ denied). A rank that exits during capture is a per-rank error inside the report.
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,6 @@ from pydantic import BaseModel
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import StacksReport
 
 
@@ -34,43 +32,10 @@ MASTER_ADDR:MASTER_PORT), so they collect from several hosts even without ``--ho
 
 
 def _hosts(value: str | None) -> list[str] | None:
-    """``--hosts`` split at top-level commas; Slurm hostlists (``node[01-04,07]``) are expanded."""
-    if value is None:
-        return None
-    from rankscope.remote import expand_hostlist  # only for several hosts: keeps `stacks` start-up lean
+    """``--hosts`` as a host list (Slurm hostlists expanded), None when not given."""
+    from rankscope.analysis.hostlist import parse_hosts  # only for several hosts: keeps start-up lean
 
-    hosts: list[str] = []
-    for part in _split_top(value):
-        part = part.strip()
-        if not part:
-            continue
-        if "[" in part and not part.startswith(("ssh://", "[")):
-            hosts.extend(expand_hostlist(part))
-        else:
-            hosts.append(part)  # a plain name, ssh://user@host:port or an IPv6 literal
-    if not hosts:
-        raise InvalidInput(
-            "--hosts is empty.",
-            fix="Pass a comma-separated host list, e.g. --hosts node1,node2 or node[01-04].",
-        )
-    return list(dict.fromkeys(hosts))
-
-
-def _split_top(value: str) -> list[str]:
-    """Split at commas outside brackets: in ``node[01-04,07],gpu1`` the first comma is part of a hostlist."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for i, ch in enumerate(value):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        elif ch == "," and depth == 0:
-            parts.append(value[start:i])
-            start = i + 1
-    parts.append(value[start:])
-    return parts
+    return None if value is None else parse_hosts(value)
 
 
 class StacksCommand(Command):
@@ -134,16 +99,13 @@ class StacksCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         pid: int | None = args.pid
         timeout: float = args.timeout
-        if timeout <= 0:
-            raise InvalidInput(f"--timeout must be positive, got {timeout:g}.", fix="Pass e.g. --timeout 20.")
-        if pid is not None and pid <= 0:
-            raise InvalidInput(
-                f"--pid must be a positive process id, got {pid}.", fix="Run `rankscope ps` to find one."
-            )
+        api.DumpOptions(native=args.native, locals=args.locals, nonblocking=args.nonblocking, timeout=timeout)
         hosts = _hosts(args.hosts)
         via: str = args.via
         as_json: bool = args.json or args.local
-        if not args.local and (hosts or via in REMOTE_VIAS):
+        remote = not args.local and bool(hosts or via in REMOTE_VIAS)
+        api.check_stacks_call(pid=pid, ranks=args.ranks, hosts=hosts, remote=remote)
+        if remote:
             report = _remote(
                 hosts=hosts,
                 via=via,
@@ -170,16 +132,8 @@ class StacksCommand(Command):
 
 
 def _remote(**kwargs: Any) -> StacksReport:
-    """``api.dump_stacks_remote`` with the command's plain arguments, or a clear error without it."""
-    try:
-        importlib.import_module("rankscope.remote")
-        fn = api.dump_stacks_remote
-    except (ModuleNotFoundError, AttributeError) as exc:
-        raise RankscopeError(
-            "Collecting stacks from several hosts (--hosts, --via) is not available in this installation.",
-            fix="Run `rankscope stacks --local --json` on each host and compare, or upgrade rankscope.",
-        ) from exc
-    report: StacksReport = fn(**kwargs)
+    """``api.dump_stacks_remote`` with the command's plain arguments."""
+    report: StacksReport = api.dump_stacks_remote(**kwargs)
     return report
 
 

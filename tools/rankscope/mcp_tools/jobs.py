@@ -12,7 +12,6 @@ from typing import Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 
 from rankscope import api
-from rankscope.errors import InvalidInput
 from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, progress
 from rankscope.models.core import JobList, StacksReport
 
@@ -21,14 +20,6 @@ Via = Literal["ssh", "srun", "kubectl", "debug-server"]
 
 MAX_ANSWER_BYTES = 16_000
 """Upper bound of a default dump_stacks answer, in bytes of JSON."""
-
-
-def _check_pid(pid: int | None) -> None:
-    if pid is not None and pid <= 0:
-        raise InvalidInput(
-            f"pid must be a positive process id, got {pid}.",
-            fix="Call list_jobs without arguments and pass one of the pids it returns (a rank or its launcher).",
-        )
 
 
 @guard
@@ -40,7 +31,7 @@ async def list_jobs(pid: int | None = None, ctx: Context[Any, Any] | None = None
     job. Ranks in missing_ranks run on other hosts or have exited. Next: for a
     hang, dump_stacks with the launcher pid.
     """
-    _check_pid(pid)
+    api.check_pid(pid)
     await progress(ctx, 0, 1, "scanning /proc for distributed jobs")
     report = await in_thread(api.list_jobs, pid)
     await progress(ctx, 1, 1, f"found {len(report.jobs)} job(s)")
@@ -89,32 +80,9 @@ async def dump_stacks(
     job's TCPStore: hosts=['MASTER_ADDR:PORT'], default MASTER_ADDR:MASTER_PORT
     of this environment; no ssh needed). timeout: seconds per rank.
     """
-    _check_pid(pid)
-    if timeout <= 0:
-        raise InvalidInput(
-            f"timeout must be positive, got {timeout}.", fix="Pass a timeout in seconds, e.g. 20."
-        )
-    if full_ranks is not None and any(r < 0 for r in full_ranks):
-        raise InvalidInput(
-            f"full_ranks must hold rank numbers (0 and up), got {full_ranks}.",
-            fix="Pass ranks from a previous answer's groups or verdict.suspect_ranks, e.g. full_ranks=[3].",
-        )
-    if ranks is not None and (not ranks or any(r < 0 for r in ranks)):
-        raise InvalidInput(
-            f"ranks must be a non-empty list of rank numbers (0 and up), got {ranks}.",
-            fix="Leave ranks out for every rank, or pass ranks from list_jobs, e.g. ranks=[0, 3].",
-        )
-    if hosts is not None and not hosts:
-        raise InvalidInput(
-            "hosts is empty.",
-            fix="Leave hosts out for this host, or name the nodes, e.g. ['node1', 'node2'].",
-        )
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
-    if remote and ranks is not None:
-        raise InvalidInput(
-            "ranks selects ranks on this host only; it cannot be combined with hosts, via, job or namespace.",
-            fix="Leave ranks out to capture every node, then pass full_ranks=[...] for the stacks you need.",
-        )
+    api.check_stacks_call(pid=pid, ranks=ranks, hosts=hosts, remote=remote, full_ranks=full_ranks)
+    api.DumpOptions(native=native, locals=locals, nonblocking=nonblocking, timeout=timeout)
     if not remote:
         where = "this host"
     else:

@@ -14,10 +14,11 @@ other ranks without a timeout (``RANKSCOPE_PROBE_TIMEOUT``, default 120 s).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, str] = {
+from rankscope.lazy import lazy_getattr
+
+EXPORTS: dict[str, str] = {
     "print_all_ranks": "rankscope.probe.printing",
     "format_all_ranks": "rankscope.probe.printing",
     "check_consistency": "rankscope.probe.consistency",
@@ -29,21 +30,18 @@ _EXPORTS: dict[str, str] = {
     "record_oom_snapshots": "rankscope.probe.memory",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rankscope.probe.consistency import check_consistency as check_consistency
     from rankscope.probe.consistency import local_fingerprints as local_fingerprints
     from rankscope.probe.dump import dump as dump
+    from rankscope.probe.flight import enable_flight_recorder as enable_flight_recorder
+    from rankscope.probe.memory import memory_report as memory_report
+    from rankscope.probe.memory import record_oom_snapshots as record_oom_snapshots
     from rankscope.probe.placement import placement_report as placement_report
     from rankscope.probe.printing import format_all_ranks as format_all_ranks
     from rankscope.probe.printing import print_all_ranks as print_all_ranks
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rankscope.probe' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, EXPORTS)

@@ -23,19 +23,10 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from rankscope.errors import RankscopeError, TorchMissing
+from rankscope.errors import ProbeTimeout, TorchMissing
 
 DEFAULT_TIMEOUT_S = 120.0
 _groups: dict[tuple[int, tuple[int, ...], float], Any] = {}
-
-
-class ProbeTimeout(RankscopeError):
-    """Another rank did not join a probe exchange in time."""
-
-    default_fix = (
-        "Every rank of the group must call the same probe at the same point (not under `if rank == 0`). "
-        "Run `rankscope stacks` on the job to see where the missing rank is, or raise RANKSCOPE_PROBE_TIMEOUT."
-    )
 
 
 def torch_mod() -> Any:

@@ -1,0 +1,41 @@
+"""Option types of the façade: frozen, documented, validated once.
+
+The CLI and the MCP server build these from their own spellings (``--native`` and
+``native=True``) and hand them to :mod:`rankscope.api`; the capability shells take them
+whole instead of five loose keyword arguments each, so an option added here reaches
+every face and every shell without touching ten signatures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankscope.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class DumpOptions:
+    """How each rank is sampled with py-spy.
+
+    Attributes:
+        native: include C/C++ frames (NCCL, gloo, CUDA): what decides whether a rank waits
+            for the GPU or in a collective. Slower (about 10x per rank).
+        locals: include local variables (redacted). Gives send/recv peers and progress
+            counters; may carry secrets, so it is off unless asked.
+        nonblocking: sample without pausing the ranks. Safer for latency-sensitive jobs,
+            less consistent stacks.
+        timeout: seconds per rank before the dump of that rank is abandoned (the others
+            are still reported).
+    """
+
+    native: bool = False
+    locals: bool = False
+    nonblocking: bool = False
+    timeout: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise InvalidInput(
+                f"timeout (--timeout) must be positive, got {self.timeout:g}.",
+                fix="Pass a timeout in seconds per rank, e.g. 20.",
+            )

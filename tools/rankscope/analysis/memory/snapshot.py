@@ -1,0 +1,515 @@
+"""One CUDA memory snapshot: peak, fragmentation, OOMs, top allocation sites and leak suspects."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rankscope.analysis.memory.frames import (
+    NO_FRAMES,
+    SKILL,
+    SMALL_POOL_MAX,
+    BlockExtra,
+    FrameFilter,
+    SiteNamer,
+    block_extra_fallback,
+    frame_filter_fallback,
+)
+from rankscope.analysis.units import MiB, fmt_bytes
+from rankscope.models.core import Finding, NextStep
+from rankscope.models.memory import (
+    AllocationSite,
+    Fragmentation,
+    LeakSuspect,
+    OomEvent,
+    SnapshotSummary,
+)
+
+# --------------------------------------------------------------- snapshots
+
+_RANK_WORD = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_RANK_SHORT = re.compile(r"(?:^|[_.-])r(\d+)(?:$|[_.-])", re.IGNORECASE)
+_LAST_INT = re.compile(r"(\d+)(?!.*\d)")
+
+
+def rank_from_filename(name: str, *, loose: bool = False) -> int | None:
+    """Rank from a file name: 'snapshot-rank3.pickle', 'oom_rank_3.pkl', 'mem_r3.pickle'.
+
+    ``loose`` (files of one directory) also accepts a bare number ('3.pickle',
+    'snapshot_3.pickle'); a lone file's number may be a pid or a step, so not.
+    """
+    stem = name.rsplit("/", 1)[-1].split(".", 1)[0]
+    m = _RANK_WORD.search(stem) or _RANK_SHORT.search(stem)
+    if m is None and loose:
+        m = _LAST_INT.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def _seg_device(seg: Mapping[str, Any]) -> int:
+    return int(seg.get("device", 0) or 0)
+
+
+def _sample_ends(n: int, windows: int) -> list[int]:
+    """Indices of the trace entries after which a window of per-site live bytes is sampled.
+
+    ``windows`` equal slices, each ending at ``n * (w + 1) // windows - 1``; a
+    trace shorter than ``windows`` (a negative first end) is not sampled.
+    """
+    ends = [min(n - 1, (n * (w + 1)) // windows - 1) for w in range(windows)] if n else []
+    if not ends or ends[0] < 0:
+        return []
+    return sorted(set(ends))
+
+
+def analyze_snapshot(
+    snapshot: Mapping[str, Any],
+    source: str,
+    rank: int | None = None,
+    *,
+    top: int = 10,
+    windows: int = 8,
+    min_leak_bytes: int = MiB,
+    block_extra: BlockExtra | None = None,
+    frame_filter: FrameFilter | None = None,
+) -> SnapshotSummary:
+    """Summarise one snapshot: one pass over the segments, one over the trace.
+
+    The trace pass is the hot loop (millions of entries): it replays the
+    allocated/reserved totals and their peaks, and keeps the allocations live
+    so far (address -> their entry), touching each entry only for the keys its
+    action needs and allocating nothing per entry. Sites are named only for
+    the allocations live at the ends of the leak windows, not per entry; the
+    trace is read a second time only when there are leak suspects, to count
+    their allocations and frees. The trace itself is never copied.
+    """
+    extra = block_extra or block_extra_fallback
+    namer = SiteNamer(frame_filter or frame_filter_fallback)
+    segments: list[Mapping[str, Any]] = list(snapshot.get("segments") or [])
+    traces: list[Sequence[Mapping[str, Any]]] = [t or [] for t in (snapshot.get("device_traces") or [])]
+
+    end_alloc: dict[int, int] = {}
+    end_res: dict[int, int] = {}
+    pending = 0
+    active: list[Mapping[str, Any]] = []  # active_allocated blocks, named after the trace pass
+    free_by_dev: dict[int, list[tuple[int, str]]] = {}  # device -> [(size, segment_type)]
+    pending_by_dev: dict[int, int] = {}
+    expandable: bool | None = None
+    for seg in segments:
+        dev = _seg_device(seg)
+        end_res[dev] = end_res.get(dev, 0) + int(seg.get("total_size", 0))
+        if "is_expandable" in seg:
+            expandable = bool(seg["is_expandable"]) or bool(expandable)
+        seg_type = str(seg.get("segment_type", "large"))
+        for b in seg.get("blocks") or []:
+            state = b.get("state")
+            size = int(b.get("size", 0))
+            if state == "active_allocated":
+                end_alloc[dev] = end_alloc.get(dev, 0) + size
+                active.append(b)
+            elif state == "inactive":
+                free_by_dev.setdefault(dev, []).append((size, seg_type))
+            else:  # active_pending_free / active_awaiting_free: freed, but no free_completed yet
+                pending += size
+                pending_by_dev[dev] = pending_by_dev.get(dev, 0) + size
+
+    devices = sorted(set(end_res) | {i for i, t in enumerate(traces) if t})
+    main = (
+        max(devices, key=lambda d: (end_res.get(d, 0), len(traces[d]) if d < len(traces) else 0))
+        if devices
+        else 0
+    )
+    trace = traces[main] if main < len(traces) else []
+
+    # One forward pass with totals relative to the start of the trace; the
+    # absolute start is the end state (segments) minus the net change. Per
+    # entry it only replays the totals and keeps the live in-trace allocations
+    # (address -> alloc entry); sites are named at the window ends, for the
+    # allocations live there (a few thousand), not for each of the millions of
+    # entries. Alloc/free counts are only reported for leak suspects: they are
+    # counted in a second pass when there are any.
+    alloc_now = res_now = 0
+    peak_alloc = peak_res = 0
+    peak_entry: Mapping[str, Any] | None = None
+    peak_from = 0  # index of the first entry of the window holding the peak
+    n = len(trace)
+    ends = _sample_ends(n, windows)
+    live_allocs: dict[int, Mapping[str, Any]] = {}
+    pop_live = live_allocs.pop
+    claim = live_allocs.setdefault
+    # Inconsistent traces keep their bytes where a per-site running sum would:
+    # an alloc over a live address leaves the old one counted for good, and a
+    # free of another size than its alloc leaves the difference.
+    orphans: list[Mapping[str, Any]] = []
+    drift: list[tuple[Mapping[str, Any], int]] = []
+    samples: list[dict[int, int]] = []
+    named: dict[int, int] = {}  # id(alloc entry) -> site id; the entries outlive the pass
+    oom_entries: list[Mapping[str, Any]] = []
+    entries = iter(trace)
+    start = 0
+    for end in ends or [n - 1]:
+        for e in itertools.islice(entries, end + 1 - start):
+            action = e["action"]
+            if action == "alloc":
+                prev = claim(e["addr"], e)
+                if prev is not e:
+                    orphans.append(prev)
+                    live_allocs[e["addr"]] = e
+                alloc_now += e["size"]
+                if alloc_now > peak_alloc:
+                    peak_alloc = alloc_now
+                    peak_entry = e
+                    peak_from = start
+            elif action == "free_completed":
+                size = e["size"]
+                alloc_now -= size
+                freed = pop_live(e["addr"], None)
+                if freed is not None and freed["size"] != size:
+                    drift.append((freed, freed["size"] - size))
+            elif action == "free_requested":
+                pass
+            elif action == "segment_alloc" or action == "segment_map":
+                res_now += e["size"]
+                if res_now > peak_res:
+                    peak_res = res_now
+            elif action == "segment_free" or action == "segment_unmap":
+                res_now -= e["size"]
+            elif action == "oom":
+                oom_entries.append(e)
+        if ends:
+            sample: dict[int, int] = {}
+            for e in itertools.chain(live_allocs.values(), orphans):
+                sid = named.get(id(e))  # an allocation live over several windows is named once
+                if sid is None:
+                    sid = named[id(e)] = _entry_site(namer, e)
+                sample[sid] = sample.get(sid, 0) + e["size"]
+            for e, delta in drift:
+                sid = _entry_site(namer, e)
+                sample[sid] = sample.get(sid, 0) + delta
+            samples.append(sample)
+        start = end + 1
+    del live_allocs, orphans, drift, named
+    peak_idx: int | None = None
+    if peak_entry is not None:  # found by identity in its window, not tracked per entry
+        hits = map(operator.is_, itertools.islice(trace, peak_from, None), itertools.repeat(peak_entry))
+        peak_idx = next(itertools.compress(itertools.count(peak_from), hits))
+    ooms = [
+        OomEvent(
+            requested_bytes=e["size"],
+            device_free_bytes=int(e["device_free"]) if e.get("device_free") is not None else None,
+            stream=e.get("stream"),
+            site=namer.site(e["frames"]) if e.get("frames") else None,
+        )
+        for e in oom_entries
+    ]
+    # frames recorded: on any live block (below), or on any allocation of the trace (usually the first)
+    has_frames = any(e.get("frames") for e in trace if e["action"] == "alloc")
+
+    sites: dict[str, list[int]] = {}  # site -> [bytes, blocks]
+    stacks: dict[str, list[Any]] = {}  # site -> frames of one of its blocks (rendered for the top sites only)
+    for b in active:
+        frames, _requested = extra(b)
+        has_frames = has_frames or bool(frames)
+        name = namer.site(frames)
+        acc = sites.setdefault(name, [0, 0])
+        acc[0] += int(b.get("size", 0))
+        acc[1] += 1
+        if name not in stacks:
+            stacks[name] = frames
+
+    # pending-free blocks have had no free_completed yet: the trace still counts them
+    start_alloc = end_alloc.get(main, 0) + pending_by_dev.get(main, 0) - alloc_now
+    start_res = end_res.get(main, 0) - res_now
+    peak_alloc += start_alloc
+    peak_res += start_res
+    res_now += start_res
+    peak_alloc = max(peak_alloc, end_alloc.get(main, 0))
+    peak_res = max(peak_res, end_res.get(main, 0), res_now)
+
+    leaks = _leak_suspects(samples, namer, trace, min_leak_bytes)
+    frag = fragmentation(
+        reserved=end_res.get(main, 0),
+        allocated=end_alloc.get(main, 0),
+        free_blocks=free_by_dev.get(main, []),
+        failed_request=ooms[-1].requested_bytes if ooms else None,
+    )
+    ranked = sorted(sites.items(), key=lambda kv: kv[1][0], reverse=True)
+    top_sites = [
+        AllocationSite(site=name, live_bytes=v[0], blocks=v[1], stack=namer.stack(stacks.get(name, [])))
+        for name, v in ranked[:top]
+    ]
+    rest = ranked[top:]
+    settings = snapshot.get("allocator_settings")
+    settings_text: str | None = None
+    if isinstance(settings, Mapping):
+        if expandable is None and "expandable_segments" in settings:
+            expandable = bool(settings["expandable_segments"])
+        conf = [str(v) for k, v in settings.items() if "CONF" in str(k) and v]
+        settings_text = "; ".join(conf) if conf else None
+    return SnapshotSummary(
+        source=source,
+        rank=rank,
+        devices=devices,
+        allocated_bytes=sum(end_alloc.values()),
+        reserved_bytes=sum(end_res.values()),
+        pending_free_bytes=pending,
+        peak_allocated_bytes=peak_alloc,
+        peak_reserved_bytes=peak_res,
+        peak_event_index=peak_idx,
+        trace_events=len(trace),
+        segments=len(segments),
+        expandable_segments=expandable,
+        allocator_settings=settings_text,
+        ooms=ooms[-5:],
+        fragmentation=frag,
+        top_sites=top_sites,
+        other_sites=len(rest),
+        other_sites_bytes=sum(v[0] for _, v in rest),
+        leak_suspects=leaks[:top],
+        has_frames=has_frames,
+    )
+
+
+def _entry_site(namer: SiteNamer, e: Mapping[str, Any]) -> int:
+    """Site id of an alloc entry (its stack's user frame, or the no-frames marker)."""
+    tframes = e.get("frames")
+    return namer.of(tframes) if tframes else namer.site_id(NO_FRAMES)
+
+
+def _leak_suspects(
+    samples: Sequence[Mapping[int, int]],
+    namer: SiteNamer,
+    trace: Sequence[Mapping[str, Any]],
+    min_bytes: int,
+) -> list[LeakSuspect]:
+    """Sites whose live bytes never fell and rose in most windows of the trace.
+
+    ``samples`` are the bytes of in-trace allocations still live at the end of
+    each window, per site id. Only when some site qualifies is the trace read
+    again, to count that site's allocations and frees.
+    """
+    if len(samples) < 3:
+        return []
+    found: list[tuple[int, list[int], int, int]] = []  # (site id, series, first window, windows grown)
+    for sid in sorted({k for sample in samples for k in sample}):
+        series = [sample.get(sid, 0) for sample in samples]
+        first = next((i for i, v in enumerate(series) if v > 0), None)
+        if first is None:
+            continue
+        tail = series[first:]
+        diffs = [b - a for a, b in itertools.pairwise(tail)]
+        if any(d < 0 for d in diffs):
+            continue
+        grown = sum(1 for d in diffs if d > 0) + 1  # the window where it first appeared counts
+        growth = series[-1] - (series[first - 1] if first > 0 else 0)
+        if growth < min_bytes or grown < 3 or grown * 2 < len(samples):
+            continue
+        found.append((sid, series, first, grown))
+    if not found:
+        return []
+    counts = _alloc_counts(namer, trace, {sid for sid, *_ in found})
+    out: list[tuple[int, LeakSuspect]] = []
+    for sid, series, first, grown in found:
+        allocs, frees, order = counts[sid]
+        out.append(
+            (
+                order,
+                LeakSuspect(
+                    site=namer.names[sid],
+                    start_bytes=series[0],
+                    end_bytes=series[-1],
+                    growth_bytes=series[-1] - (series[first - 1] if first > 0 else 0),
+                    allocs=allocs,
+                    frees=frees,
+                    windows_grown=grown,
+                    windows=len(samples),
+                ),
+            )
+        )
+    # largest growth first; ties in the order the sites first allocated
+    out.sort(key=lambda t: (-t[1].growth_bytes, t[0]))
+    return [s for _, s in out]
+
+
+def _alloc_counts(
+    namer: SiteNamer, trace: Sequence[Mapping[str, Any]], wanted: set[int]
+) -> dict[int, tuple[int, int, int]]:
+    """(allocs, frees, rank of its first allocation among them) of the wanted sites, over the whole trace.
+
+    Names every allocation once more (through the namer's cached prefixes); a
+    free counts for the site of the allocation at its address.
+    """
+    allocs: dict[int, int] = {}
+    frees: dict[int, int] = {}
+    first: dict[int, int] = {}
+    addr_site: dict[int, int] = {}
+    site_of = namer.of
+    frame_site = namer.frame_site
+    prefix_of = namer.prefixes.get
+    for e in trace:
+        action = e["action"]
+        if action == "alloc":
+            tframes = e.get("frames")
+            if tframes:  # the namer's fast path, inlined: a known non-user prefix, then a user frame
+                known = prefix_of(id(tframes[0]))
+                if known is not None and tframes[: known[0]] == known[1] and len(tframes) > known[0]:
+                    sid = frame_site(id(tframes[known[0]]), 0) or site_of(tframes)
+                else:
+                    sid = site_of(tframes)
+            else:
+                sid = namer.site_id(NO_FRAMES)
+            addr_site[e["addr"]] = sid
+            if sid in wanted:
+                allocs[sid] = allocs.get(sid, 0) + 1
+                if sid not in first:
+                    first[sid] = len(first)
+        elif action == "free_completed":
+            sid = addr_site.pop(e["addr"], 0)
+            if sid in wanted:
+                frees[sid] = frees.get(sid, 0) + 1
+    return {sid: (allocs.get(sid, 0), frees.get(sid, 0), first.get(sid, len(wanted))) for sid in wanted}
+
+
+def fragmentation(
+    *, reserved: int, allocated: int, free_blocks: Sequence[tuple[int, str]], failed_request: int | None
+) -> Fragmentation:
+    """Classify an OOM: cached bytes were enough but split (fragmentation), or really exhausted.
+
+    Before raising OOM the caching allocator already released every wholly
+    unused segment, so free bytes left in reserved segments sit between live
+    blocks: if they add up to the request but no single block is that large,
+    the cure is ``expandable_segments``, not a smaller model.
+    """
+    pool = "small" if failed_request is not None and failed_request <= SMALL_POOL_MAX else "large"
+    usable = [s for s, t in free_blocks if failed_request is None or t == pool] or []
+    free_total = sum(s for s, _ in free_blocks)
+    largest = max((s for s, _ in free_blocks), default=0)
+    if failed_request is None:
+        return Fragmentation(
+            reserved_bytes=reserved,
+            allocated_bytes=allocated,
+            free_in_reserved_bytes=free_total,
+            largest_free_block_bytes=largest,
+            kind="no_oom",
+            explanation=f"No oom event in the trace; {fmt_bytes(free_total)} cached but unused, largest free block {fmt_bytes(largest)}.",
+        )
+    pool_free = sum(usable)
+    pool_largest = max(usable, default=0)
+    if pool_free >= failed_request > pool_largest:
+        kind = "fragmentation"
+        text = (
+            f"The failed request of {fmt_bytes(failed_request)} was smaller than the {fmt_bytes(pool_free)} free inside "
+            f"reserved {pool}-pool segments, but the largest free block was only {fmt_bytes(pool_largest)}: "
+            "the memory is there, split between live tensors."
+        )
+    else:
+        kind = "exhaustion"
+        text = (
+            f"The failed request of {fmt_bytes(failed_request)} exceeded the free space left "
+            f"({fmt_bytes(pool_free)} cached in {pool}-pool segments, largest block {fmt_bytes(pool_largest)}): "
+            f"live tensors hold {fmt_bytes(allocated)} of {fmt_bytes(reserved)} reserved."
+        )
+    return Fragmentation(
+        reserved_bytes=reserved,
+        allocated_bytes=allocated,
+        free_in_reserved_bytes=free_total,
+        largest_free_block_bytes=pool_largest,
+        failed_request_bytes=failed_request,
+        kind=kind,
+        explanation=text,
+    )
+
+
+def snapshot_findings(summary: SnapshotSummary) -> list[Finding]:
+    """Findings for one snapshot: the kind of OOM, leak suspects, missing frames."""
+    ranks = [summary.rank] if summary.rank is not None else []
+    out: list[Finding] = []
+    frag = summary.fragmentation
+    if frag.kind == "fragmentation":
+        fix = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of splitting)."
+        if summary.expandable_segments:
+            fix = (
+                "expandable_segments is already on: reduce the variety of tensor sizes (pad sequence lengths to "
+                "buckets) or free large temporaries earlier."
+            )
+        out.append(
+            Finding(
+                kind="oom_fragmentation",
+                severity="error",
+                ranks=ranks,
+                message=f"OOM from fragmentation in {summary.source}",
+                explanation=frag.explanation,
+                fix=fix,
+                source=summary.source,
+                facts={
+                    "failed_request_bytes": frag.failed_request_bytes,
+                    "largest_free_block_bytes": frag.largest_free_block_bytes,
+                    "free_in_reserved_bytes": frag.free_in_reserved_bytes,
+                },
+                next_steps=[
+                    NextStep(action="Read the fragmentation fixes.", skill_section=f"{SKILL}#fragmentation")
+                ],
+            )
+        )
+    elif frag.kind == "exhaustion":
+        site = summary.top_sites[0].site if summary.top_sites else "unknown"
+        out.append(
+            Finding(
+                kind="oom_exhaustion",
+                severity="error",
+                ranks=ranks,
+                message=f"OOM from real exhaustion in {summary.source}: the largest holder is {site}",
+                explanation=frag.explanation,
+                fix=(
+                    "Hold less at once: shard per layer (fully_shard on each block), activation checkpointing, "
+                    "smaller micro-batch; check the plan with `rankscope memory budget`."
+                ),
+                source=summary.source,
+                facts={
+                    "failed_request_bytes": frag.failed_request_bytes,
+                    "allocated_bytes": frag.allocated_bytes,
+                    "reserved_bytes": frag.reserved_bytes,
+                    "top_site": site,
+                },
+                next_steps=[
+                    NextStep(
+                        action="Check whether the sharding plan can fit.",
+                        tool="memory_budget",
+                        skill_section=f"{SKILL}#budget",
+                    ),
+                ],
+            )
+        )
+    for leak in summary.leak_suspects[:3]:
+        out.append(
+            Finding(
+                kind="memory_leak_suspect",
+                severity="warning",
+                ranks=ranks,
+                message=f"Live bytes from {leak.site} only grew: +{fmt_bytes(leak.growth_bytes)} over the trace",
+                explanation=(
+                    f"{leak.allocs} allocations, {leak.frees} frees; live bytes rose in {leak.windows_grown} of "
+                    f"{leak.windows} windows and never fell. Typical causes: appending tensors that keep their "
+                    "graph (loss history without .item()/.detach()), caches keyed by step, growing buffers."
+                ),
+                fix="Store .item() or .detach() results, clear the container, or bound the cache at this line.",
+                source=summary.source,
+                facts=leak.model_dump(),
+                next_steps=[NextStep(action="Read the leak section.", skill_section=f"{SKILL}#leak")],
+            )
+        )
+    if not summary.has_frames and summary.allocated_bytes:
+        out.append(
+            Finding(
+                kind="snapshot_without_frames",
+                severity="info",
+                ranks=ranks,
+                message=f"{summary.source} has no stack traces: allocation sites are unknown",
+                fix="Call torch.cuda.memory._record_memory_history(max_entries=100000) before the work, "
+                "or rankscope.probe.record_oom_snapshots(dir).",
+                source=summary.source,
+            )
+        )
+    return out

@@ -6,6 +6,7 @@ import itertools
 import operator
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.analysis.memory.frames import (
@@ -64,6 +65,164 @@ def _sample_ends(n: int, windows: int) -> list[int]:
     return sorted(set(ends))
 
 
+@dataclass
+class _EndState:
+    """What the segments say about the end of the snapshot, per device."""
+
+    end_alloc: dict[int, int] = field(default_factory=dict)
+    end_res: dict[int, int] = field(default_factory=dict)
+    pending: int = 0
+    active: list[Mapping[str, Any]] = field(default_factory=list)  # active_allocated blocks
+    free_by_dev: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # device -> [(size, type)]
+    pending_by_dev: dict[int, int] = field(default_factory=dict)
+    expandable: bool | None = None
+
+
+def _read_segments(segments: Sequence[Mapping[str, Any]]) -> _EndState:
+    """One pass over the segments: allocated, reserved, pending-free and free blocks per device."""
+    st = _EndState()
+    for seg in segments:
+        dev = _seg_device(seg)
+        st.end_res[dev] = st.end_res.get(dev, 0) + int(seg.get("total_size", 0))
+        if "is_expandable" in seg:
+            st.expandable = bool(seg["is_expandable"]) or bool(st.expandable)
+        seg_type = str(seg.get("segment_type", "large"))
+        for b in seg.get("blocks") or []:
+            state = b.get("state")
+            size = int(b.get("size", 0))
+            if state == "active_allocated":
+                st.end_alloc[dev] = st.end_alloc.get(dev, 0) + size
+                st.active.append(b)
+            elif state == "inactive":
+                st.free_by_dev.setdefault(dev, []).append((size, seg_type))
+            else:  # active_pending_free / active_awaiting_free: freed, but no free_completed yet
+                st.pending += size
+                st.pending_by_dev[dev] = st.pending_by_dev.get(dev, 0) + size
+    return st
+
+
+@dataclass
+class _Replay:
+    """Totals of one forward pass over a device trace, relative to the start of the trace."""
+
+    alloc_now: int = 0
+    res_now: int = 0
+    peak_alloc: int = 0
+    peak_res: int = 0
+    peak_idx: int | None = None
+    samples: list[dict[int, int]] = field(default_factory=list)  # per window: site id -> live bytes
+    oom_entries: list[Mapping[str, Any]] = field(default_factory=list)
+
+
+def _replay_trace(trace: Sequence[Mapping[str, Any]], windows: int, namer: SiteNamer) -> _Replay:
+    """The hot loop: replay the totals and their peaks, sample live bytes per site at the window ends.
+
+    Per entry it only replays the totals and keeps the live in-trace allocations (address ->
+    alloc entry); sites are named at the window ends, for the allocations live there (a few
+    thousand), not for each of the millions of entries. Inconsistent traces keep their bytes
+    where a per-site running sum would: an alloc over a live address leaves the old one counted
+    for good, and a free of another size than its alloc leaves the difference.
+    """
+    r = _Replay()
+    alloc_now = res_now = peak_alloc = peak_res = 0
+    peak_entry: Mapping[str, Any] | None = None
+    peak_from = 0  # index of the first entry of the window holding the peak
+    n = len(trace)
+    ends = _sample_ends(n, windows)
+    live_allocs: dict[int, Mapping[str, Any]] = {}
+    pop_live = live_allocs.pop
+    claim = live_allocs.setdefault
+    orphans: list[Mapping[str, Any]] = []
+    drift: list[tuple[Mapping[str, Any], int]] = []
+    named: dict[int, int] = {}  # id(alloc entry) -> site id; the entries outlive the pass
+    entries = iter(trace)
+    start = 0
+    for end in ends or [n - 1]:
+        for e in itertools.islice(entries, end + 1 - start):
+            action = e["action"]
+            if action == "alloc":
+                prev = claim(e["addr"], e)
+                if prev is not e:
+                    orphans.append(prev)
+                    live_allocs[e["addr"]] = e
+                alloc_now += e["size"]
+                if alloc_now > peak_alloc:
+                    peak_alloc, peak_entry, peak_from = alloc_now, e, start
+            elif action == "free_completed":
+                size = e["size"]
+                alloc_now -= size
+                freed = pop_live(e["addr"], None)
+                if freed is not None and freed["size"] != size:
+                    drift.append((freed, freed["size"] - size))
+            elif action == "segment_alloc" or action == "segment_map":
+                res_now += e["size"]
+                peak_res = max(peak_res, res_now)
+            elif action == "segment_free" or action == "segment_unmap":
+                res_now -= e["size"]
+            elif action == "oom":
+                r.oom_entries.append(e)
+        if ends:
+            r.samples.append(_window_sample(namer, live_allocs, orphans, drift, named))
+        start = end + 1
+    r.alloc_now, r.res_now, r.peak_alloc, r.peak_res = alloc_now, res_now, peak_alloc, peak_res
+    if peak_entry is not None:  # found by identity in its window, not tracked per entry
+        hits = map(operator.is_, itertools.islice(trace, peak_from, None), itertools.repeat(peak_entry))
+        r.peak_idx = next(itertools.compress(itertools.count(peak_from), hits))
+    return r
+
+
+def _window_sample(
+    namer: SiteNamer,
+    live_allocs: Mapping[int, Mapping[str, Any]],
+    orphans: Sequence[Mapping[str, Any]],
+    drift: Sequence[tuple[Mapping[str, Any], int]],
+    named: dict[int, int],
+) -> dict[int, int]:
+    """Live bytes per site at the end of one window (an allocation live over several is named once)."""
+    sample: dict[int, int] = {}
+    for e in itertools.chain(live_allocs.values(), orphans):
+        sid = named.get(id(e))
+        if sid is None:
+            sid = named[id(e)] = _entry_site(namer, e)
+        sample[sid] = sample.get(sid, 0) + e["size"]
+    for e, delta in drift:
+        sid = _entry_site(namer, e)
+        sample[sid] = sample.get(sid, 0) + delta
+    return sample
+
+
+def _live_sites(
+    active: Sequence[Mapping[str, Any]], extra: BlockExtra, namer: SiteNamer
+) -> tuple[dict[str, list[int]], dict[str, list[Any]], bool]:
+    """Live blocks per allocation site: site -> [bytes, blocks], one stack per site, and whether any had frames."""
+    sites: dict[str, list[int]] = {}
+    stacks: dict[str, list[Any]] = {}
+    has_frames = False
+    for b in active:
+        frames, _requested = extra(b)
+        has_frames = has_frames or bool(frames)
+        name = namer.site(frames)
+        acc = sites.setdefault(name, [0, 0])
+        acc[0] += int(b.get("size", 0))
+        acc[1] += 1
+        if name not in stacks:
+            stacks[name] = frames
+    return sites, stacks, has_frames
+
+
+def _allocator_settings(
+    snapshot: Mapping[str, Any], expandable: bool | None
+) -> tuple[str | None, bool | None]:
+    """The allocator's CONF settings as one line, and expandable_segments when the segments did not say."""
+    settings = snapshot.get("allocator_settings")
+    if not isinstance(settings, Mapping):
+        return None, expandable
+    if expandable is None and "expandable_segments" in settings:
+        expandable = bool(settings["expandable_segments"])
+    conf = [str(v) for k, v in settings.items() if "CONF" in str(k) and v]
+    return ("; ".join(conf) if conf else None), expandable
+
+
 def analyze_snapshot(
     snapshot: Mapping[str, Any],
     source: str,
@@ -83,118 +242,21 @@ def analyze_snapshot(
     action needs and allocating nothing per entry. Sites are named only for
     the allocations live at the ends of the leak windows, not per entry; the
     trace is read a second time only when there are leak suspects, to count
-    their allocations and frees. The trace itself is never copied.
+    their allocations and frees. The trace itself is never copied. The absolute
+    start is the end state (segments) minus the net change over the trace.
     """
-    extra = block_extra or block_extra_fallback
     namer = SiteNamer(frame_filter or frame_filter_fallback)
     segments: list[Mapping[str, Any]] = list(snapshot.get("segments") or [])
     traces: list[Sequence[Mapping[str, Any]]] = [t or [] for t in (snapshot.get("device_traces") or [])]
-
-    end_alloc: dict[int, int] = {}
-    end_res: dict[int, int] = {}
-    pending = 0
-    active: list[Mapping[str, Any]] = []  # active_allocated blocks, named after the trace pass
-    free_by_dev: dict[int, list[tuple[int, str]]] = {}  # device -> [(size, segment_type)]
-    pending_by_dev: dict[int, int] = {}
-    expandable: bool | None = None
-    for seg in segments:
-        dev = _seg_device(seg)
-        end_res[dev] = end_res.get(dev, 0) + int(seg.get("total_size", 0))
-        if "is_expandable" in seg:
-            expandable = bool(seg["is_expandable"]) or bool(expandable)
-        seg_type = str(seg.get("segment_type", "large"))
-        for b in seg.get("blocks") or []:
-            state = b.get("state")
-            size = int(b.get("size", 0))
-            if state == "active_allocated":
-                end_alloc[dev] = end_alloc.get(dev, 0) + size
-                active.append(b)
-            elif state == "inactive":
-                free_by_dev.setdefault(dev, []).append((size, seg_type))
-            else:  # active_pending_free / active_awaiting_free: freed, but no free_completed yet
-                pending += size
-                pending_by_dev[dev] = pending_by_dev.get(dev, 0) + size
-
-    devices = sorted(set(end_res) | {i for i, t in enumerate(traces) if t})
+    st = _read_segments(segments)
+    devices = sorted(set(st.end_res) | {i for i, t in enumerate(traces) if t})
     main = (
-        max(devices, key=lambda d: (end_res.get(d, 0), len(traces[d]) if d < len(traces) else 0))
+        max(devices, key=lambda d: (st.end_res.get(d, 0), len(traces[d]) if d < len(traces) else 0))
         if devices
         else 0
     )
     trace = traces[main] if main < len(traces) else []
-
-    # One forward pass with totals relative to the start of the trace; the
-    # absolute start is the end state (segments) minus the net change. Per
-    # entry it only replays the totals and keeps the live in-trace allocations
-    # (address -> alloc entry); sites are named at the window ends, for the
-    # allocations live there (a few thousand), not for each of the millions of
-    # entries. Alloc/free counts are only reported for leak suspects: they are
-    # counted in a second pass when there are any.
-    alloc_now = res_now = 0
-    peak_alloc = peak_res = 0
-    peak_entry: Mapping[str, Any] | None = None
-    peak_from = 0  # index of the first entry of the window holding the peak
-    n = len(trace)
-    ends = _sample_ends(n, windows)
-    live_allocs: dict[int, Mapping[str, Any]] = {}
-    pop_live = live_allocs.pop
-    claim = live_allocs.setdefault
-    # Inconsistent traces keep their bytes where a per-site running sum would:
-    # an alloc over a live address leaves the old one counted for good, and a
-    # free of another size than its alloc leaves the difference.
-    orphans: list[Mapping[str, Any]] = []
-    drift: list[tuple[Mapping[str, Any], int]] = []
-    samples: list[dict[int, int]] = []
-    named: dict[int, int] = {}  # id(alloc entry) -> site id; the entries outlive the pass
-    oom_entries: list[Mapping[str, Any]] = []
-    entries = iter(trace)
-    start = 0
-    for end in ends or [n - 1]:
-        for e in itertools.islice(entries, end + 1 - start):
-            action = e["action"]
-            if action == "alloc":
-                prev = claim(e["addr"], e)
-                if prev is not e:
-                    orphans.append(prev)
-                    live_allocs[e["addr"]] = e
-                alloc_now += e["size"]
-                if alloc_now > peak_alloc:
-                    peak_alloc = alloc_now
-                    peak_entry = e
-                    peak_from = start
-            elif action == "free_completed":
-                size = e["size"]
-                alloc_now -= size
-                freed = pop_live(e["addr"], None)
-                if freed is not None and freed["size"] != size:
-                    drift.append((freed, freed["size"] - size))
-            elif action == "free_requested":
-                pass
-            elif action == "segment_alloc" or action == "segment_map":
-                res_now += e["size"]
-                if res_now > peak_res:
-                    peak_res = res_now
-            elif action == "segment_free" or action == "segment_unmap":
-                res_now -= e["size"]
-            elif action == "oom":
-                oom_entries.append(e)
-        if ends:
-            sample: dict[int, int] = {}
-            for e in itertools.chain(live_allocs.values(), orphans):
-                sid = named.get(id(e))  # an allocation live over several windows is named once
-                if sid is None:
-                    sid = named[id(e)] = _entry_site(namer, e)
-                sample[sid] = sample.get(sid, 0) + e["size"]
-            for e, delta in drift:
-                sid = _entry_site(namer, e)
-                sample[sid] = sample.get(sid, 0) + delta
-            samples.append(sample)
-        start = end + 1
-    del live_allocs, orphans, drift, named
-    peak_idx: int | None = None
-    if peak_entry is not None:  # found by identity in its window, not tracked per entry
-        hits = map(operator.is_, itertools.islice(trace, peak_from, None), itertools.repeat(peak_entry))
-        peak_idx = next(itertools.compress(itertools.count(peak_from), hits))
+    rp = _replay_trace(trace, windows, namer)
     ooms = [
         OomEvent(
             requested_bytes=e["size"],
@@ -202,72 +264,47 @@ def analyze_snapshot(
             stream=e.get("stream"),
             site=namer.site(e["frames"]) if e.get("frames") else None,
         )
-        for e in oom_entries
+        for e in rp.oom_entries
     ]
-    # frames recorded: on any live block (below), or on any allocation of the trace (usually the first)
-    has_frames = any(e.get("frames") for e in trace if e["action"] == "alloc")
-
-    sites: dict[str, list[int]] = {}  # site -> [bytes, blocks]
-    stacks: dict[str, list[Any]] = {}  # site -> frames of one of its blocks (rendered for the top sites only)
-    for b in active:
-        frames, _requested = extra(b)
-        has_frames = has_frames or bool(frames)
-        name = namer.site(frames)
-        acc = sites.setdefault(name, [0, 0])
-        acc[0] += int(b.get("size", 0))
-        acc[1] += 1
-        if name not in stacks:
-            stacks[name] = frames
-
+    sites, stacks, live_frames = _live_sites(st.active, block_extra or block_extra_fallback, namer)
+    # frames recorded: on any live block, or on any allocation of the trace (usually the first)
+    has_frames = any(e.get("frames") for e in trace if e["action"] == "alloc") or live_frames
     # pending-free blocks have had no free_completed yet: the trace still counts them
-    start_alloc = end_alloc.get(main, 0) + pending_by_dev.get(main, 0) - alloc_now
-    start_res = end_res.get(main, 0) - res_now
-    peak_alloc += start_alloc
-    peak_res += start_res
-    res_now += start_res
-    peak_alloc = max(peak_alloc, end_alloc.get(main, 0))
-    peak_res = max(peak_res, end_res.get(main, 0), res_now)
-
-    leaks = _leak_suspects(samples, namer, trace, min_leak_bytes)
-    frag = fragmentation(
-        reserved=end_res.get(main, 0),
-        allocated=end_alloc.get(main, 0),
-        free_blocks=free_by_dev.get(main, []),
-        failed_request=ooms[-1].requested_bytes if ooms else None,
-    )
+    start_alloc = st.end_alloc.get(main, 0) + st.pending_by_dev.get(main, 0) - rp.alloc_now
+    start_res = st.end_res.get(main, 0) - rp.res_now
+    peak_alloc = max(rp.peak_alloc + start_alloc, st.end_alloc.get(main, 0))
+    peak_res = max(rp.peak_res + start_res, st.end_res.get(main, 0), rp.res_now + start_res)
     ranked = sorted(sites.items(), key=lambda kv: kv[1][0], reverse=True)
-    top_sites = [
-        AllocationSite(site=name, live_bytes=v[0], blocks=v[1], stack=namer.stack(stacks.get(name, [])))
-        for name, v in ranked[:top]
-    ]
     rest = ranked[top:]
-    settings = snapshot.get("allocator_settings")
-    settings_text: str | None = None
-    if isinstance(settings, Mapping):
-        if expandable is None and "expandable_segments" in settings:
-            expandable = bool(settings["expandable_segments"])
-        conf = [str(v) for k, v in settings.items() if "CONF" in str(k) and v]
-        settings_text = "; ".join(conf) if conf else None
+    settings_text, expandable = _allocator_settings(snapshot, st.expandable)
     return SnapshotSummary(
         source=source,
         rank=rank,
         devices=devices,
-        allocated_bytes=sum(end_alloc.values()),
-        reserved_bytes=sum(end_res.values()),
-        pending_free_bytes=pending,
+        allocated_bytes=sum(st.end_alloc.values()),
+        reserved_bytes=sum(st.end_res.values()),
+        pending_free_bytes=st.pending,
         peak_allocated_bytes=peak_alloc,
         peak_reserved_bytes=peak_res,
-        peak_event_index=peak_idx,
+        peak_event_index=rp.peak_idx,
         trace_events=len(trace),
         segments=len(segments),
         expandable_segments=expandable,
         allocator_settings=settings_text,
         ooms=ooms[-5:],
-        fragmentation=frag,
-        top_sites=top_sites,
+        fragmentation=fragmentation(
+            reserved=st.end_res.get(main, 0),
+            allocated=st.end_alloc.get(main, 0),
+            free_blocks=st.free_by_dev.get(main, []),
+            failed_request=ooms[-1].requested_bytes if ooms else None,
+        ),
+        top_sites=[
+            AllocationSite(site=name, live_bytes=v[0], blocks=v[1], stack=namer.stack(stacks.get(name, [])))
+            for name, v in ranked[:top]
+        ],
         other_sites=len(rest),
         other_sites_bytes=sum(v[0] for _, v in rest),
-        leak_suspects=leaks[:top],
+        leak_suspects=_leak_suspects(rp.samples, namer, trace, min_leak_bytes)[:top],
         has_frames=has_frames,
     )
 

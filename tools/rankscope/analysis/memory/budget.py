@@ -243,6 +243,103 @@ def _plan(
     )
 
 
+_BUDGET_NOTES = (
+    "Activations, the CUDA context (about 0.5-1 GiB) and NCCL buffers are not included: headroom must cover them.",
+    "FSDP peaks assume one unit unsharded at a time; forward/backward prefetch can hold two.",
+    "DDP with gradient_as_bucket_view=False keeps a second copy of the gradients in its buckets.",
+    "Per-layer units are read from parameter names (the prefix up to the first number, e.g. 'layers.3').",
+)
+
+
+def _plans(
+    inp: BudgetInput, world: int, pb: int, gb: int, ob: int, states: float, gpu_memory: int | None
+) -> list[PlanBudget]:
+    """The plan as given (when the input has local shapes), then DDP, per-layer FSDP and root-only FSDP."""
+    params = inp.params
+    plans: list[PlanBudget] = []
+    if any(p.local_shape is not None for p in params):
+        sharded = inp.fsdp is not False and any(
+            p.local_shape is not None and any(pl.startswith("Shard") for pl in p.placements) for p in params
+        )  # a DTensor (TP) or DDP plan all-gathers nothing per unit
+        unit: Callable[[ParamInfo], str] | None = None
+        if any(p.unit is not None for p in params):
+            unit = lambda p: p.unit or ""  # noqa: E731
+        elif sharded:
+            unit = lambda p: layer_unit(p.fqn)  # noqa: E731
+
+        def local(p: ParamInfo) -> int:
+            return _numel(p.local_shape) if p.local_shape is not None else _numel(p.shape)
+
+        plans.append(_plan("as_given", params, local, unit, pb, gb, ob, states, gpu_memory))
+    full = lambda p: _numel(p.shape)  # noqa: E731
+    shard = lambda p: _dim0_shard(p.shape, world)  # noqa: E731
+    plans.append(_plan("ddp", params, full, None, pb, gb, ob, states, gpu_memory))
+    plans.append(
+        _plan("fsdp_per_layer", params, shard, lambda p: layer_unit(p.fqn), pb, gb, ob, states, gpu_memory)
+    )
+    plans.append(_plan("fsdp_root_only", params, shard, lambda p: "", pb, gb, ob, states, gpu_memory))
+    return plans
+
+
+def _fit_findings(plans: Sequence[PlanBudget], gpu_memory: int) -> tuple[list[Finding], str | None]:
+    """Whether the plan as given fits the GPU, and the smallest standard plan that does."""
+    fitting = [p for p in plans if p.fits and p.plan != "as_given"]
+    recommended = min(fitting, key=lambda p: p.total_bytes).plan if fitting else None
+    given = plans[0] if plans[0].plan == "as_given" else None
+    if given is not None and not given.fits:
+        finding = Finding(
+            kind="budget_does_not_fit",
+            severity="error",
+            message=(
+                f"the plan as given needs {fmt_bytes(given.total_bytes)} per rank before activations; "
+                f"the GPU has {fmt_bytes(gpu_memory)}"
+            ),
+            fix=(
+                f"Switch to {recommended}."
+                if recommended
+                else "No standard plan fits: add ranks, use "
+                "lower-precision optimizer states, or offload (CPUOffloadPolicy)."
+            ),
+            facts={
+                "total_bytes": given.total_bytes,
+                "gpu_memory_bytes": gpu_memory,
+                "recommended": recommended,
+            },
+            next_steps=[NextStep(action="Read the budget section.", skill_section=f"{SKILL}#budget")],
+        )
+        return [finding], recommended
+    if recommended is None:
+        finding = Finding(
+            kind="budget_does_not_fit",
+            severity="error",
+            message=f"none of DDP, per-layer FSDP or root-only FSDP fits in {fmt_bytes(gpu_memory)} per rank",
+            fix="Add ranks, keep optimizer states in lower precision, or offload them (CPUOffloadPolicy).",
+            facts={"gpu_memory_bytes": gpu_memory},
+        )
+        return [finding], None
+    return [], recommended
+
+
+def _unit_finding(plans: Sequence[PlanBudget], params: Sequence[ParamInfo], pb: int) -> list[Finding]:
+    """An FSDP unit that holds over half of the model makes sharding pointless at its all-gather."""
+    per_layer = next(p for p in plans if p.plan == "fsdp_per_layer")
+    total_full = sum(_numel(p.shape) for p in params) * pb
+    if not (per_layer.units > 1 and total_full and per_layer.allgather_peak_bytes > 0.5 * total_full):
+        return []
+    return [
+        Finding(
+            kind="fsdp_unit_too_large",
+            severity="warning",
+            message=f"the largest FSDP unit ({per_layer.largest_unit}) holds over half of the model",
+            fix="Wrap smaller modules with fully_shard so that no single all-gather materialises most of the model.",
+            facts={
+                "largest_unit": per_layer.largest_unit,
+                "allgather_peak_bytes": per_layer.allgather_peak_bytes,
+            },
+        )
+    ]
+
+
 def compute_budget(
     inp: BudgetInput,
     *,
@@ -265,97 +362,12 @@ def compute_budget(
     grad_dtype = grad_dtype or param_dtype
     pb, gb, ob = dtype_bytes(param_dtype), dtype_bytes(grad_dtype), dtype_bytes(optim_dtype)
     states = optimizer_states(optimizer)
-    params = inp.params
-    plans: list[PlanBudget] = []
-    sharded = [
-        p for p in params if p.local_shape is not None and any(pl.startswith("Shard") for pl in p.placements)
-    ]
-    if any(p.local_shape is not None for p in params):
-        has_units = any(p.unit is not None for p in params)
-        if inp.fsdp is False:
-            sharded = []  # DTensor (TP) or DDP plan: nothing is all-gathered per unit
-        plans.append(
-            _plan(
-                "as_given",
-                params,
-                lambda p: _numel(p.local_shape) if p.local_shape is not None else _numel(p.shape),
-                (lambda p: p.unit or "")
-                if has_units
-                else ((lambda p: layer_unit(p.fqn)) if sharded else None),
-                pb,
-                gb,
-                ob,
-                states,
-                gpu_memory,
-            )
-        )
-    full = lambda p: _numel(p.shape)  # noqa: E731
-    shard = lambda p: _dim0_shard(p.shape, world)  # noqa: E731
-    plans.append(_plan("ddp", params, full, None, pb, gb, ob, states, gpu_memory))
-    plans.append(
-        _plan("fsdp_per_layer", params, shard, lambda p: layer_unit(p.fqn), pb, gb, ob, states, gpu_memory)
-    )
-    plans.append(_plan("fsdp_root_only", params, shard, lambda p: "", pb, gb, ob, states, gpu_memory))
+    plans = _plans(inp, world, pb, gb, ob, states, gpu_memory)
     findings: list[Finding] = []
     recommended = None
     if gpu_memory is not None:
-        fitting = [p for p in plans if p.fits and p.plan != "as_given"]
-        recommended = min(fitting, key=lambda p: p.total_bytes).plan if fitting else None
-        given = plans[0] if plans[0].plan == "as_given" else None
-        if given is not None and not given.fits:
-            findings.append(
-                Finding(
-                    kind="budget_does_not_fit",
-                    severity="error",
-                    message=(
-                        f"the plan as given needs {fmt_bytes(given.total_bytes)} per rank before activations; "
-                        f"the GPU has {fmt_bytes(gpu_memory)}"
-                    ),
-                    fix=(
-                        f"Switch to {recommended}."
-                        if recommended
-                        else "No standard plan fits: add ranks, use "
-                        "lower-precision optimizer states, or offload (CPUOffloadPolicy)."
-                    ),
-                    facts={
-                        "total_bytes": given.total_bytes,
-                        "gpu_memory_bytes": gpu_memory,
-                        "recommended": recommended,
-                    },
-                    next_steps=[NextStep(action="Read the budget section.", skill_section=f"{SKILL}#budget")],
-                )
-            )
-        elif recommended is None:
-            findings.append(
-                Finding(
-                    kind="budget_does_not_fit",
-                    severity="error",
-                    message=f"none of DDP, per-layer FSDP or root-only FSDP fits in {fmt_bytes(gpu_memory)} per rank",
-                    fix="Add ranks, keep optimizer states in lower precision, or offload them (CPUOffloadPolicy).",
-                    facts={"gpu_memory_bytes": gpu_memory},
-                )
-            )
-    per_layer = next(p for p in plans if p.plan == "fsdp_per_layer")
-    total_full = sum(_numel(p.shape) for p in params) * pb
-    if per_layer.units > 1 and total_full and per_layer.allgather_peak_bytes > 0.5 * total_full:
-        findings.append(
-            Finding(
-                kind="fsdp_unit_too_large",
-                severity="warning",
-                message=f"the largest FSDP unit ({per_layer.largest_unit}) holds over half of the model",
-                fix="Wrap smaller modules with fully_shard so that no single all-gather materialises most of the model.",
-                facts={
-                    "largest_unit": per_layer.largest_unit,
-                    "allgather_peak_bytes": per_layer.allgather_peak_bytes,
-                },
-            )
-        )
-    notes = [
-        "Activations, the CUDA context (about 0.5-1 GiB) and NCCL buffers are not included: headroom must cover them.",
-        "FSDP peaks assume one unit unsharded at a time; forward/backward prefetch can hold two.",
-        "DDP with gradient_as_bucket_view=False keeps a second copy of the gradients in its buckets.",
-        "Per-layer units are read from parameter names (the prefix up to the first number, e.g. 'layers.3').",
-    ]
+        findings, recommended = _fit_findings(plans, gpu_memory)
+    findings.extend(_unit_finding(plans, inp.params, pb))
     return BudgetReport(
         source=source,
         world_size=world,
@@ -364,10 +376,10 @@ def compute_budget(
         param_dtype=param_dtype,
         grad_dtype=grad_dtype,
         optim_dtype=optim_dtype,
-        total_params=sum(_numel(p.shape) for p in params),
+        total_params=sum(_numel(p.shape) for p in inp.params),
         gpu_memory_bytes=gpu_memory,
         plans=plans,
         recommended=recommended,
         findings=findings,
-        notes=notes,
+        notes=list(_BUDGET_NOTES),
     )

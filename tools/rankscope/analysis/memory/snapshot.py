@@ -459,10 +459,8 @@ def fragmentation(
     )
 
 
-def snapshot_findings(summary: SnapshotSummary) -> list[Finding]:
-    """Findings for one snapshot: the kind of OOM, leak suspects, missing frames."""
-    ranks = [summary.rank] if summary.rank is not None else []
-    out: list[Finding] = []
+def _oom_finding(summary: SnapshotSummary, ranks: list[int]) -> list[Finding]:
+    """The kind of the snapshot's OOM: fragmentation (free bytes in pieces too small) or exhaustion."""
     frag = summary.fragmentation
     if frag.kind == "fragmentation":
         fix = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of splitting)."
@@ -471,7 +469,7 @@ def snapshot_findings(summary: SnapshotSummary) -> list[Finding]:
                 "expandable_segments is already on: reduce the variety of tensor sizes (pad sequence lengths to "
                 "buckets) or free large temporaries earlier."
             )
-        out.append(
+        return [
             Finding(
                 kind="oom_fragmentation",
                 severity="error",
@@ -489,54 +487,62 @@ def snapshot_findings(summary: SnapshotSummary) -> list[Finding]:
                     NextStep(action="Read the fragmentation fixes.", skill_section=f"{SKILL}#fragmentation")
                 ],
             )
-        )
-    elif frag.kind == "exhaustion":
-        site = summary.top_sites[0].site if summary.top_sites else "unknown"
-        out.append(
-            Finding(
-                kind="oom_exhaustion",
-                severity="error",
-                ranks=ranks,
-                message=f"OOM from real exhaustion in {summary.source}: the largest holder is {site}",
-                explanation=frag.explanation,
-                fix=(
-                    "Hold less at once: shard per layer (fully_shard on each block), activation checkpointing, "
-                    "smaller micro-batch; check the plan with `rankscope memory budget`."
+        ]
+    if frag.kind != "exhaustion":
+        return []
+    site = summary.top_sites[0].site if summary.top_sites else "unknown"
+    return [
+        Finding(
+            kind="oom_exhaustion",
+            severity="error",
+            ranks=ranks,
+            message=f"OOM from real exhaustion in {summary.source}: the largest holder is {site}",
+            explanation=frag.explanation,
+            fix=(
+                "Hold less at once: shard per layer (fully_shard on each block), activation checkpointing, "
+                "smaller micro-batch; check the plan with `rankscope memory budget`."
+            ),
+            source=summary.source,
+            facts={
+                "failed_request_bytes": frag.failed_request_bytes,
+                "allocated_bytes": frag.allocated_bytes,
+                "reserved_bytes": frag.reserved_bytes,
+                "top_site": site,
+            },
+            next_steps=[
+                NextStep(
+                    action="Check whether the sharding plan can fit.",
+                    tool="memory_budget",
+                    skill_section=f"{SKILL}#budget",
                 ),
-                source=summary.source,
-                facts={
-                    "failed_request_bytes": frag.failed_request_bytes,
-                    "allocated_bytes": frag.allocated_bytes,
-                    "reserved_bytes": frag.reserved_bytes,
-                    "top_site": site,
-                },
-                next_steps=[
-                    NextStep(
-                        action="Check whether the sharding plan can fit.",
-                        tool="memory_budget",
-                        skill_section=f"{SKILL}#budget",
-                    ),
-                ],
-            )
+            ],
         )
-    for leak in summary.leak_suspects[:3]:
-        out.append(
-            Finding(
-                kind="memory_leak_suspect",
-                severity="warning",
-                ranks=ranks,
-                message=f"Live bytes from {leak.site} only grew: +{fmt_bytes(leak.growth_bytes)} over the trace",
-                explanation=(
-                    f"{leak.allocs} allocations, {leak.frees} frees; live bytes rose in {leak.windows_grown} of "
-                    f"{leak.windows} windows and never fell. Typical causes: appending tensors that keep their "
-                    "graph (loss history without .item()/.detach()), caches keyed by step, growing buffers."
-                ),
-                fix="Store .item() or .detach() results, clear the container, or bound the cache at this line.",
-                source=summary.source,
-                facts=leak.model_dump(),
-                next_steps=[NextStep(action="Read the leak section.", skill_section=f"{SKILL}#leak")],
-            )
-        )
+    ]
+
+
+def _leak_finding(summary: SnapshotSummary, leak: LeakSuspect, ranks: list[int]) -> Finding:
+    return Finding(
+        kind="memory_leak_suspect",
+        severity="warning",
+        ranks=ranks,
+        message=f"Live bytes from {leak.site} only grew: +{fmt_bytes(leak.growth_bytes)} over the trace",
+        explanation=(
+            f"{leak.allocs} allocations, {leak.frees} frees; live bytes rose in {leak.windows_grown} of "
+            f"{leak.windows} windows and never fell. Typical causes: appending tensors that keep their "
+            "graph (loss history without .item()/.detach()), caches keyed by step, growing buffers."
+        ),
+        fix="Store .item() or .detach() results, clear the container, or bound the cache at this line.",
+        source=summary.source,
+        facts=leak.model_dump(),
+        next_steps=[NextStep(action="Read the leak section.", skill_section=f"{SKILL}#leak")],
+    )
+
+
+def snapshot_findings(summary: SnapshotSummary) -> list[Finding]:
+    """Findings for one snapshot: the kind of OOM, leak suspects, missing frames."""
+    ranks = [summary.rank] if summary.rank is not None else []
+    out = _oom_finding(summary, ranks)
+    out.extend(_leak_finding(summary, leak, ranks) for leak in summary.leak_suspects[:3])
     if not summary.has_frames and summary.allocated_bytes:
         out.append(
             Finding(

@@ -535,6 +535,66 @@ def run_job(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+@dataclass
+class _Seen:
+    """How the watch over a running job ended: the job exited, or rankscope stopped watching."""
+
+    outcome: RunOutcome | None = None  # None: the job exited by itself (exit_code says how)
+    evidence: str | None = None
+    exit_code: int | None = None
+
+
+def _watch_until_done(
+    proc: subprocess.Popen[bytes],
+    runner: _Runner,
+    watch: _Watch,
+    start: float,
+    timeout: float | None,
+    hang_timeout: float | None,
+) -> _Seen:
+    """Pump the ranks' output and sample their CPU until the job exits, times out or hangs.
+
+    A hang is quiet output for ``hang_timeout`` with idle ranks, or quiet output for much longer
+    with busy ones (a rank spinning in a collective looks busy).
+    """
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=POLL_INTERVAL)
+        now = time.monotonic()
+        runner.pump(now)
+        if proc.returncode is not None:
+            return _Seen(exit_code=proc.returncode)
+        watch.sample(now)
+        if timeout is not None and now - start >= timeout:
+            return _Seen("timeout", f"still running after the {timeout:g}s limit")
+        if hang_timeout is None:
+            continue
+        quiet = now - runner.last_output
+        if quiet >= hang_timeout:
+            idle, why = watch.idle_over(hang_timeout, now)
+            if idle or quiet >= max(BUSY_QUIET_FACTOR * hang_timeout, BUSY_QUIET_MIN):
+                return _Seen("hung", f"no output from any rank for {quiet:.0f}s; {why}")
+
+
+def _stop_job(
+    proc: subprocess.Popen[bytes] | None, runner: _Runner, watch: _Watch | None, notes: list[str]
+) -> int:
+    """Reap the job's process tree (and sweep what outlived torchrun); the launcher lines worth keeping."""
+    stopped_at = len(runner.launcher_lines)
+    if proc is None:
+        return stopped_at
+    if proc.poll() is None:
+        runner.pump(time.monotonic())
+        stopped_at = len(runner.launcher_lines)
+        runner.mute_launcher = True
+    with _shielded():
+        reap_tree(proc, grace=REAP_GRACE)
+        swept = _sweep(watch.seen) if watch is not None else []
+    if swept:
+        notes.append(f"killed {len(swept)} process(es) of the job that outlived torchrun: {swept}")
+    return stopped_at
+
+
 def _run_once(
     exe: str,
     path: Path,
@@ -590,72 +650,78 @@ def _run_once(
                         fix="Pass --python with the interpreter of the training environment (an executable file).",
                     ) from exc
             watch = _Watch(root=proc.pid, keep=(hang_timeout or 0.0) + 1.0)
-            while True:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=POLL_INTERVAL)
-                now = time.monotonic()
-                runner.pump(now)
-                if proc.returncode is not None:
-                    exit_code = proc.returncode
-                    break
-                watch.sample(now)
-                if timeout is not None and now - start >= timeout:
-                    outcome = "timeout"
-                    evidence = f"still running after the {timeout:g}s limit"
-                    break
-                if hang_timeout is not None:
-                    quiet = now - runner.last_output
-                    if quiet >= hang_timeout:
-                        idle, why = watch.idle_over(hang_timeout, now)
-                        if idle or quiet >= max(BUSY_QUIET_FACTOR * hang_timeout, BUSY_QUIET_MIN):
-                            outcome = "hung"
-                            evidence = f"no output from any rank for {quiet:.0f}s; {why}"
-                            stacks, problem = _capture_stacks(proc.pid, STACKS_TIMEOUT)
-                            if problem:
-                                local_notes.append(problem)
-                            break
+            seen = _watch_until_done(proc, runner, watch, start, timeout, hang_timeout)
+            outcome, evidence, exit_code = seen.outcome, seen.evidence, seen.exit_code
+            if outcome == "hung":
+                stacks, problem = _capture_stacks(proc.pid, STACKS_TIMEOUT)
+                if problem:
+                    local_notes.append(problem)
     finally:
-        stopped_at = len(runner.launcher_lines)
-        if proc is not None:
-            if proc.poll() is None:
-                runner.pump(time.monotonic())
-                stopped_at = len(runner.launcher_lines)
-                runner.mute_launcher = True
-            with _shielded():
-                reap_tree(proc, grace=REAP_GRACE)
-                swept = _sweep(watch.seen) if watch is not None else []
-            if swept:
-                local_notes.append(
-                    f"killed {len(swept)} process(es) of the job that outlived torchrun: {swept}"
-                )
+        stopped_at = _stop_job(proc, runner, watch, local_notes)
         try:
             runner.pump(time.monotonic(), final=True)
         finally:
             shutil.rmtree(log_dir, ignore_errors=True)
-    assert proc is not None and watch is not None
+    if proc is None or watch is None:  # Popen raised: InvalidInput is already on its way out
+        raise RuntimeError("torchrun did not start")
+    return _conclude(
+        _Run(path, exe, runner, watch, exit_code, outcome, stacks, evidence, local_notes, start), stopped_at
+    )
+
+
+@dataclass
+class _Run:
+    """One launch after it stopped: everything _report needs, and what decides its outcome."""
+
+    path: Path
+    exe: str
+    runner: _Runner
+    watch: _Watch
+    exit_code: int | None
+    outcome: RunOutcome | None
+    stacks: StacksReport | None
+    evidence: str | None
+    notes: list[str]
+    start: float
+
+
+def _conclude(run: _Run, stopped_at: int) -> tuple[RunReport, bool]:
+    """The report of one launch; the bool says it failed only because the port was taken."""
+    runner, watch, exit_code = run.runner, run.watch, run.exit_code
     launcher_lines = list(runner.launcher_lines)
-    if outcome in ("hung", "timeout"):
+    if run.outcome in ("hung", "timeout"):
         # what torchrun printed while rankscope stopped it (its SignalException trace) is noise
         launcher_lines = launcher_lines[:stopped_at]
     no_rank_output = not any(rl.out_lines or rl.err_lines for rl in runner.ranks.values())
     if exit_code not in (None, 0) and no_rank_output:
         text = "\n".join(launcher_lines)
         if re.search(r"No module named '?torch", text):
-            raise TorchMissing(f"{path.name} could not start: the interpreter {exe} cannot import torch.")
+            raise TorchMissing(
+                f"{run.path.name} could not start: the interpreter {run.exe} cannot import torch."
+            )
         if "EADDRINUSE" in text or "address already in use" in text:
-            return _report(
-                "crashed", runner, watch, exit_code, stacks, evidence, local_notes, start, launcher_lines
-            ), True
+            report = _report(
+                "crashed",
+                runner,
+                watch,
+                exit_code,
+                run.stacks,
+                run.evidence,
+                run.notes,
+                run.start,
+                launcher_lines,
+            )
+            return report, True
     if watch.rank_pids and all(rl.stdout.path is None for rl in runner.ranks.values()):
-        local_notes.append(
+        run.notes.append(
             "torchrun wrote no per-rank log files where rankscope looks (<log_dir>/*/attempt_*/<rank>/); "
             "this torch version lays them out differently, so the ranks' output is missing here."
         )
-    if outcome is None:
-        outcome = "ok" if exit_code == 0 else "crashed"
-    return _report(
-        outcome, runner, watch, exit_code, stacks, evidence, local_notes, start, launcher_lines
-    ), False
+    outcome = run.outcome or ("ok" if exit_code == 0 else "crashed")
+    report = _report(
+        outcome, runner, watch, exit_code, run.stacks, run.evidence, run.notes, run.start, launcher_lines
+    )
+    return report, False
 
 
 def _report(

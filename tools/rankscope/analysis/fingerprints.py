@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
@@ -118,6 +119,89 @@ def _ordered_names(per_rank: Mapping[int, Sequence[Fingerprint]]) -> list[str]:
     return list(seen)
 
 
+def _run_problems(per_rank: Mapping[int, RankFingerprints], ranks: Sequence[int]) -> list[str]:
+    """Files that cannot be compared as one run: other world sizes, jobs or things fingerprinted, gaps."""
+    worlds = sorted({per_rank[r].world_size for r in ranks})
+    job_ids = sorted({j for r in ranks if (j := per_rank[r].job_id)})
+    whiches = sorted({per_rank[r].which for r in ranks})
+    out: list[str] = []
+    if len(worlds) > 1:
+        out.append(f"ranks report different world sizes {worlds}: the files come from different runs")
+    if len(job_ids) > 1:
+        out.append(
+            f"fingerprints come from {len(job_ids)} different jobs ({', '.join(job_ids)}): compare files of one run"
+        )
+    if len(whiches) > 1:
+        out.append(f"ranks fingerprinted different things ({', '.join(whiches)})")
+    world = worlds[-1] if worlds else None
+    if world is not None and ranks and len(ranks) < world:
+        missing = sorted(set(range(world)) - set(ranks))
+        out.append(f"no fingerprints for ranks {missing} of a world of {world}")
+    return out
+
+
+@dataclass
+class _Tally:
+    """What the per-tensor comparison found, accumulated over the tensors."""
+
+    divergent: list[DivergentTensor] = field(default_factory=list)
+    nonfinite: list[NonFinite] = field(default_factory=list)
+    missing_keys: list[KeyPresence] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
+    compared: int = 0
+    single: int = 0
+
+
+def _compare_tensor(
+    name: str,
+    ranks: Sequence[int],
+    by_rank: Mapping[int, Mapping[str, Fingerprint]],
+    tally: _Tally,
+    atol: float,
+    rtol: float,
+) -> None:
+    """One tensor across the ranks: presence, non-finite values, and divergence within each replica group."""
+    holders = [r for r in ranks if name in by_rank[r]]
+    if len(holders) < len(ranks):
+        tally.missing_keys.append(
+            KeyPresence(name=name, present_on=holders, missing_on=[r for r in ranks if r not in holders])
+        )
+    fps = {r: by_rank[r][name] for r in holders}
+    tally.nonfinite.extend(
+        NonFinite(name=name, rank=r, nan=fps[r].nan, inf=fps[r].inf)
+        for r in holders
+        if fps[r].nan or fps[r].inf
+    )
+    if any(fp.partial for fp in fps.values()):
+        tally.partial.append(name)
+    groups: dict[str | None, list[int]] = {}
+    for r in holders:
+        groups.setdefault(fps[r].shard_key, []).append(r)
+    if len(holders) > 1 and all(len(m) < 2 for m in groups.values()):
+        tally.single += 1
+    for key, members in groups.items():
+        if len(members) < 2:
+            continue
+        tally.compared += 1
+        ref, tie = _reference(members, fps, atol, rtol)
+        odd = [r for r in members if r not in ref]
+        if not odd:
+            continue
+        ref_fp = fps[ref[0]]
+        tally.divergent.append(
+            DivergentTensor(
+                name=name,
+                ranks=odd,
+                reference_ranks=ref,
+                tie=tie,
+                reason=_reason(ref_fp, fps[odd[0]]),
+                replica_group=members,
+                shard_key=key,
+                values=[_value(ref[0], ref_fp)] + [_value(r, fps[r]) for r in odd],
+            )
+        )
+
+
 def compare_fingerprints(
     per_rank: Mapping[int, RankFingerprints],
     *,
@@ -132,84 +216,26 @@ def compare_fingerprints(
     }
     names = _ordered_names({r: per_rank[r].fingerprints for r in ranks})
     worlds = sorted({per_rank[r].world_size for r in ranks})
-    job_ids = sorted({j for r in ranks if (j := per_rank[r].job_id)})
     whiches = sorted({per_rank[r].which for r in ranks})
-    all_problems = list(problems)
-    if len(worlds) > 1:
-        all_problems.append(
-            f"ranks report different world sizes {worlds}: the files come from different runs"
-        )
-    if len(job_ids) > 1:
-        all_problems.append(
-            f"fingerprints come from {len(job_ids)} different jobs ({', '.join(job_ids)}): compare files of one run"
-        )
-    if len(whiches) > 1:
-        all_problems.append(f"ranks fingerprinted different things ({', '.join(whiches)})")
-    world = worlds[-1] if worlds else None
-    if world is not None and ranks and len(ranks) < world:
-        missing = sorted(set(range(world)) - set(ranks))
-        all_problems.append(f"no fingerprints for ranks {missing} of a world of {world}")
-
-    divergent: list[DivergentTensor] = []
-    nonfinite: list[NonFinite] = []
-    missing_keys: list[KeyPresence] = []
-    partial: list[str] = []
-    compared = 0
-    single = 0
+    all_problems = [*problems, *_run_problems(per_rank, ranks)]
+    tally = _Tally()
     for name in names:
-        holders = [r for r in ranks if name in by_rank[r]]
-        if len(holders) < len(ranks):
-            missing_keys.append(
-                KeyPresence(name=name, present_on=holders, missing_on=[r for r in ranks if r not in holders])
-            )
-        fps = {r: by_rank[r][name] for r in holders}
-        for r in holders:
-            if fps[r].nan or fps[r].inf:
-                nonfinite.append(NonFinite(name=name, rank=r, nan=fps[r].nan, inf=fps[r].inf))
-        if any(fp.partial for fp in fps.values()):
-            partial.append(name)
-        groups: dict[str | None, list[int]] = {}
-        for r in holders:
-            groups.setdefault(fps[r].shard_key, []).append(r)
-        if len(holders) > 1 and all(len(m) < 2 for m in groups.values()):
-            single += 1
-        for key, members in groups.items():
-            if len(members) < 2:
-                continue
-            compared += 1
-            ref, tie = _reference(members, fps, atol, rtol)
-            odd = [r for r in members if r not in ref]
-            if not odd:
-                continue
-            ref_fp = fps[ref[0]]
-            divergent.append(
-                DivergentTensor(
-                    name=name,
-                    ranks=odd,
-                    reference_ranks=ref,
-                    tie=tie,
-                    reason=_reason(ref_fp, fps[odd[0]]),
-                    replica_group=members,
-                    shard_key=key,
-                    values=[_value(ref[0], ref_fp)] + [_value(r, fps[r]) for r in odd],
-                )
-            )
-
-    consistent = not divergent and not missing_keys and not nonfinite and not all_problems
+        _compare_tensor(name, ranks, by_rank, tally, atol, rtol)
+    consistent = not tally.divergent and not tally.missing_keys and not tally.nonfinite and not all_problems
     report = ConsistencyReport(
         consistent=consistent,
-        world_size=world,
+        world_size=worlds[-1] if worlds else None,
         ranks=ranks,
         which=whiches[0] if len(whiches) == 1 else None,
-        job_ids=job_ids,
+        job_ids=sorted({j for r in ranks if (j := per_rank[r].job_id)}),
         tensors=len(names),
-        compared=compared,
-        sharded_not_compared=single,
-        divergent=divergent,
-        first_divergent=divergent[0].name if divergent else None,
-        nonfinite=nonfinite,
-        missing_keys=missing_keys,
-        partial=partial,
+        compared=tally.compared,
+        sharded_not_compared=tally.single,
+        divergent=tally.divergent,
+        first_divergent=tally.divergent[0].name if tally.divergent else None,
+        nonfinite=tally.nonfinite,
+        missing_keys=tally.missing_keys,
+        partial=tally.partial,
         problems=all_problems,
         notes=list(dict.fromkeys(n for r in ranks for n in per_rank[r].notes)),
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -434,50 +434,62 @@ def _p2p_mismatch(pg: _PG, dumped: set[int], pending_elsewhere: dict[int, str]) 
         other = next(
             (o for o in pending.get(peer, []) if o.peer == rank and o.direction != op.direction), None
         )
-        if other is not None:
-            if size_mismatch is None and _tensor_sizes(op.entry) != _tensor_sizes(other.entry):
-                size_mismatch = FrMismatch(
-                    process_group=pg.name,
-                    pg_desc=pg.desc,
-                    seq_id=op.entry.seq_id,
-                    is_p2p=True,
-                    kind="size_mismatch",
-                    ranks_entered=sorted({rank, peer}),
-                    suspect_ranks=sorted({rank, peer}),
-                    description=(
-                        f"rank {rank} {verb(op.direction)} rank {peer} with sizes {_tensor_sizes(op.entry)} "
-                        f"({_label(op)}), rank {peer} {verb(other.direction)} rank {rank} with sizes "
-                        f"{_tensor_sizes(other.entry)} ({_label(other)}): a send and its recv must have the same "
-                        "size and dtype"
-                    ),
-                    entries=[op.entry, other.entry],
-                )
-            continue
-        opposite = "recv" if op.direction == "send" else "send"
-        theirs = first.get(peer)
-        if theirs is not None:
-            doing = f"rank {peer} {verb(theirs.direction)} rank {theirs.peer} ({_label(theirs)})"
-        elif peer in pending_elsewhere:
-            doing = f"rank {peer} waits in {pending_elsewhere[peer]}"
-        else:
-            doing = f"rank {peer} has no send, recv or collective pending"
-        return FrMismatch(
-            process_group=pg.name,
-            pg_desc=pg.desc,
-            seq_id=op.entry.seq_id,
-            is_p2p=True,
-            kind="p2p_wrong_peer" if theirs is not None or peer in pending_elsewhere else "p2p_unmatched",
-            ranks_entered=[rank],
-            ranks_not_entered=[peer],
-            suspect_ranks=[peer],
-            description=(
-                f"rank {rank} {verb(op.direction)} rank {peer} ({op.entry.op} #{op.entry.seq_id} of group "
-                f"{pg.name}{_where(op.entry)}), but {doing}: "
-                f"rank {peer} never posted the matching {opposite}"
-            ),
-            entries=[op.entry, *([theirs.entry] if theirs is not None else [])],
-        )
+        if other is None:
+            return _unmatched(pg, rank, op, first.get(peer), pending_elsewhere)
+        if size_mismatch is None and _tensor_sizes(op.entry) != _tensor_sizes(other.entry):
+            size_mismatch = _size_mismatch(pg, rank, op, other)
     return size_mismatch
+
+
+def _size_mismatch(pg: _PG, rank: int, op: _P2POp, other: _P2POp) -> FrMismatch:
+    """A send and its matching recv, posted with different tensor sizes."""
+    peer = op.peer
+    return FrMismatch(
+        process_group=pg.name,
+        pg_desc=pg.desc,
+        seq_id=op.entry.seq_id,
+        is_p2p=True,
+        kind="size_mismatch",
+        ranks_entered=sorted({rank, peer}),
+        suspect_ranks=sorted({rank, peer}),
+        description=(
+            f"rank {rank} {verb(op.direction)} rank {peer} with sizes {_tensor_sizes(op.entry)} "
+            f"({_label(op)}), rank {peer} {verb(other.direction)} rank {rank} with sizes "
+            f"{_tensor_sizes(other.entry)} ({_label(other)}): a send and its recv must have the same "
+            "size and dtype"
+        ),
+        entries=[op.entry, other.entry],
+    )
+
+
+def _unmatched(
+    pg: _PG, rank: int, op: _P2POp, theirs: _P2POp | None, pending_elsewhere: Mapping[int, str]
+) -> FrMismatch:
+    """A pending send/recv whose peer never posted the opposite op: say what the peer does instead."""
+    peer = op.peer
+    opposite = "recv" if op.direction == "send" else "send"
+    if theirs is not None:
+        doing = f"rank {peer} {verb(theirs.direction)} rank {theirs.peer} ({_label(theirs)})"
+    elif peer in pending_elsewhere:
+        doing = f"rank {peer} waits in {pending_elsewhere[peer]}"
+    else:
+        doing = f"rank {peer} has no send, recv or collective pending"
+    return FrMismatch(
+        process_group=pg.name,
+        pg_desc=pg.desc,
+        seq_id=op.entry.seq_id,
+        is_p2p=True,
+        kind="p2p_wrong_peer" if theirs is not None or peer in pending_elsewhere else "p2p_unmatched",
+        ranks_entered=[rank],
+        ranks_not_entered=[peer],
+        suspect_ranks=[peer],
+        description=(
+            f"rank {rank} {verb(op.direction)} rank {peer} ({op.entry.op} #{op.entry.seq_id} of group "
+            f"{pg.name}{_where(op.entry)}), but {doing}: "
+            f"rank {peer} never posted the matching {opposite}"
+        ),
+        entries=[op.entry, *([theirs.entry] if theirs is not None else [])],
+    )
 
 
 def _earliest(mismatches: list[FrMismatch]) -> FrMismatch | None:

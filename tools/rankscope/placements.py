@@ -47,7 +47,7 @@ def inspect_placements(path: str) -> PlacementsReport:
 
 def _from_dcp(path: Path) -> PlacementsReport:
     try:
-        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     except ImportError as exc:
         raise TorchMissing(f"reading a DCP checkpoint needs torch.distributed.checkpoint: {exc}") from exc

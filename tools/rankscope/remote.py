@@ -566,19 +566,22 @@ def dump_stacks_debug_server(
     try:
         from datetime import timedelta
 
-        import torch.distributed as dist
+        from torch._C._distributed_c10d import (  # where torch.distributed takes them from
+            PrefixStore,
+            TCPStore,
+        )
     except ImportError as exc:
         from rankscope.errors import TorchMissing
 
         raise TorchMissing("--via debug-server reads the job's TCPStore, which needs torch.") from exc
     try:
-        store = dist.TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=min(timeout, 15.0)))
+        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=min(timeout, 15.0)))
     except Exception as exc:
         raise InvalidInput(
             f"cannot connect to the job's TCPStore at {addr}:{port}: {str(exc).splitlines()[0]}",
             "Pass the rendezvous address (torchrun's --master_addr:--master_port) of a job that is still running.",
         ) from exc
-    prefixed = dist.PrefixStore(DEBUG_PREFIX, store)
+    prefixed = PrefixStore(DEBUG_PREFIX, store)
     urls: list[str] = []
     while len(urls) < 1_000_000 and prefixed.check([f"rank{len(urls)}"]):
         urls.append(prefixed.get(f"rank{len(urls)}").decode())

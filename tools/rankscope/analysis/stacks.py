@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rankscope.analysis.bound import bound_report
 from rankscope.analysis.collectives import (
@@ -83,11 +83,12 @@ def main_thread(stack: RankStack) -> ThreadStack | None:
     """The thread the analysis starts from: py-spy's main thread, else MainThread by name."""
     if not stack.threads:
         return None
-    for pick in (
+    picks: tuple[Callable[[ThreadStack], bool], ...] = (
         lambda t: t.is_main,
         lambda t: t.os_thread_id is not None and t.os_thread_id == stack.pid,
         lambda t: t.name == "MainThread",
-    ):
+    )
+    for pick in picks:
         for thread in stack.threads:
             if pick(thread):
                 return thread

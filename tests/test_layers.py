@@ -27,7 +27,7 @@ FACADE = {"api"}
 def layer(module: str) -> str:
     """The layer of ``rankscope.<module>`` (dotted, without the ``rankscope.`` prefix)."""
     top = module.split(".")[0]
-    if top in ("analysis", "models") or module in PURE_TOP:
+    if top in ("analysis", "models", "render") or module in PURE_TOP:
         return "pure"
     if top in RUNTIME:
         return "runtime"

@@ -15,6 +15,7 @@ from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.core import Frame, Group, StacksReport
+from rankscope.render.next_steps import render_next_steps
 
 _STATE_NOTE = {
     "stopped": "process stopped (T): not sampled",
@@ -121,13 +122,7 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
     )
     yield f"  {verdict.summary}"
     yield from _peer_lines(report)
-    if verdict.next_steps:
-        yield "next steps:"
-        for i, step in enumerate(verdict.next_steps, 1):
-            refs = ", ".join(
-                x for x in (f"tool: {step.tool}" if step.tool else "", step.skill_section or "") if x
-            )
-            yield f"  {i}. {step.action}" + (f" [{refs}]" if refs else "")
+    yield from render_next_steps(verdict.next_steps)
     if report.truncated and report.hint:
         yield f"(truncated: {report.hint})"
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from pydantic import BaseModel
 
+from rankscope.render.next_steps import (
+    render_next_steps as render_next_steps,  # one renderer for every command
+)
+
 if TYPE_CHECKING:
-    from rankscope.models.core import NextStep
+    pass
 
 
 class Command:
@@ -38,13 +42,16 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 def emit(
-    model: BaseModel,
+    model: M,
     as_json: bool,
-    render: Callable[[BaseModel], Iterable[str]] | None = None,
+    render: Callable[[M], Iterable[str]] | None = None,
     out: TextIO | None = None,
 ) -> None:
-    """Print a model as JSON or through a line renderer; the only printing layer."""
+    """Print a model as JSON or through a line renderer typed on that model; the only printing layer."""
     out = out or sys.stdout
     if as_json or render is None:
         out.write(model.model_dump_json(indent=2))
@@ -57,16 +64,3 @@ def emit(
 
 def print_json(data: object, out: TextIO | None = None) -> None:
     (out or sys.stdout).write(json.dumps(data, indent=2) + "\n")
-
-
-def render_next_steps(steps: Sequence[NextStep]) -> Iterator[str]:
-    """The "Next:" block closing a human report: each action with the MCP tool and playbook section to use."""
-    if not steps:
-        return
-    yield ""
-    yield "Next:"
-    for step in steps:
-        extra = " ".join(
-            x for x in (f"[tool {step.tool}]" if step.tool else "", step.skill_section or "") if x
-        )
-        yield f"  - {step.action} {extra}"

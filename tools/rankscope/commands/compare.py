@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from typing import cast
 
-from pydantic import BaseModel
-
-from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.models.probe import ConsistencyReport
 
 MAX_LISTED = 20
@@ -18,8 +15,7 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.6g}"
 
 
-def render_consistency(model: BaseModel) -> Iterator[str]:
-    report = cast(ConsistencyReport, model)
+def render_consistency(report: ConsistencyReport) -> Iterator[str]:
     yield ("CONSISTENT: " if report.consistent else "INCONSISTENT: ") + report.summary
     for d in report.divergent[:MAX_LISTED]:
         tie = " (tie: no majority)" if d.tie else ""
@@ -38,8 +34,7 @@ def render_consistency(model: BaseModel) -> Iterator[str]:
         yield f"  Partial (unreduced) DTensor: {name}"
     for p in report.problems:
         yield f"problem: {p}"
-    for s in report.next_steps:
-        yield f"next: {s.action}" + (f" ({s.skill_section})" if s.skill_section else "")
+    yield from render_next_steps(report.next_steps)
 
 
 class CompareCommand(Command):

@@ -5,18 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from pydantic import BaseModel
-
 from rankscope.analysis.units import fmt_bytes
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.env import EnvReport
 
 
-def render_env(model: BaseModel) -> Iterator[str]:
+def render_env(r: EnvReport) -> Iterator[str]:
     """Human view: findings first (they are the point), then node facts and the per-rank table."""
-    if not isinstance(model, EnvReport):
-        raise TypeError(f"render_env needs an EnvReport, not {type(model).__name__}")
-    r = model
     n = r.node
     if r.findings:
         yield "Findings:"

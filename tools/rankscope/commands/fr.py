@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from pydantic import BaseModel
-
 from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.models.flight import FlightReport
 
 
-def render_flight(model: BaseModel) -> Iterator[str]:
+def render_flight(r: FlightReport) -> Iterator[str]:
     """Verdict first, then the first disagreement with each rank's entry, then how far each rank got."""
-    if not isinstance(model, FlightReport):  # pragma: no cover - emit passes what run() built
-        raise TypeError(type(model).__name__)
-    r = model
     yield f"Read {len(r.dumps)} dump(s): ranks {','.join(map(str, r.ranks)) or '-'} of world {r.world_size or '?'}"
     if r.missing_ranks:
         yield f"No dump for ranks: {','.join(map(str, r.missing_ranks))}"

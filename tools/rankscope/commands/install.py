@@ -6,14 +6,11 @@ import argparse
 from collections.abc import Iterator
 from typing import Literal, cast
 
-from pydantic import BaseModel
-
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.install import InstallReport
 
 
-def render_install(model: BaseModel) -> Iterator[str]:
-    report = cast(InstallReport, model)
+def render_install(report: InstallReport) -> Iterator[str]:
     counts: dict[str, int] = {}
     for f in report.files:
         counts[f.action] = counts.get(f.action, 0) + 1

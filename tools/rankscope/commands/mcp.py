@@ -7,8 +7,6 @@ import json
 from collections.abc import Iterator
 from typing import cast
 
-from pydantic import BaseModel
-
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.install import McpClient, McpConfig
 
@@ -33,8 +31,7 @@ class McpCommand(Command):
         return 0
 
 
-def render_mcp_config(model: BaseModel) -> Iterator[str]:
-    cfg = cast(McpConfig, model)
+def render_mcp_config(cfg: McpConfig) -> Iterator[str]:
     if cfg.command_line:
         yield "# Register with Claude Code:"
         yield cfg.command_line

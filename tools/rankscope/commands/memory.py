@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from typing import cast
-
-from pydantic import BaseModel
 
 from rankscope.analysis.units import fmt_bytes
 from rankscope.commands.base import Command, add_json_flag, emit
@@ -24,8 +21,7 @@ from rankscope.errors import InvalidInput
 from rankscope.models.memory import BudgetReport, MemoryReport
 
 
-def render_memory(model: BaseModel) -> Iterator[str]:
-    report = cast(MemoryReport, model)
+def render_memory(report: MemoryReport) -> Iterator[str]:
     if report.mode == "live":
         job = report.job
         yield f"job {job.job_id if job else '?'}: {len(report.ranks)} rank(s) on this host"
@@ -66,8 +62,7 @@ def render_memory(model: BaseModel) -> Iterator[str]:
         yield report.hint
 
 
-def render_budget(model: BaseModel) -> Iterator[str]:
-    b = cast(BudgetReport, model)
+def render_budget(b: BudgetReport) -> Iterator[str]:
     yield (
         f"{b.total_params:,} parameters, world size {b.world_size}, {b.optimizer} "
         f"({b.optimizer_states:g} states/element), params {b.param_dtype}, grads {b.grad_dtype}, states {b.optim_dtype}"

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from typing import cast
-
-from pydantic import BaseModel
 
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.probe import PlacementsReport
@@ -14,8 +11,7 @@ from rankscope.models.probe import PlacementsReport
 MAX_LISTED = 40
 
 
-def render_placements(model: BaseModel) -> Iterator[str]:
-    report = cast(PlacementsReport, model)
+def render_placements(report: PlacementsReport) -> Iterator[str]:
     yield report.summary
     for t in report.tensors[:MAX_LISTED]:
         how = ",".join(t.placements) if t.placements else f"{len(t.chunks)} chunks"

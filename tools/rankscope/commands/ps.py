@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from pydantic import BaseModel
-
 from rankscope import api
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.core import JobList
 
 
-def render_jobs(model: BaseModel) -> Iterator[str]:
+def render_jobs(model: JobList) -> Iterator[str]:
     """One block per job: launcher, world size, then one line per rank."""
-    assert isinstance(model, JobList)
     if not model.jobs:
         yield f"no distributed PyTorch jobs found on {model.host}"
     for job in model.jobs:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
-from pydantic import BaseModel
-
-from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.errors import InvalidInput
 from rankscope.models.repro import RenderedRepro, TemplateList, VerifyResult
 
@@ -28,8 +26,7 @@ def parse_sets(items: list[str]) -> dict[str, str | int | float | bool]:
     return out
 
 
-def render_list(model: BaseModel) -> Iterator[str]:
-    report = cast(TemplateList, model)
+def render_list(report: TemplateList) -> Iterator[str]:
     width = max((len(t.name) for t in report.templates), default=10)
     for t in report.templates:
         cuda = "  [needs CUDA]" if t.requires_cuda else ""
@@ -43,12 +40,10 @@ def render_verify_lines(v: VerifyResult) -> Iterator[str]:
     yield f"  {v.summary}"
     for line in v.evidence:
         yield f"  - {line}"
-    for step in v.next_steps:
-        yield f"  next: {step.action}"
+    yield from render_next_steps(v.next_steps, indent="  ")
 
 
-def render_repro_text(model: BaseModel) -> Iterator[str]:
-    r = cast(RenderedRepro, model)
+def render_repro_text(r: RenderedRepro) -> Iterator[str]:
     fixed = " (fixed)" if r.fixed else ""
     yield f"{r.template}{fixed}: {r.title}; symptom {r.symptom_source}:{r.symptom}" + (
         "; needs CUDA" if r.requires_cuda else ""
@@ -65,8 +60,8 @@ def render_repro_text(model: BaseModel) -> Iterator[str]:
         yield from render_verify_lines(r.verify)
 
 
-def _render_verify(model: BaseModel) -> Iterator[str]:
-    return render_verify_lines(cast(VerifyResult, model))
+def _render_verify(result: VerifyResult) -> Iterator[str]:
+    return render_verify_lines(result)
 
 
 def _add_verify_options(p: argparse.ArgumentParser) -> None:

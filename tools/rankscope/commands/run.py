@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
-from typing import cast
 
-from pydantic import BaseModel
-
-from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RunReport
 
@@ -36,15 +33,13 @@ def _render_stacks(stacks: StacksReport) -> Iterator[str]:
             yield f"      {frame.function} ({frame.where()})"
     for err in stacks.errors:
         yield f"  capture error on rank {err.rank} (pid {err.pid}): {err.message}"
-    for step in v.next_steps:
-        yield f"  next: {step.action}"
+    yield from render_next_steps(v.next_steps, indent="  ")
 
 
-def render_run(model: BaseModel) -> Iterator[str]:
+def render_run(report: RunReport) -> Iterator[str]:
     """The end-of-run summary printed after the streamed output."""
     from rankscope.analysis.collapse import render_collapsed
 
-    report = cast(RunReport, model)
     yield ""
     yield f"== rankscope run: {report.outcome} =="
     if report.collapsed_stdout:
@@ -65,9 +60,8 @@ def render_run(model: BaseModel) -> Iterator[str]:
     for note in report.notes:
         yield f"note: {note}"
     yield report.summary
-    for step in report.next_steps:
-        if report.stacks is None or step not in report.stacks.verdict.next_steps:
-            yield f"next: {step.action}"
+    shown = report.stacks.verdict.next_steps if report.stacks is not None else []
+    yield from render_next_steps([s for s in report.next_steps if s not in shown])
 
 
 def exit_status(report: RunReport) -> int:

@@ -12,17 +12,14 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel
-
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.core import StacksReport
 
 
-def _render(model: BaseModel) -> Iterator[str]:
+def _render(model: StacksReport) -> Iterator[str]:
     from rankscope.analysis.render_stacks import render_stacks  # only when printing for a person
 
-    assert isinstance(model, StacksReport)
     return render_stacks(model)
 
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from pydantic import BaseModel
-
 from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
 from rankscope.models.logs import TriageReport
 
 
-def render_triage(model: BaseModel) -> Iterator[str]:
+def render_triage(r: TriageReport) -> Iterator[str]:
     """Human view: summary and suspects first, then one block per finding."""
-    if not isinstance(model, TriageReport):
-        raise TypeError(f"render_triage needs a TriageReport, not {type(model).__name__}")
-    r = model
     read = ", ".join(
         f"{s.path}" + (f" (rank {s.rank_hint})" if s.rank_hint is not None else "") for s in r.sources
     )

@@ -1,0 +1,23 @@
+"""The one way a report's next steps are printed for a person, whatever the report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from rankscope.models.core import NextStep
+
+
+def render_next_steps(steps: Sequence[NextStep], *, indent: str = "") -> Iterator[str]:
+    """A numbered "next steps:" block: each action, then the tool to call and the playbook section.
+
+    The tool is named the way both faces know it (the MCP tool name; the CLI help maps it to its
+    command), so a person and an agent read the same step.
+    """
+    if not steps:
+        return
+    yield f"{indent}next steps:"
+    for i, step in enumerate(steps, 1):
+        refs = ", ".join(
+            x for x in (f"tool: {step.tool}" if step.tool else "", step.skill_section or "") if x
+        )
+        yield f"{indent}  {i}. {step.action}" + (f" [{refs}]" if refs else "")

@@ -18,9 +18,9 @@ PKG = Path(rankscope.__file__).parent
 
 PURE_TOP = {"errors", "options", "validate", "lazy", "__init__"}
 """Top-level modules of the pure core (besides the analysis/ and models/ packages)."""
-RUNTIME = {"procfs", "proctree", "subproc", "pyspy", "redact", "resources"}
+RUNTIME = {"runtime", "procfs", "proctree", "subproc", "pyspy", "redact", "resources"}
 """Infrastructure: /proc, process trees, bounded subprocesses, py-spy, redaction, bundled files."""
-FACES = {"cli", "__main__", "mcp_server", "commands", "mcp_tools"}
+FACES = {"cli", "__main__", "mcp", "mcp_server", "commands", "mcp_tools"}
 FACADE = {"api"}
 
 

@@ -19,6 +19,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -111,6 +112,75 @@ def resolve_destination(
     raise InvalidInput(f"Unknown target {target!r}.", fix="Use 'project', 'user', or pass dir.")
 
 
+def _plan(
+    sources: Mapping[str, Path], dest: Path, manifest: Mapping[str, str]
+) -> tuple[list[tuple[str, FileAction]], list[str], list[str]]:
+    """What to do with each shipped file, which installed files were edited, which are stale.
+
+    A file rankscope wrote and nobody touched is updated; one that differs from what the
+    manifest recorded was edited by someone and is only overwritten when forced; a file
+    rankscope no longer ships is removed unless it was edited (never delete an edit).
+    """
+    plan: list[tuple[str, FileAction]] = []
+    edited: list[str] = []
+    for rel, src in sources.items():
+        installed = dest / rel
+        if not installed.exists():
+            plan.append((rel, "created"))
+            continue
+        have = _sha256(installed) if installed.is_file() else ""
+        if have == _sha256(src):
+            plan.append((rel, "unchanged"))
+        elif manifest.get(rel) == have:
+            plan.append((rel, "updated"))
+        else:
+            edited.append(rel)
+            plan.append((rel, "overwritten"))
+    stale: list[str] = []
+    for rel, recorded in manifest.items():
+        installed = dest / rel
+        if rel in sources or not installed.is_file():
+            continue
+        if _sha256(installed) == recorded:
+            stale.append(rel)
+        else:
+            edited.append(rel)
+    return plan, edited, stale
+
+
+def _apply(
+    plan: Sequence[tuple[str, FileAction]], stale: Sequence[str], sources: Mapping[str, Path], dest: Path
+) -> list[InstalledFile]:
+    """Copy, update and remove files as planned; every file the report lists, with its hash."""
+    files: list[InstalledFile] = []
+    for rel, action in plan:
+        src, installed = sources[rel], dest / rel
+        if action != "unchanged":
+            installed.parent.mkdir(parents=True, exist_ok=True)
+            if installed.is_dir():
+                shutil.rmtree(installed)
+            shutil.copyfile(src, installed)
+        files.append(InstalledFile(path=rel, action=action, sha256=_sha256(installed)))
+    for rel in stale:
+        (dest / rel).unlink()
+        files.append(InstalledFile(path=rel, action="removed"))
+    return files
+
+
+def _install_notes(kind: str, name: str, dest: Path) -> list[str]:
+    notes: list[str] = []
+    if name != dest.name:
+        notes.append(
+            f"The skill is named {name!r} but its folder is {dest.name!r}; harnesses that follow the Agent Skills "
+            f"spec expect them to match. Install into a folder named {name!r}."
+        )
+    if kind == "project":
+        notes.append(
+            "Claude Code loads project skills from .claude/skills/ when started in this project's root."
+        )
+    return notes
+
+
 def install_skill(
     target: Literal["project", "user"] | None = None,
     dir: str | None = None,
@@ -126,74 +196,21 @@ def install_skill(
             f"{dest} exists and is not a folder.", fix="Pick another --dir, or remove that file."
         )
     manifest = _read_manifest(dest) if dest.is_dir() else {}
-
-    plan: list[tuple[str, FileAction]] = []
-    edited: list[str] = []
-    for rel, src in sources.items():
-        installed = dest / rel
-        want = _sha256(src)
-        if not installed.exists():
-            plan.append((rel, "created"))
-            continue
-        have = _sha256(installed) if installed.is_file() else ""
-        if have == want:
-            plan.append((rel, "unchanged"))
-        elif manifest.get(rel) == have:
-            plan.append((rel, "updated"))  # rankscope wrote it and nobody touched it: a newer version
-        else:
-            edited.append(rel)
-            plan.append((rel, "overwritten"))
-    stale: list[str] = []
-    for rel, recorded in manifest.items():
-        if rel in sources:
-            continue
-        installed = dest / rel
-        if installed.is_file():
-            if _sha256(installed) == recorded:
-                stale.append(rel)
-            else:
-                edited.append(rel)  # edited file rankscope no longer ships: keep it, never delete an edit
+    plan, edited, stale = _plan(sources, dest, manifest)
     if edited and not force:
         shown = ", ".join(sorted(edited)[:10]) + (" ..." if len(edited) > 10 else "")
         raise LocalEditsFound(
             f"{len(edited)} file(s) in {dest} differ from what rankscope installed there: {shown}. "
             "Nothing was changed."
         )
-
-    files: list[InstalledFile] = []
-    for rel, action in plan:
-        src, installed = sources[rel], dest / rel
-        if action != "unchanged":
-            installed.parent.mkdir(parents=True, exist_ok=True)
-            if installed.is_dir():
-                shutil.rmtree(installed)
-            shutil.copyfile(src, installed)
-        files.append(InstalledFile(path=rel, action=action, sha256=_sha256(installed)))
-    for rel in stale:
-        (dest / rel).unlink()
-        files.append(InstalledFile(path=rel, action="removed"))
-
+    files = _apply(plan, stale, sources, dest)
     changed = any(f.action != "unchanged" for f in files) or not (dest / MANIFEST).is_file()
-    manifest_data = {
-        "tool": "rankscope",
-        "version": __version__,
-        "files": {f.path: f.sha256 for f in files if f.action != "removed"},
-    }
-    if changed or manifest != manifest_data["files"]:
+    recorded = {f.path: f.sha256 for f in files if f.action != "removed"}
+    if changed or manifest != recorded:
         dest.mkdir(parents=True, exist_ok=True)
-        (dest / MANIFEST).write_text(json.dumps(manifest_data, indent=2, sort_keys=True) + "\n")
-
+        data = {"tool": "rankscope", "version": __version__, "files": recorded}
+        (dest / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     name = _skill_name(dest / "SKILL.md")
-    notes: list[str] = []
-    if name != dest.name:
-        notes.append(
-            f"The skill is named {name!r} but its folder is {dest.name!r}; harnesses that follow the Agent Skills "
-            f"spec expect them to match. Install into a folder named {name!r}."
-        )
-    if kind == "project":
-        notes.append(
-            "Claude Code loads project skills from .claude/skills/ when started in this project's root."
-        )
     return InstallReport(
         target=kind,
         directory=str(dest),
@@ -203,7 +220,7 @@ def install_skill(
         manifest=str(dest / MANIFEST),
         files=files,
         changed=changed,
-        notes=notes,
+        notes=_install_notes(kind, name, dest),
     )
 
 

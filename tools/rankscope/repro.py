@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from rankscope.models.repro import (
     TemplateSpec,
     VerifyResult,
 )
+from rankscope.models.run import RunReport
 from rankscope.redact import Redactor
 from rankscope.resources import templates_dir
 
@@ -306,73 +308,9 @@ def verify_repro(
         nproc = world if isinstance(world, int) and world > 0 else 2
     started = time.monotonic()
     run = launch.run_job(str(script_path), [], nproc=nproc, hang_timeout=hang_timeout, timeout=timeout)
-    redactor = Redactor()
-    lines = _run_output_lines(run.model_dump(mode="json"))
-    text = "\n".join(lines)
-    evidence = [f"rankscope run: {run.summary}"]
-    if run.hang_evidence:
-        evidence.append(f"hang evidence: {run.hang_evidence}")
+    seen = _observe(run, kind, source)
     verdict = run.stacks.verdict if run.stacks is not None else None
-    if verdict is not None:
-        evidence.append(f"verdict {verdict.kind}: {verdict.summary}")
-    finding_kinds: list[str] = []
-    if run.outcome != "ok" and text.strip():
-        triage = log_triage.triage_logs([], text=text)
-        finding_kinds = sorted({f.kind for f in triage.findings})
-        for f in triage.findings:
-            if f.kind == kind:
-                evidence.append(f"finding {f.kind} (ranks {f.ranks}): {f.message}: {f.excerpt[:300]}")
-                break
-    marks = [line for line in lines if SYMPTOM_MARK in line]
-    evidence.extend(marks[:5])
-    skipped = any(SKIP_MARK in line for line in lines)
-    if source == "verdict":
-        seen = run.outcome == "hung" and verdict is not None and verdict.kind == kind
-    elif source == "finding":
-        seen = kind in finding_kinds
-    else:
-        seen = any(f"{SYMPTOM_MARK}{kind}:" in line for line in marks)
-    clean = run.outcome == "ok" and run.exit_code == 0 and not seen
-    if skipped:
-        answer, ok = "skipped", True
-        evidence.append(next(line for line in lines if SKIP_MARK in line))
-        summary = f"skipped: {script_path.name} needs CUDA and none is visible here; run it on a GPU node."
-    elif fixed:
-        answer, ok = ("clean", True) if clean else ("not clean", False)
-        summary = (
-            f"clean: the fixed repro ran to completion without {kind}."
-            if clean
-            else f"not clean: the fixed repro ended {run.outcome}"
-            + (f" and still shows {kind}" if seen else "")
-            + "."
-        )
-    else:
-        answer, ok = ("reproduced", True) if seen else ("not reproduced", False)
-        summary = (
-            f"reproduced: {kind} appeared ({source})."
-            if seen
-            else f"not reproduced: expected {kind} ({source}); the run ended {run.outcome}"
-            + (f" with verdict {verdict.kind}" if verdict else "")
-            + (f" and findings {', '.join(finding_kinds)}" if finding_kinds else "")
-            + "."
-        )
-    next_steps = []
-    if answer == "reproduced":
-        next_steps.append(
-            NextStep(
-                action="Hand the repro over with its command lines, then render the fixed version and check it runs clean.",
-                tool="generate_repro",
-                skill_section="skill/repro.md#hand-it-over",
-            )
-        )
-    elif not ok:
-        next_steps.append(
-            NextStep(
-                action="Rerun with a longer hang timeout or different parameters; read the evidence for what happened instead.",
-                tool="run_all_ranks",
-                skill_section="skill/repro.md#when-it-does-not-reproduce",
-            )
-        )
+    answer, ok, summary = _judge(run, seen, kind, source, fixed, script_path.name)
     return VerifyResult(
         path=str(script_path),
         template=str(meta["template"]),
@@ -386,9 +324,96 @@ def verify_repro(
         exit_code=run.exit_code,
         verdict_kind=verdict.kind if verdict else None,
         suspect_ranks=list(verdict.suspect_ranks) if verdict else [],
-        finding_kinds=finding_kinds,
-        evidence=[redactor.text(e) for e in evidence],
+        finding_kinds=seen.finding_kinds,
+        evidence=[Redactor().text(e) for e in seen.evidence],
         summary=summary,
         duration_s=round(time.monotonic() - started, 2),
-        next_steps=next_steps,
+        next_steps=_verify_next_steps(answer, ok),
     )
+
+
+@dataclass
+class _Observed:
+    """What one run of a repro showed: whether the declared symptom appeared, and the evidence."""
+
+    seen: bool
+    skipped: bool
+    evidence: list[str]
+    finding_kinds: list[str]
+
+
+def _observe(run: RunReport, kind: str, source: str) -> _Observed:
+    """Judge the symptom as rankscope itself would: the hang verdict, log triage, or the repro's check line."""
+    lines = _run_output_lines(run.model_dump(mode="json"))
+    text = "\n".join(lines)
+    evidence = [f"rankscope run: {run.summary}"]
+    if run.hang_evidence:
+        evidence.append(f"hang evidence: {run.hang_evidence}")
+    verdict = run.stacks.verdict if run.stacks is not None else None
+    if verdict is not None:
+        evidence.append(f"verdict {verdict.kind}: {verdict.summary}")
+    finding_kinds: list[str] = []
+    if run.outcome != "ok" and text.strip():
+        triage = log_triage.triage_logs([], text=text)
+        finding_kinds = sorted({f.kind for f in triage.findings})
+        match = next((f for f in triage.findings if f.kind == kind), None)
+        if match is not None:
+            evidence.append(
+                f"finding {match.kind} (ranks {match.ranks}): {match.message}: {match.excerpt[:300]}"
+            )
+    marks = [line for line in lines if SYMPTOM_MARK in line]
+    evidence.extend(marks[:5])
+    skip_line = next((line for line in lines if SKIP_MARK in line), None)
+    if skip_line is not None:
+        evidence.append(skip_line)
+    if source == "verdict":
+        seen = run.outcome == "hung" and verdict is not None and verdict.kind == kind
+    elif source == "finding":
+        seen = kind in finding_kinds
+    else:
+        seen = any(f"{SYMPTOM_MARK}{kind}:" in line for line in marks)
+    return _Observed(seen=seen, skipped=skip_line is not None, evidence=evidence, finding_kinds=finding_kinds)
+
+
+def _judge(
+    run: RunReport, obs: _Observed, kind: str, source: str, fixed: bool, name: str
+) -> tuple[str, bool, str]:
+    """The answer (reproduced / clean / skipped / not ...), whether it is the expected one, and why."""
+    if obs.skipped:
+        return "skipped", True, f"skipped: {name} needs CUDA and none is visible here; run it on a GPU node."
+    if fixed:
+        clean = run.outcome == "ok" and run.exit_code == 0 and not obs.seen
+        if clean:
+            return "clean", True, f"clean: the fixed repro ran to completion without {kind}."
+        still = f" and still shows {kind}" if obs.seen else ""
+        return "not clean", False, f"not clean: the fixed repro ended {run.outcome}{still}."
+    if obs.seen:
+        return "reproduced", True, f"reproduced: {kind} appeared ({source})."
+    verdict = run.stacks.verdict if run.stacks is not None else None
+    summary = (
+        f"not reproduced: expected {kind} ({source}); the run ended {run.outcome}"
+        + (f" with verdict {verdict.kind}" if verdict else "")
+        + (f" and findings {', '.join(obs.finding_kinds)}" if obs.finding_kinds else "")
+        + "."
+    )
+    return "not reproduced", False, summary
+
+
+def _verify_next_steps(answer: str, ok: bool) -> list[NextStep]:
+    if answer == "reproduced":
+        return [
+            NextStep(
+                action="Hand the repro over with its command lines, then render the fixed version and check it runs clean.",
+                tool="generate_repro",
+                skill_section="skill/repro.md#hand-it-over",
+            )
+        ]
+    if not ok:
+        return [
+            NextStep(
+                action="Rerun with a longer hang timeout or different parameters; read the evidence for what happened instead.",
+                tool="run_all_ranks",
+                skill_section="skill/repro.md#when-it-does-not-reproduce",
+            )
+        ]
+    return []

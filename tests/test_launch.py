@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from rankscope.analysis.runs import bound_run_report, parse_failures
 from rankscope.errors import InvalidInput, TorchMissing
-from rankscope.launch import bound_run_report, parse_failures, run_job
+from rankscope.launch import run_job
 from rankscope.models.run import CollapsedLine, RankOutput, RunReport
 from rankscope.proctree import descendants, reap_tree
 from tests.jobs import PROGRAMS, wait_for

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.jobs import JobFactory  # noqa: E402
-from tests.test_stacks_analysis import synthetic  # noqa: E402
+from tests.unit.test_stacks_analysis import synthetic  # noqa: E402
 
 from rankscope.analysis.bound import bound_report  # noqa: E402
 from rankscope.analysis.stacks import analyze  # noqa: E402

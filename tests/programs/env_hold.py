@@ -1,6 +1,6 @@
 """A rank that joins the group, optionally starts DataLoader workers, signals readiness and waits.
 
-Used by tests/test_env.py to read a live job's environment. ``--workers N`` keeps
+Used by tests/integration/test_env.py to read a live job's environment. ``--workers N`` keeps
 N DataLoader worker processes alive (children of the rank) while it waits.
 """
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client
 
 from rankscope.mcp_server import build_server
+from tests.paths import DATA as DATA_ROOT
 
-LOGS = Path(__file__).resolve().parent / "data" / "logs"
+LOGS = DATA_ROOT / "logs"
 
 
 def _call(calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, list[Any]]:

@@ -16,8 +16,9 @@ from rankscope.cli import main
 from rankscope.compare import compare_dir
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).parent / "data" / "probe"
+DATA = DATA_ROOT / "probe"
 
 
 def state_dicts(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rankscope.analysis.env_checks import check_env, diff_ranks
 from rankscope.analysis.gpu_parsers import (
     non_nvlink_gpu_pairs,
@@ -13,8 +11,9 @@ from rankscope.analysis.gpu_parsers import (
 )
 from rankscope.envinfo import parse_limits
 from rankscope.models.env import GpuInfo, NetInterface, NodeInfo, RankEnv, ShmInfo
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).resolve().parent / "data" / "env"
+DATA = DATA_ROOT / "env"
 
 
 def _node(**kw: object) -> NodeInfo:

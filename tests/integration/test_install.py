@@ -22,8 +22,8 @@ from rankscope.errors import InvalidInput
 from rankscope.install import MANIFEST, LocalEditsFound, install_skill, mcp_config
 from rankscope.models.install import McpClient
 from rankscope.resources import bundle_root
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 RANKSCOPE = str(VENV_BIN / "rankscope")
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode")

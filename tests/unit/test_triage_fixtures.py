@@ -14,8 +14,10 @@ from rankscope.analysis.logs import LogScanner, conclude, parse_size
 from rankscope.cli import main
 from rankscope.errors import InvalidInput
 from rankscope.triage import rank_hint, triage_logs
+from tests.paths import DATA as DATA_ROOT
+from tests.paths import ROOT
 
-LOGS = Path(__file__).resolve().parent / "data" / "logs"
+LOGS = DATA_ROOT / "logs"
 
 
 def _by_kind(report_findings: list, kind: str) -> list:  # type: ignore[type-arg]
@@ -204,7 +206,7 @@ def test_every_skill_section_emitted_resolves_to_a_heading() -> None:
 
     from rankscope.analysis.log_rules import RULES, SECTIONS
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
 
     def anchors(md: str) -> set[str]:
         out = set()

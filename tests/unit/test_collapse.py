@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rankscope.analysis.collapse import collapse_rank_lines, format_ranks, rank_label, render_collapsed
 from rankscope.models.run import CollapsedLine
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).resolve().parent / "data" / "run"
+DATA = DATA_ROOT / "run"
 
 
 def _captured(name: str, stream: str) -> dict[int, list[str]]:

@@ -22,6 +22,7 @@ from rankscope.install import install_skill
 from rankscope.mcp_server import build_server
 from rankscope.models.core import VerdictKind
 from rankscope.resources import bundle_root, playbooks_dir, skill_md
+from tests.paths import ROOT
 
 ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -188,9 +189,7 @@ def test_hangs_playbook_has_a_section_for_every_verdict_and_step() -> None:
     for kind in get_args(VerdictKind):
         assert kind.replace("_", "-") in have, f"skill/hangs.md has no #{kind.replace('_', '-')} section"
     # every skill_section the hang analysis emits resolves to a heading
-    source = (
-        Path(__file__).resolve().parents[1] / "tools" / "rankscope" / "analysis" / "stacks.py"
-    ).read_text()
+    source = (ROOT / "tools" / "rankscope" / "analysis" / "stacks.py").read_text()
     emitted = set(re.findall(r'_step\([^)]*?"([a-z-]+)",?\s*\)', source, flags=re.DOTALL))
     assert "mismatched-collectives" in emitted
     assert emitted <= have, f"sections emitted by the analysis but missing from hangs.md: {emitted - have}"

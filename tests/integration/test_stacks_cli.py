@@ -1,5 +1,5 @@
 """`rankscope stacks` across hosts from the command line: --via without --hosts, Slurm hostlists
-in --hosts, --rankscope-cmd. Stand-in srun/kubectl scripts (as in tests/test_remote.py) record
+in --hosts, --rankscope-cmd. Stand-in srun/kubectl scripts (as in tests/integration/test_remote.py) record
 the command line they get; the debug-server path runs against a real hung gloo job."""
 
 from __future__ import annotations

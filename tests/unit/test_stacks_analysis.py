@@ -5,7 +5,6 @@ FSDP/DTensor/NCCL ones (frame names from the PyTorch source)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,9 @@ from rankscope.models.core import (
 )
 from rankscope.pyspy import parse_dump
 from rankscope.stacks import _spawn_index, _with_source_op
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).parent / "data" / "stacks"
+DATA = DATA_ROOT / "stacks"
 SP = "/opt/venv/lib/python3.11/site-packages/"
 
 

@@ -18,10 +18,11 @@ import pytest
 from rankscope.models.repro import VerifyResult
 from rankscope.repro import list_templates, render_repro, repro_from_report, verify_repro
 from tests.jobs import JobFactory, wait_for
+from tests.paths import DATA as DATA_ROOT
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parent / "data" / "repro"
+DATA = DATA_ROOT / "repro"
 
 HANG_TIMEOUT = 6.0
 RUN_TIMEOUT = 150.0

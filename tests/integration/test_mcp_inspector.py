@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-INSPECTOR_DIR = Path(__file__).resolve().parent / "inspector"
+from tests.paths import TESTS
+
+INSPECTOR_DIR = TESTS / "inspector"
 INSPECTOR = INSPECTOR_DIR / "node_modules" / ".bin" / "mcp-inspector"
 RANKSCOPE = str(Path(sys.executable).parent / "rankscope")
 

@@ -28,8 +28,9 @@ from rankscope.models.core import Finding, StacksReport
 from rankscope.models.repro import ParamSpec, TemplateSpec
 from rankscope.repro import catalog, list_templates, read_meta, render_repro, repro_from_report
 from rankscope.resources import templates_dir
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).resolve().parent / "data" / "repro"
+DATA = DATA_ROOT / "repro"
 
 REQUIRED_CLASSES = {
     "skip_collective",

@@ -20,8 +20,9 @@ from rankscope.errors import InvalidInput
 from rankscope.models.probe import Chunk, ModuleWrapping, PlacementReport, TensorPlacement
 from rankscope.placements import inspect_placements
 from tests.jobs import run_cli
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).parent / "data" / "probe"
+DATA = DATA_ROOT / "probe"
 
 
 def c(offsets: list[int], sizes: list[int]) -> Chunk:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from rankscope.analysis.fingerprints import compare_fingerprints
 from rankscope.models.probe import Fingerprint, RankFingerprints
+from tests.paths import DATA as DATA_ROOT
+from tests.paths import ROOT
 
-DATA = Path(__file__).parent / "data" / "probe"
+DATA = DATA_ROOT / "probe"
 
 
 def captured() -> dict[int, RankFingerprints]:
@@ -155,7 +156,7 @@ def test_same_input_same_report() -> None:
 
 
 def test_every_emitted_skill_section_resolves_to_a_heading() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     playbook = (root / "skill" / "wrong-results.md").read_text(encoding="utf-8")
     have = {
         re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")

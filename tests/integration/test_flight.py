@@ -23,8 +23,9 @@ from rankscope.flight import analyze_flight_recorder
 from rankscope.models.core import Job, StacksReport, Verdict
 from rankscope.models.flight import FlightReport
 from tests.jobs import JobFactory, wait_for
+from tests.paths import DATA as DATA_ROOT
 
-DATA = Path(__file__).resolve().parent / "data" / "flight"
+DATA = DATA_ROOT / "flight"
 
 
 def _signal_until_dumped(pids: list[int], dump: Path, nranks: int, timeout: float = 60.0) -> None:

@@ -19,9 +19,10 @@ from rankscope.launch import run_job
 from rankscope.models.run import CollapsedLine, RankOutput, RunReport
 from rankscope.proctree import descendants, reap_tree
 from tests.jobs import PROGRAMS, wait_for
+from tests.paths import DATA as DATA_ROOT
 
 SCRIPT = str(PROGRAMS / "run_ranks.py")
-DATA = Path(__file__).resolve().parent / "data" / "run"
+DATA = DATA_ROOT / "run"
 MARKER = "RANKSCOPE_RUN_TEST_MARKER"
 
 

@@ -1,4 +1,7 @@
-"""Flight recorder: real gloo hangs dumped through the probe, NCCL-layout dumps, bad files."""
+"""Flight recorder: real gloo hangs dumped through the probe, NCCL-layout dumps, bad files.
+
+The pure tests; the ones that start processes are in tests/integration/test_flight.py.
+"""
 
 from __future__ import annotations
 

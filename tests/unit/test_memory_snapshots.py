@@ -1,4 +1,7 @@
-"""Snapshot analysis on files in the real ``_dump_snapshot`` layout, built with known values."""
+"""Snapshot analysis on files in the real ``_dump_snapshot`` layout, built with known values.
+
+The pure tests; the ones that start processes are in tests/integration/test_memory_snapshots.py.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Placement math and the offline inspector (`rankscope placements`).
 
-Data: a real torch.distributed.checkpoint written by FSDP2 on 4 CPU ranks and
-the placement reports ``rankscope.probe.dump(..., kind="placements")`` wrote
-in the same job (tests/programs/probe_sharded.py), kept under tests/data/probe."""
+The pure tests; the ones that start processes are in tests/integration/test_placements.py.
+"""
 
 from __future__ import annotations
 

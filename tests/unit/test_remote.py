@@ -1,10 +1,7 @@
-"""Cross-host collection: a real sshd on 127.0.0.1, a gloo job over two "nodes", and command syntax.
+"""Cross-host collection without hosts: hostlists, argv builders, outcome classification and report merging.
 
-Two sshd instances run on loopback with throwaway keys: on ``good`` the remote
-PATH holds rankscope (sshd's ``SetEnv``), on ``bare`` it does not, which is
-exactly a node without rankscope. The two nodes of the job are addressed as
-127.0.0.1 and localhost; each remote call is pointed at its own node's
-torchrun pid so it sees only that node's ranks."""
+The pure tests; the ones that start processes are in tests/integration/test_remote.py.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Repro templates as data: every template renders and parses, parameters are bounded, injections are rejected,
-and from-report picks the right template from reports captured from real failing jobs.
 
-The reports under tests/data/repro/ were captured from real runs of the repros
-(`rankscope run` on 2 gloo ranks: its StacksReport when hung, `rankscope triage`
-on its output when crashed); see tests/data/repro/README.md."""
+The pure tests; the ones that start processes are in tests/integration/test_repro_templates.py.
+"""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def test_hangs_playbook_has_a_section_for_every_verdict_and_step() -> None:
     for kind in get_args(VerdictKind):
         assert kind.replace("_", "-") in have, f"skill/hangs.md has no #{kind.replace('_', '-')} section"
     # every skill_section the hang analysis emits resolves to a heading
-    source = (ROOT / "tools" / "rankscope" / "analysis" / "stacks.py").read_text()
+    source = (ROOT / "tools" / "rankscope" / "analysis" / "verdict.py").read_text()
     emitted = set(re.findall(r'_step\([^)]*?"([a-z-]+)",?\s*\)', source, flags=re.DOTALL))
     assert "mismatched-collectives" in emitted
     assert emitted <= have, f"sections emitted by the analysis but missing from hangs.md: {emitted - have}"

@@ -245,6 +245,9 @@ class Group(Model):
     state: ProcState | None = Field(
         default=None, description="Set when the group is formed by a process state (stopped, zombie)."
     )
+    wait: WaitKind | None = Field(
+        default=None, description="What the group's main threads wait for (gpu, collective, other, ...)."
+    )
     frames: list[Frame] = Field(
         default_factory=list, description="Representative main-thread stack, innermost first (bounded)."
     )

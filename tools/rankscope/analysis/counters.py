@@ -1,0 +1,146 @@
+"""Progress counters: integer locals (step, epoch, i, ...) compared across ranks.
+
+A rank whose loop counter differs from the majority's is behind (or ahead): it skipped or
+added an iteration, ran out of data first, or took a rank-dependent branch. This holds on
+NCCL and gloo alike, and on NCCL it is often the only CPU-side evidence that names the
+laggard, because every rank's CPU stops at some GPU wait. Only integer values are kept
+from the locals; every other local is dropped before anything leaves the shell.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.models.core import Confidence, Frame, LocalVar, RankStack
+
+KNOWN_COUNTERS: tuple[str, ...] = (
+    "global_step",
+    "step",
+    "steps",
+    "iteration",
+    "iter",
+    "it",
+    "epoch",
+    "batch_idx",
+    "batch_index",
+    "micro_step",
+    "microbatch",
+    "micro_batch",
+    "update",
+    "idx",
+    "i",
+    "n",
+)
+"""Names that count progress, best first: a split on one of these decides."""
+
+_RANKISH = re.compile(
+    r"(^|_)(rank|ranks|world|world_size|size|device|device_id|gpu|gpu_id|cuda|pid|port|seed|node|stage|shard|"
+    r"local_world_size|num_workers|workers|dim|ndim|numel|nbytes|dtype|len|length|count|total)($|_)"
+)
+"""Integers that differ by rank by design (its rank, device, shard) or say nothing about progress."""
+
+_INT = re.compile(r"-?\d{1,18}")
+
+MAX_COUNTERS_PER_RANK = 32
+
+
+def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
+    """``function:name`` -> value for the integer locals of the frames worth comparing.
+
+    Frames of torch and the standard library are skipped (their integers are internal); the
+    job's own frames and third-party training loops (a Trainer's ``fit``) are kept.
+    """
+    out: dict[str, int] = {}
+    for frame in frames:
+        if frame.native or not frame.locals or _internal(frame.file):
+            continue
+        for local in frame.locals:
+            value = _int_value(local)
+            if value is None or _RANKISH.search(local.name.lower()):
+                continue
+            out.setdefault(f"{frame.function}:{local.name}", value)
+            if len(out) >= MAX_COUNTERS_PER_RANK:
+                return out
+    return out
+
+
+def _internal(file: str) -> bool:
+    path = file.replace("\\", "/")
+    if "/torch/" in path or "/rankscope/" in path or path.startswith("<"):
+        return True
+    return bool(re.search(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)", path))
+
+
+def _int_value(local: LocalVar) -> int | None:
+    text = (local.repr or "").strip()
+    return int(text) if _INT.fullmatch(text) else None
+
+
+@dataclass(frozen=True)
+class CounterSplit:
+    """Ranks whose counter differs from the majority's, and the sentence that says so."""
+
+    key: str
+    suspects: list[int]
+    confidence: Confidence
+    summary: str
+    evidence: str
+
+
+def counter_split(stacks: Sequence[RankStack]) -> CounterSplit | None:
+    """The best disagreement among the ranks' counters, or None when they agree (or say nothing).
+
+    A counter decides when a strict majority (at least two ranks) shares one value and the
+    others differ; a counter equal to the rank number on every rank is the rank, not progress.
+    Known counter names (step, epoch, i) are preferred to other integers.
+    """
+    by_key: dict[str, dict[int, int]] = {}
+    for s in stacks:
+        if s.rank is None:
+            continue
+        for key, value in s.counters.items():
+            by_key.setdefault(key, {})[s.rank] = value
+    candidates: list[tuple[int, int, CounterSplit]] = []
+    for key, values in by_key.items():
+        split = _split(key, values)
+        if split is not None:
+            name = key.rsplit(":", 1)[-1].lower()
+            rank_of_name = KNOWN_COUNTERS.index(name) if name in KNOWN_COUNTERS else len(KNOWN_COUNTERS)
+            candidates.append((rank_of_name, len(split.suspects), split))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: (c[0], c[1], c[2].key))
+    return candidates[0][2]
+
+
+def _split(key: str, values: dict[int, int]) -> CounterSplit | None:
+    if len(values) < 3 or len(set(values.values())) < 2:
+        return None
+    if all(v == r for r, v in values.items()):
+        return None  # the rank itself
+    counts = Counter(values.values())
+    (top, n_top), *rest = counts.most_common()
+    if n_top < 2 or (rest and rest[0][1] == n_top) or n_top * 2 <= len(values):
+        return None
+    suspects = sorted(r for r, v in values.items() if v != top)
+    majority = sorted(r for r, v in values.items() if v == top)
+    function, name = key.rsplit(":", 1)
+    odd = Counter(values[r] for r in suspects)
+    parts = [
+        f"{ranks_phrase(sorted(r for r in suspects if values[r] == v))}: {name}={v}"
+        for v, _ in odd.most_common()
+    ]
+    text = f"{'; '.join(parts)} in {function}; {ranks_phrase(majority)}: {name}={top}"
+    known = name.lower() in KNOWN_COUNTERS
+    confidence: Confidence = "high" if known and len(odd) == 1 and len(suspects) < len(majority) else "medium"
+    return CounterSplit(
+        key=key,
+        suspects=suspects,
+        confidence=confidence,
+        summary=f"progress counters differ: {text}",
+        evidence=f"progress counter {name} in {function}: {text}",
+    )

@@ -1,0 +1,104 @@
+"""Frames: which are the job's own code, which thread is the main one, where a rank stands.
+
+Pure helpers shared by the stacks analysis (recognition, grouping) and the verdict rules.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+
+from rankscope.models.core import CallSite, Frame, RankStack, ThreadStack
+
+STUCK_STATES: frozenset[str] = frozenset({"stopped", "tracing_stop", "disk_sleep"})
+GONE_STATES: frozenset[str] = frozenset({"zombie", "dead"})
+
+_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
+_THIRD_PARTY = ("/site-packages/", "/dist-packages/", "/torch/", "/rankscope/probe/")
+
+
+# -- frames ------------------------------------------------------------------------------------
+
+
+GENERATED_MARKER = "/torchinductor_"
+"""torch.compile's generated code lives in inductor's cache (``/tmp/torchinductor_<user>/``)."""
+
+
+def is_generated_frame(frame: Frame) -> bool:
+    """True for a frame of code that torch.compile generated (inductor's ``Runner.call``)."""
+    return not frame.native and GENERATED_MARKER in frame.file.replace("\\", "/")
+
+
+def is_user_frame(frame: Frame) -> bool:
+    """True for a Python frame in the job's own code (not torch, site-packages, the stdlib, or
+    code torch.compile generated)."""
+    if frame.native:
+        return False
+    path = frame.file.replace("\\", "/")
+    if not path or path.startswith("<") or GENERATED_MARKER in path:
+        return False
+    if any(part in path for part in _THIRD_PARTY):
+        return False
+    return not _STDLIB.search(path)
+
+
+def main_thread(stack: RankStack) -> ThreadStack | None:
+    """The thread the analysis starts from: py-spy's main thread, else MainThread by name."""
+    if not stack.threads:
+        return None
+    picks: tuple[Callable[[ThreadStack], bool], ...] = (
+        lambda t: t.is_main,
+        lambda t: t.os_thread_id is not None and t.os_thread_id == stack.pid,
+        lambda t: t.name == "MainThread",
+    )
+    for pick in picks:
+        for thread in stack.threads:
+            if pick(thread):
+                return thread
+    return stack.threads[0]
+
+
+def find_call_site(frames: Iterable[Frame]) -> CallSite | None:
+    """The innermost user frame: where the job's own code called into the library."""
+    for frame in frames:
+        if is_user_frame(frame):
+            return CallSite(file=frame.file, line=frame.line, function=frame.function)
+    return None
+
+
+def lib_where(frame: Frame) -> str:
+    """``torch/distributed/distributed_c10d.py:3252``: a library frame without the install prefix."""
+    path = frame.file.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    else:
+        path = os.path.basename(path) or path
+    return f"{path}:{frame.line}" if frame.line is not None else path
+
+
+def blocked_in(frames: list[Frame]) -> str | None:
+    """The library call the user code is waiting in (``Queue.get``), for a rank in no collective.
+
+    That is the outermost non-user Python frame inside the innermost user frame.
+    """
+    last: Frame | None = None
+    for frame in frames:
+        if frame.native:
+            continue
+        if is_user_frame(frame):
+            break
+        last = frame
+    else:
+        return None
+    return f"{last.function} ({lib_where(last)})" if last is not None else None
+
+
+def short_site(site: CallSite | None) -> str:
+    """``train.py:21`` (basename and line) for summaries."""
+    if site is None:
+        return "an unknown site"
+    base = os.path.basename(site.file) or site.file
+    return f"{base}:{site.line}" if site.line is not None else base

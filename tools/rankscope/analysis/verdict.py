@@ -1,0 +1,728 @@
+"""The hang verdict: a table of rules, read one at a time, first match wins.
+
+Each rule takes the facts of one capture (:class:`Facts`) and returns a verdict or None.
+The gloo rules assume what gloo does: a collective blocks the CPU until every rank
+arrives, so where the CPU stops is where the rank is stuck. The NCCL rules know that a
+collective returns once its kernel is enqueued: a rank waiting for the GPU (``wait`` =
+gpu, launch_queue, allocator) is queued behind a stuck kernel and is never "the rank that
+did not reach the collective"; progress counters, ranks in CPU-blocking collectives, a
+rank that waits for nothing GPU-side, and the flight recorder decide instead, and when
+none does the verdict says the CPU side cannot tell.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rankscope.analysis.counters import CounterSplit, counter_split
+from rankscope.analysis.frames import GONE_STATES, STUCK_STATES, blocked_in, short_site
+from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.waits import GPU_LIKE, wait_phrase
+from rankscope.models.core import Backend, Group, Job, NextStep, RankError, RankStack, Verdict
+from rankscope.models.flight import FlightReport
+
+_PLAYBOOK = "skill/hangs.md"
+BACKWARD_OP = "autograd.backward"
+
+
+def _describe(group: Group, verb: str = "wait") -> str:
+    who = ranks_phrase(group.ranks)
+    plural = len(group.ranks) > 1
+    if group.wait in GPU_LIKE:
+        what = wait_phrase(group.wait or "")
+        if not plural:
+            what = what.replace("wait ", "waits ", 1).replace("are ", "is ", 1)
+        inside = f" (inside {group.op})" if group.op else ""
+        return f"{who} {what} at {short_site(group.call_site)}{inside}"
+    if group.op:
+        return f"{who} {verb if plural else verb + 's'} in {group.op} at {short_site(group.call_site)}"
+    be = "are" if plural else "is"
+    inner = blocked_in(group.frames)
+    return f"{who} {be} in no collective, at {short_site(group.call_site)}" + (
+        f" blocked in {inner}" if inner else ""
+    )
+
+
+_STATE_WORDS: dict[str, str] = {
+    "stopped": "stopped (state T: SIGSTOP, Ctrl-Z or a debugger)",
+    "tracing_stop": "stopped by a tracer (state t: a debugger is attached)",
+    "disk_sleep": "in uninterruptible sleep (state D: stuck in the kernel, often I/O or a driver)",
+    "zombie": "a zombie (exited, not yet reaped)",
+    "dead": "dead",
+}
+
+
+# -- point-to-point ----------------------------------------------------------------------------
+
+
+MAX_P2P_LINES = 8
+"""Evidence lines about send/recv peers at most: an answer for 256 ranks stays short."""
+
+
+def _p2p_waits(live: list[RankStack]) -> Waits:
+    """rank -> (direction, peer) for every live rank blocked in a send/recv whose peer is known."""
+    return {
+        s.rank: (P2P_DIRECTION[s.op], s.peer)
+        for s in live
+        if s.rank is not None and s.op in P2P_DIRECTION and s.peer is not None
+    }
+
+
+def _p2p_lines(waits: Waits, all_stacks: list[RankStack]) -> list[str]:
+    """Evidence: for each rank in a send/recv with a known peer, what that peer is doing."""
+    by_rank = {s.rank: s for s in all_stacks if s.rank is not None}
+    lines: list[str] = []
+    for rank, (direction, peer) in sorted(waits.items()):
+        other = by_rank.get(peer)
+        if other is None:
+            doing = "which was not captured"
+        elif other.state in STUCK_STATES or other.state in GONE_STATES:
+            doing = f"which is {_STATE_WORDS.get(other.state, other.state)}"
+        elif peer in waits:
+            o_dir, o_peer = waits[peer]
+            pair = " (a matching pair)" if is_matched(rank, waits) else ""
+            doing = f"which {verb(o_dir)} rank {o_peer}{pair}"
+        elif other.op:
+            doing = f"which waits in {other.op} at {short_site(other.call_site)}"
+        elif other.threads:
+            doing = f"which is in no collective, at {short_site(other.call_site)}"
+        else:
+            doing = "whose stack was not captured"
+        lines.append(f"rank {rank} {verb(direction)} rank {peer}, {doing}")
+    if len(lines) > MAX_P2P_LINES:
+        more = len(lines) - MAX_P2P_LINES + 1
+        lines = [
+            *lines[: MAX_P2P_LINES - 1],
+            f"... {more} more ranks in send/recv (each rank's `peer` in `stacks`)",
+        ]
+    return lines
+
+
+def _step(action: str, tool: str | None, section: str) -> NextStep:
+    return NextStep(action=action, tool=tool, skill_section=f"{_PLAYBOOK}#{section}")
+
+
+@dataclass
+class Facts:
+    """Everything the rules read, computed once from one capture."""
+
+    job: Job
+    annotated: list[RankStack]
+    groups: list[Group]
+    errors: list[RankError]
+    missing: list[int]
+    exited: list[int]
+    backend: Backend | None = None
+    flight: FlightReport | None = None
+    evidence: list[str] = field(default_factory=list)
+    live: list[RankStack] = field(default_factory=list)
+    stuck: list[RankStack] = field(default_factory=list)
+    in_coll: list[RankStack] = field(default_factory=list)
+    idle: list[RankStack] = field(default_factory=list)
+    gpu: list[RankStack] = field(default_factory=list)
+    op_groups: list[Group] = field(default_factory=list)
+    none_groups: list[Group] = field(default_factory=list)
+    gpu_groups: list[Group] = field(default_factory=list)
+    waits: Waits = field(default_factory=dict)
+    counters: CounterSplit | None = None
+
+    @property
+    def nccl(self) -> bool:
+        """NCCL semantics apply: the backend says so, or some rank waits for the GPU."""
+        return self.backend in ("nccl", "mixed") or bool(self.gpu)
+
+
+def facts(
+    job: Job,
+    annotated: list[RankStack],
+    groups: list[Group],
+    errors: list[RankError],
+    missing: list[int],
+    exited: list[int],
+    *,
+    backend: Backend | None = None,
+    flight: FlightReport | None = None,
+) -> Facts:
+    """Sort the ranks by what they wait for and write the evidence every verdict carries."""
+    f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight)
+    f.stuck = [s for s in annotated if s.state in STUCK_STATES and s.rank is not None]
+    f.live = [s for s in annotated if s.threads and s.rank is not None and s.state not in STUCK_STATES]
+    f.gpu = [s for s in f.live if s.wait in GPU_LIKE]
+    f.in_coll = [s for s in f.live if s.op and s.wait not in GPU_LIKE]
+    f.idle = [s for s in f.live if not s.op and s.wait not in GPU_LIKE]
+    f.gpu_groups = [g for g in groups if g.state is None and g.wait in GPU_LIKE]
+    f.op_groups = [g for g in groups if g.state is None and g.op and g.wait not in GPU_LIKE]
+    f.none_groups = [g for g in groups if g.state is None and not g.op and g.wait not in GPU_LIKE]
+    f.waits = _p2p_waits(f.live)
+    f.counters = counter_split(f.live)
+    f.evidence = _evidence(f)
+    return f
+
+
+def _evidence(f: Facts) -> list[str]:
+    evidence: list[str] = []
+    by_rank = {s.rank: s for s in f.annotated}
+    for g in f.groups:
+        if g.state is not None:
+            evidence.append(f"{ranks_phrase(g.ranks)}: process {_STATE_WORDS.get(g.state, g.state)}")
+            continue
+        lead = by_rank.get(g.ranks[0])
+        why = (
+            lead.wait_evidence
+            if lead is not None and g.wait in GPU_LIKE
+            else (lead.op_evidence if lead else None)
+        )
+        evidence.append(_describe(g) + (f" [{why}]" if why else ""))
+    for e in f.errors:
+        who = (
+            f"rank {e.rank} (pid {e.pid})"
+            if e.rank is not None
+            else (f"host {e.host}" if e.host else f"pid {e.pid}")
+        )
+        evidence.append(f"{who}: capture failed: {e.kind}: {e.message}")
+    if f.missing:
+        evidence.append(
+            f"{ranks_phrase(f.missing)} of world size {f.job.world_size} not found on "
+            f"{', '.join(f.job.hosts) or 'this host'}"
+        )
+    if f.exited:
+        evidence.append(f"{ranks_phrase(f.exited)} exited")
+    if f.counters is not None:
+        evidence.append(f.counters.evidence)
+    evidence.extend(_p2p_lines(f.waits, f.annotated))
+    if any(s.op == BACKWARD_OP for s in f.live):
+        evidence.append(
+            "some ranks are inside autograd backward with no communication frame visible; if the model is wrapped "
+            "in DDP they wait for the gradient all-reduce (confirm with --native)"
+        )
+    if f.gpu:
+        evidence.append(
+            f"{ranks_phrase(sorted(s.rank for s in f.gpu if s.rank is not None))}: the CPU waits for the GPU; on "
+            "NCCL a collective returns once enqueued, so where these CPUs stop is not where the GPU is stuck"
+        )
+    return evidence
+
+
+# -- the rules ------------------------------------------------------------------------------------
+
+
+def rule_nothing_captured(f: Facts) -> Verdict | None:
+    """No stack at all: say why and what to fix, name no one."""
+    if f.live or f.stuck:
+        return None
+    return Verdict(
+        kind="inconclusive",
+        confidence="low",
+        summary="no rank's stack could be captured"
+        + (f" ({len(f.errors)} capture error(s): {f.errors[0].kind})" if f.errors else ""),
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Fix the capture errors listed in `errors` and run dump_stacks again.",
+                "dump_stacks",
+                "inconclusive",
+            ),
+            _step("Check that the job is still alive and which ranks run here.", "list_jobs", "inconclusive"),
+            _step("If the job already died, read its logs.", "triage_logs", "inconclusive"),
+        ],
+    )
+
+
+def rule_flight_recorder(f: Facts) -> Verdict | None:
+    """On NCCL the recorder's sequence numbers outrank CPU positions: its suspects decide."""
+    if f.flight is None or not f.flight.verdict.suspect_ranks or not f.nccl:
+        return None
+    fr = f.flight.verdict
+    return Verdict(
+        kind="mismatched_collectives" if f.flight.first_mismatch is not None else "divergent_ranks",
+        suspect_ranks=list(fr.suspect_ranks),
+        confidence="high",
+        summary=f"flight recorder: {fr.summary}; the CPU stacks show only where each rank waits for the GPU",
+        evidence=[f"flight recorder: {line}" for line in fr.evidence[:6]] + f.evidence,
+        next_steps=list(fr.next_steps)[:3],
+    )
+
+
+def rule_counters(f: Facts) -> Verdict | None:
+    """A rank whose progress counter (step, epoch, i) differs from the majority's left the common path."""
+    split = f.counters
+    if split is None or not split.suspects:
+        return None
+    gpu_note = (
+        "; the ranks that wait for the GPU are queued behind the collective the suspects never issued"
+        if f.gpu
+        else ""
+    )
+    return Verdict(
+        kind="divergent_ranks",
+        suspect_ranks=split.suspects,
+        confidence=split.confidence,
+        summary=f"{split.summary}: {ranks_phrase(split.suspects)} left the common path (a skipped or extra step, "
+        f"an uneven number of batches, or a rank-dependent branch){gpu_note}",
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Read the loop at the counter's frame: what lets the suspects run more (or fewer) iterations "
+                "(uneven data shards, a rank-dependent `continue`/`break`, a caught exception).",
+                None,
+                "progress-counters",
+            ),
+            _step("Dump again with native frames for the suspects.", "dump_stacks", "progress-counters"),
+            _step(
+                "Reduce it to a minimal repro once the cause is known.", "generate_repro", "divergent-ranks"
+            ),
+        ],
+    )
+
+
+def rule_nccl_rank_elsewhere(f: Facts) -> Verdict | None:
+    """NCCL: peers wait for the GPU (or in a collective) while some ranks wait for neither: those are the suspects."""
+    if not f.nccl or not f.gpu or not (f.idle or f.stuck):
+        return None
+    suspects = sorted({s.rank for s in [*f.idle, *f.stuck] if s.rank is not None})
+    inferred = any("inferred" in (s.wait_evidence or "") for s in f.gpu)
+    parts = [_describe(g) for g in f.none_groups] + [
+        f"{ranks_phrase(g.ranks)} {'are' if len(g.ranks) > 1 else 'is'} {_STATE_WORDS.get(g.state or '', g.state)}"
+        for g in f.groups
+        if g.state in STUCK_STATES
+    ]
+    waiting = "; ".join(_describe(g) for g in [*f.gpu_groups, *f.op_groups])
+    return Verdict(
+        kind="divergent_ranks",
+        suspect_ranks=suspects,
+        confidence="medium" if inferred else "high",
+        summary=f"{'; '.join(parts)} while {waiting}: on NCCL the waiting ranks are queued behind a collective "
+        f"that {ranks_phrase(suspects)} never issued; the suspects' own stack shows what they do instead",
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Read the suspects' stack: a DataLoader worker, a lock, I/O, a checkpoint save or an evaluation loop "
+                "that only they run.",
+                None,
+                "nccl-hangs",
+            ),
+            _step("Confirm with native frames (GPU waits vs compute).", "dump_stacks", "nccl-hangs"),
+            _step(
+                "Read the flight recorder dumps: the laggard's last enqueued collective is below the others'.",
+                "analyze_flight_recorder",
+                "nccl-hangs",
+            ),
+        ],
+    )
+
+
+def rule_divergent(f: Facts) -> Verdict | None:
+    """Ranks in no collective (or stopped) while their peers wait in one: they never reached it."""
+    if not (f.in_coll and (f.idle or f.stuck)):
+        return None
+    suspects = sorted({s.rank for s in [*f.idle, *f.stuck] if s.rank is not None})
+    parts = [
+        f"{ranks_phrase(g.ranks)} {'are' if len(g.ranks) > 1 else 'is'} {_STATE_WORDS[g.state]}"
+        for g in f.groups
+        if g.state in STUCK_STATES
+    ]
+    parts.extend(_describe(g) for g in f.none_groups)
+    waiting = "; ".join(_describe(g) for g in f.op_groups)
+    summary = f"{'; '.join(parts)} while {waiting}: {ranks_phrase(suspects)} never reached the collective the others wait in"
+    if f.gpu:
+        summary += f" ({_describe_many(f.gpu_groups)}: their CPU position is not where they are stuck)"
+    steps = []
+    if f.stuck:
+        steps.append(
+            _step(
+                f"Find out why {ranks_phrase([s.rank for s in f.stuck if s.rank is not None])} is not running "
+                "(SIGCONT a stopped process, detach a debugger, check the kernel/driver for D state).",
+                None,
+                "stopped-ranks",
+            )
+        )
+    if f.idle:
+        steps.append(
+            _step(
+                "Read the suspects' call sites: a rank-dependent branch, an early exit from the loop, an exception "
+                "caught and swallowed, or a blocking wait (queue, lock, I/O) that only some ranks reach.",
+                None,
+                "divergent-ranks",
+            )
+        )
+        steps.append(
+            _step(
+                "Dump again with native frames and locals for the suspects to see what they wait on.",
+                "dump_stacks",
+                "divergent-ranks",
+            )
+        )
+    steps.append(
+        _step("Reduce it to a minimal repro once the cause is known.", "generate_repro", "divergent-ranks")
+    )
+    confidence = "high" if f.stuck or not f.nccl else "medium"
+    return Verdict(
+        kind="divergent_ranks",
+        suspect_ranks=suspects,
+        confidence=confidence,
+        summary=summary,
+        evidence=f.evidence,
+        next_steps=steps,
+    )
+
+
+def rule_mismatched(f: Facts) -> Verdict | None:
+    """Ranks blocked (on the CPU) in different collectives: the minority issued another one."""
+    if len(f.op_groups) <= 1:
+        return None
+    sizes = Counter(len(g.ranks) for g in f.op_groups)
+    largest = max(len(g.ranks) for g in f.op_groups)
+    if sizes[largest] == 1:
+        majority = next(g for g in f.op_groups if len(g.ranks) == largest)
+        minority = [g for g in f.op_groups if g is not majority]
+        suspects = sorted(r for g in minority for r in g.ranks)
+        confidence = "high"
+        summary = (
+            f"{'; '.join(_describe(g) for g in minority)} while {_describe(majority)}: "
+            f"{ranks_phrase(suspects)} {'are' if len(suspects) > 1 else 'is'} in a different collective than the "
+            "others (a collective skipped, added or reordered on those ranks)"
+        )
+    else:
+        suspects = sorted(r for g in f.op_groups for r in g.ranks)
+        confidence = "low"
+        summary = (
+            f"{'; '.join(_describe(g) for g in f.op_groups)}: the ranks split evenly between different collectives, so "
+            "no majority names the culprit; compare the call sites for a rank-dependent branch"
+        )
+    cycle = find_cycle(f.waits)
+    if cycle is not None:
+        summary += f"; {cycle_phrase(cycle, f.waits)}"
+    if f.gpu:
+        summary += f" ({_describe_many(f.gpu_groups)}: their CPU position is not where they are stuck)"
+    return Verdict(
+        kind="mismatched_collectives",
+        suspect_ranks=suspects,
+        confidence=confidence,
+        summary=summary,
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Open the suspects' call site: look for a collective inside a rank- or data-dependent branch, "
+                "an early `continue`/`break`, or collectives issued in a different order on some ranks.",
+                None,
+                "mismatched-collectives",
+            ),
+            _step(
+                "On NCCL jobs, confirm with the flight recorder which collective sequence number diverged.",
+                "analyze_flight_recorder",
+                "mismatched-collectives",
+            ),
+            _step(
+                "Write a minimal repro of the mismatch to verify the fix.",
+                "generate_repro",
+                "mismatched-collectives",
+            ),
+        ],
+    )
+
+
+def rule_missing(f: Facts) -> Verdict | None:
+    """Ranks of the world that exited or were not found: they are the suspects."""
+    gone = sorted(set(f.missing) | set(f.exited))
+    if not gone:
+        return None
+    here = ranks_phrase(sorted({s.rank for s in f.live if s.rank is not None}))
+    what = (
+        _describe(f.op_groups[0])
+        if f.op_groups
+        else f"{here} {'are' if len(f.live) > 1 else 'is'} in no collective"
+    )
+    exited_part = f"{ranks_phrase(f.exited)} exited" if f.exited else ""
+    away = sorted(set(f.missing) - set(f.exited))
+    away_part = f"{ranks_phrase(away)} not found on this host" if away else ""
+    summary = (
+        f"{what}; {'; '.join(p for p in (exited_part, away_part) if p)}: the missing ranks are the suspects"
+    )
+    steps = []
+    if f.exited:
+        steps.append(
+            _step(
+                "Read the logs of the exited ranks for their exception or exit code.",
+                "triage_logs",
+                "missing-ranks",
+            )
+        )
+    if away:
+        steps.append(
+            _step(
+                "Collect stacks from the other hosts (rankscope stacks --hosts ... / dump_stacks with hosts).",
+                "dump_stacks",
+                "missing-ranks",
+            )
+        )
+    steps.append(_step("Check which jobs and ranks run on this host.", "list_jobs", "missing-ranks"))
+    return Verdict(
+        kind="missing_ranks",
+        suspect_ranks=gone,
+        confidence="high" if f.exited else "medium",
+        summary=summary,
+        evidence=f.evidence,
+        next_steps=steps,
+    )
+
+
+def rule_nccl_cannot_tell(f: Facts) -> Verdict | None:
+    """NCCL: every live rank waits for the GPU (or in the same collective): the CPU side cannot tell who is stuck."""
+    if not f.nccl or not f.gpu or f.idle or len(f.op_groups) > 1:
+        return None
+    where = "; ".join(_describe(g) for g in [*f.gpu_groups, *f.op_groups])
+    return Verdict(
+        kind="inconclusive",
+        confidence="low",
+        summary=f"{where}: on NCCL a rank that waits for the GPU is queued behind a stuck collective, so where the "
+        "CPUs stop says nothing about which rank is stuck; the CPU side cannot tell, the collective state can",
+        evidence=f.evidence,
+        next_steps=_collective_state_steps(f),
+    )
+
+
+def _collective_state_steps(f: Facts) -> list[NextStep]:
+    """Where the collective state is: the flight recorder (now, or after the watchdog timeout), then the counters."""
+    return [
+        _step(
+            "Read the flight recorder: each rank dumps it on the watchdog timeout (default 10 min) to "
+            "$TORCH_FR_DUMP_TEMP_FILE<rank> or ~/.cache/torch/comm_lib_trace_rank_<rank>; analyze those files. If the "
+            "job opened TORCH_NCCL_DEBUG_INFO_PIPE_FILE, write to <that path><rank>.pipe to get a dump now. For the "
+            "next run keep TORCH_FR_BUFFER_SIZE>0 and TORCH_NCCL_DUMP_ON_TIMEOUT=1 (the defaults in torch 2.13).",
+            "analyze_flight_recorder",
+            "nccl-hangs",
+        ),
+        _step(
+            "Dump again with locals: progress counters (step, epoch) that differ between ranks name the laggard.",
+            "dump_stacks",
+            "progress-counters",
+        ),
+        _step(
+            "Read the logs for the watchdog's last enqueued/completed sequence numbers per rank.",
+            "triage_logs",
+            "nccl-hangs",
+        ),
+    ]
+
+
+def rule_all_in_same(f: Facts) -> Verdict | None:
+    """Every rank waits in the same collective at the same line: the ranks agree, the hang is elsewhere."""
+    if len(f.op_groups) != 1 or f.idle:
+        return None
+    g = f.op_groups[0]
+    if g.op in P2P_DIRECTION:
+        return _all_in_same_p2p(g, f.waits, f.evidence)
+    summary = (
+        f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}: the ranks agree, so the hang is "
+        "elsewhere (a rank on another host, the network or NCCL transport, or a GPU)"
+    )
+    return Verdict(
+        kind="all_in_same_collective",
+        suspect_ranks=[],
+        confidence="low",
+        summary=summary,
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "If the job spans hosts, collect the other hosts' ranks too.",
+                "dump_stacks",
+                "all-in-same-collective",
+            ),
+            _step(
+                "Check the communication environment (NCCL/Gloo variables, interfaces, versions).",
+                "collect_env",
+                "all-in-same-collective",
+            ),
+            _step(
+                "Read the flight recorder dumps (NCCL) to see which rank did not complete the collective.",
+                "analyze_flight_recorder",
+                "all-in-same-collective",
+            ),
+            _step(
+                "Search the logs for NCCL/Gloo transport errors and watchdog messages.",
+                "triage_logs",
+                "all-in-same-collective",
+            ),
+        ],
+    )
+
+
+def rule_stopped(f: Facts) -> Verdict | None:
+    """Only stopped ranks: the job is stopped, not hung in a collective."""
+    if not f.stuck or f.live:
+        return None
+    who = ranks_phrase([s.rank for s in f.stuck if s.rank is not None])
+    return Verdict(
+        kind="no_collective",
+        suspect_ranks=sorted(s.rank for s in f.stuck if s.rank is not None),
+        confidence="high",
+        summary=f"{who} {'are' if len(f.stuck) > 1 else 'is'} not running "
+        f"({', '.join(sorted({_STATE_WORDS[s.state] for s in f.stuck}))}): the job is stopped, not hung in a collective",
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Resume the job (SIGCONT, `fg`, detach the debugger) or check the kernel/driver for D state.",
+                None,
+                "stopped-ranks",
+            ),
+            _step("Dump again once the ranks run.", "dump_stacks", "stopped-ranks"),
+        ],
+    )
+
+
+def rule_no_collective(f: Facts) -> Verdict:
+    """No rank waits in a collective or for the GPU: the job is stuck (or slow) in its own code."""
+    sites = "; ".join(_describe(g) for g in f.none_groups) or "no rank is in a collective"
+    return Verdict(
+        kind="no_collective",
+        suspect_ranks=[],
+        confidence="low",
+        summary=f"{sites}: no rank waits in a collective, so the job is stuck (or slow) in its own code: "
+        "compute, data loading, a lock, a queue or I/O"
+        + (
+            ""
+            if f.nccl
+            else " (on an NCCL job, dump with --native: a CPU waiting for the GPU looks like this)"
+        ),
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Dump again in a few seconds: if the stacks move, the job is slow, not hung.",
+                "dump_stacks",
+                "no-collective",
+            ),
+            _step(
+                "Dump with --native and --locals to see what the main thread waits on (DataLoader workers, locks, "
+                "the GPU).",
+                "dump_stacks",
+                "no-collective",
+            ),
+            _step(
+                "Check the memory of the ranks if they may be swapping or near OOM.",
+                "inspect_memory",
+                "no-collective",
+            ),
+        ],
+    )
+
+
+Rule = Callable[[Facts], "Verdict | None"]
+
+NCCL_RULES: tuple[Rule, ...] = (
+    rule_nothing_captured,
+    rule_flight_recorder,
+    rule_counters,
+    rule_nccl_rank_elsewhere,
+    rule_divergent,
+    rule_mismatched,
+    rule_missing,
+    rule_nccl_cannot_tell,
+    rule_all_in_same,
+    rule_stopped,
+)
+"""On NCCL (or when a rank waits for the GPU): recorder and counters before CPU positions."""
+
+GLOO_RULES: tuple[Rule, ...] = (
+    rule_nothing_captured,
+    rule_divergent,
+    rule_mismatched,
+    rule_missing,
+    rule_counters,
+    rule_all_in_same,
+    rule_stopped,
+)
+"""On gloo a collective blocks the CPU: where the CPUs stop decides; counters break what it leaves open."""
+
+
+def decide(f: Facts) -> Verdict:
+    """The first rule of the backend's table that matches; :func:`rule_no_collective` when none does."""
+    for rule in NCCL_RULES if f.nccl else GLOO_RULES:
+        verdict = rule(f)
+        if verdict is not None:
+            return _tie_break(f, verdict)
+    return rule_no_collective(f)
+
+
+def _tie_break(f: Facts, verdict: Verdict) -> Verdict:
+    """An even split the CPU positions leave open is decided by the counters, when they decide."""
+    split = f.counters
+    if (
+        verdict.confidence != "low"
+        or split is None
+        or not split.suspects
+        or verdict.kind != "mismatched_collectives"
+    ):
+        return verdict
+    return verdict.model_copy(
+        update={
+            "suspect_ranks": split.suspects,
+            "confidence": split.confidence,
+            "summary": f"{verdict.summary}; the progress counters decide: {split.summary}",
+        }
+    )
+
+
+def _describe_many(groups: list[Group]) -> str:
+    return "; ".join(_describe(g) for g in groups)
+
+
+def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
+    """Every rank blocked in the same send (or recv) at the same line.
+
+    Unlike a collective, this is rarely the transport: a blocking recv returns only once
+    its peer sends, so when every rank receives, nobody sends, unless the sends were
+    posted earlier with isend. The peers (``waits``, read from the calls' locals) turn that
+    into a named cycle.
+    """
+    direction = P2P_DIRECTION[g.op or ""]
+    cycle = find_cycle(waits)
+    where = f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}"
+    other = "sends" if direction == "recv" else "receives"
+    if cycle is not None:
+        summary = f"{where}; {cycle_phrase(cycle, waits)}"
+    else:
+        summary = (
+            f"{where}, so no rank {other}: a blocking {direction} returns only when its peer {other[:-1]}s, so "
+            f"unless the matching {other[:-1]}s were posted earlier (isend/irecv) this is a send/recv ordering "
+            "deadlock in the program; otherwise the transport (network or NCCL) is stuck"
+        )
+    steps = [
+        _step(
+            "Order the point-to-point calls so one side of each pair sends while the other receives: alternate "
+            "send/recv by rank parity, or post both with batch_isend_irecv (or isend + irecv, then wait on both).",
+            None,
+            "point-to-point-deadlock",
+        )
+    ]
+    if cycle is None and len(waits) < len(g.ranks):
+        steps.append(
+            _step(
+                "Dump with locals (--locals / locals=True) to read the arguments of the send/recv calls whose "
+                "peer could not be read (src/dst, group): a recv from any source or on a subgroup.",
+                "dump_stacks",
+                "point-to-point-deadlock",
+            )
+        )
+    steps += [
+        _step(
+            "If the sends were posted earlier with isend, check the transport: the environment and the logs.",
+            "collect_env",
+            "all-in-same-collective",
+        ),
+        _step(
+            "On NCCL, read the flight recorder: its send/recv entries show which pairs were posted and never matched.",
+            "analyze_flight_recorder",
+            "point-to-point-deadlock",
+        ),
+        _step(
+            "Verify the diagnosis with a minimal repro of the exchange (generate_repro from this report).",
+            "generate_repro",
+            "point-to-point-deadlock",
+        ),
+    ]
+    return Verdict(
+        kind="all_in_same_collective", suspect_ranks=[], summary=summary, evidence=evidence, next_steps=steps
+    )

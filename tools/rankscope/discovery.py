@@ -24,9 +24,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from rankscope import procfs
+from rankscope.analysis.backend import job_backend_of, rank_backend
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
-from rankscope.models.core import Job, JobList, LauncherKind, ProcState, RankProcess
+from rankscope.models.core import Backend, Job, JobList, LauncherKind, ProcState, RankProcess
 from rankscope.procfs import proc_state, read_cmdline, read_environ, read_stat
 from rankscope.redact import Redactor
 
@@ -235,6 +236,7 @@ def _make_job(
     else:
         parents = {c.info.ppid for c in members}
         launcher_pid = parents.pop() if len(parents) == 1 else None
+    per_rank = read_backends(members)
     rank_procs: list[RankProcess] = []
     for c in sorted(members, key=lambda c: (c.rank is None, c.rank or 0, c.info.pid)):
         rank_procs.append(
@@ -249,6 +251,7 @@ def _make_job(
                 cmdline=redactor.argv(c.info.cmdline),
                 python=c.info.exe,
                 children=_descendants(c.info.pid, procs),
+                backend=per_rank[c.info.pid][0] if c.info.pid in per_rank else None,
             )
         )
     # mp.spawn: nprocs is known only to the parent; rankscope.stacks reads it from its stack.
@@ -281,6 +284,7 @@ def _make_job(
     port, _ = _int(env0, "MASTER_PORT")
     addr = env0.get("MASTER_ADDR")
     job_id = _job_id(launcher, env0, launcher_pid, addr, port)
+    backend, backend_evidence = job_backend_of(per_rank)
     return Job(
         job_id=job_id,
         launcher=launcher,
@@ -293,7 +297,18 @@ def _make_job(
         missing_ranks=missing,
         exited_ranks=exited,
         notes=notes,
+        backend=backend,
+        backend_evidence=backend_evidence,
     )
+
+
+def read_backends(members: list[_Candidate]) -> dict[int, tuple[Backend, list[str]]]:
+    """Each live rank's communication backend from its threads, maps and fds (no ptrace), by pid."""
+    return {
+        c.info.pid: rank_backend(procfs.process_signs(c.info.pid, c.info.env))
+        for c in members
+        if c.info.state not in ("zombie", "dead")
+    }
 
 
 def _job_id(

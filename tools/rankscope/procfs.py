@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rankscope.analysis.backend import ProcessSigns
+
 if TYPE_CHECKING:
     from rankscope.models.core import ProcState
 
@@ -164,13 +166,80 @@ def maps_mention(pid: int, needles: tuple[bytes, ...]) -> bool:
         return False
 
 
+_SIGN_WORDS = (b"nccl", b"cuda", b"/dev/nvidia", b"/dev/shm/")
+MAX_FDS = 4096
+"""Open fds read per process at most when looking for /dev/nvidia* (a rank may hold thousands)."""
+
+
+def thread_names(pid: int) -> tuple[str, ...]:
+    """The names of the process's threads (/proc/PID/task/*/comm); empty when unreadable."""
+    names: list[str] = []
+    try:
+        tids = os.listdir(path(pid, "task"))
+    except OSError:
+        return ()
+    for tid in tids:
+        try:
+            with open(path(pid, f"task/{tid}/comm"), encoding="utf-8", errors="replace") as fh:
+                names.append(fh.read().strip())
+        except OSError:
+            continue
+    return tuple(names)
+
+
+def mapped_paths(pid: int, words: tuple[bytes, ...] = _SIGN_WORDS) -> frozenset[str]:
+    """The mapped file paths of /proc/PID/maps that contain one of ``words`` (streamed)."""
+    found: set[str] = set()
+    try:
+        with open(path(pid, "maps"), "rb") as fh:
+            for line in fh:
+                if any(w in line for w in words):
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6:
+                        found.add(parts[5].strip().decode(errors="replace"))
+    except OSError:
+        return frozenset()
+    return frozenset(found)
+
+
+def device_fds(pid: int, prefix: str = "/dev/") -> tuple[str, ...]:
+    """Targets of the process's open fds under ``prefix`` (at most :data:`MAX_FDS` read)."""
+    out: list[str] = []
+    try:
+        fds = os.listdir(path(pid, "fd"))
+    except OSError:
+        return ()
+    for fd in fds[:MAX_FDS]:
+        try:
+            target = os.readlink(path(pid, f"fd/{fd}"))
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            out.append(target)
+    return tuple(out)
+
+
+def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
+    """What /proc shows of a rank's backend (see :mod:`rankscope.analysis.backend`); no ptrace."""
+    return ProcessSigns(
+        threads=thread_names(pid),
+        mapped=mapped_paths(pid),
+        fds=device_fds(pid, "/dev/nvidia"),
+        env=env or {},
+    )
+
+
 __all__ = [
     "PROC",
     "STATES",
     "cmdline",
     "environ",
     "is_alive",
+    "device_fds",
+    "mapped_paths",
     "maps_mention",
+    "process_signs",
+    "thread_names",
     "parent_of",
     "parse_environ",
     "path",

@@ -99,6 +99,27 @@ def _with_source_op(stack: RankStack, getline: Callable[[str, int], str] = linec
     return stack.model_copy(update={"op": op, "op_evidence": evidence}) if op else stack
 
 
+def source_lines(
+    stacks: list[RankStack], getline: Callable[[str, int], str] = linecache.getline
+) -> dict[tuple[str, int], str]:
+    """The source text of each rank's innermost Python line, for the GPU waits a line shows.
+
+    ``loss.item()`` has no Python frame of its own: on NCCL, the line itself says the CPU waits
+    for the GPU there. Read from the files on this host; a line that cannot be read is left out.
+    """
+    lines: dict[tuple[str, int], str] = {}
+    for stack in stacks:
+        frames = [f for f in _main_frames(stack.threads) if not f.native]
+        if not frames or frames[0].line is None:
+            continue
+        key = (frames[0].file, frames[0].line)
+        if key not in lines:
+            text = getline(*key)
+            if text:
+                lines[key] = text.strip()
+    return lines
+
+
 def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
     """pid -> peer rank, for the ranks blocked in a send/recv.
 
@@ -322,7 +343,7 @@ def capture_job(
                     r.model_copy(update={"rank_source": "spawn_index"}) if r.pid == proc.pid else r
                     for r in new_ranks
                 ]
-        stack = _with_source_op(stack)
+        stack = _with_source_op(stack).model_copy(update={"backend": proc.backend})
         if stack.pid in peers:
             stack = stack.model_copy(update={"peer": peers[stack.pid]})
         stack = stack.model_copy(update={"threads": _redact_threads(stack.threads, redactor, locals)})
@@ -381,7 +402,7 @@ def dump_stacks(
                 ]
             }
         )
-    return analyze(job, stacks, errors)
+    return analyze(job, stacks, errors, source=source_lines(stacks))
 
 
 __all__ = ["capture_job", "dump_stacks"]

@@ -9,6 +9,7 @@ from the locals; every other local is dropped before anything leaves the shell.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -31,9 +32,7 @@ KNOWN_COUNTERS: tuple[str, ...] = (
     "microbatch",
     "micro_batch",
     "update",
-    "idx",
     "i",
-    "n",
 )
 """Names that count progress, best first: a split on one of these decides."""
 
@@ -48,8 +47,22 @@ _INT = re.compile(r"-?\d{1,18}")
 MAX_COUNTERS_PER_RANK = 32
 
 
+def counter_key(frame: Frame, name: str) -> str:
+    """``train.py:main:step``: file basename, function and local name."""
+    return f"{os.path.basename(frame.file)}:{frame.function}:{name}"
+
+
+def _where(key: str) -> tuple[str, str]:
+    """(``main (train.py)``, ``step``) from a counter key."""
+    parts = key.rsplit(":", 2)
+    if len(parts) == 3:
+        return f"{parts[1]} ({parts[0]})", parts[2]
+    function, name = key.rsplit(":", 1) if ":" in key else ("?", key)
+    return function, name
+
+
 def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
-    """``function:name`` -> value for the integer locals of the frames worth comparing.
+    """``file:function:name`` -> value for the integer locals of the frames worth comparing.
 
     Frames of torch and the standard library are skipped (their integers are internal); the
     job's own frames and third-party training loops (a Trainer's ``fit``) are kept.
@@ -62,7 +75,7 @@ def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
             value = _int_value(local)
             if value is None or _RANKISH.search(local.name.lower()):
                 continue
-            out.setdefault(f"{frame.function}:{local.name}", value)
+            out.setdefault(counter_key(frame, local.name), value)
             if len(out) >= MAX_COUNTERS_PER_RANK:
                 return out
     return out
@@ -108,7 +121,7 @@ def counter_split(stacks: Sequence[RankStack]) -> CounterSplit | None:
     for key, values in by_key.items():
         split = _split(key, values)
         if split is not None:
-            name = key.rsplit(":", 1)[-1].lower()
+            name = _where(key)[1].lower()
             rank_of_name = KNOWN_COUNTERS.index(name) if name in KNOWN_COUNTERS else len(KNOWN_COUNTERS)
             candidates.append((rank_of_name, len(split.suspects), split))
     if not candidates:
@@ -128,7 +141,7 @@ def _split(key: str, values: dict[int, int]) -> CounterSplit | None:
         return None
     suspects = sorted(r for r, v in values.items() if v != top)
     majority = sorted(r for r, v in values.items() if v == top)
-    function, name = key.rsplit(":", 1)
+    function, name = _where(key)
     odd = Counter(values[r] for r in suspects)
     parts = [
         f"{ranks_phrase(sorted(r for r in suspects if values[r] == v))}: {name}={v}"

@@ -247,10 +247,15 @@ def rule_flight_recorder(f: Facts) -> Verdict | None:
 
 
 def rule_counters(f: Facts) -> Verdict | None:
-    """A rank whose progress counter (step, epoch, i) differs from the majority's left the common path."""
+    """A rank whose progress counter (step, epoch, i) differs from the majority's left the common path.
+
+    Only a clear split decides here: a known counter name, one odd value, a minority. Other
+    integers that disagree (a batch's token count) may differ by design; they go in the
+    evidence and break the ties the CPU positions leave open (:func:`_tie_break`).
+    """
     split = f.counters
-    if split is None or not split.suspects:
-        return None
+    if split is None or not split.suspects or split.confidence != "high":
+        return None  # a weaker split (an unnamed integer, several odd values) only breaks ties
     gpu_note = (
         "; the ranks that wait for the GPU are queued behind the collective the suspects never issued"
         if f.gpu
@@ -646,23 +651,36 @@ def decide(f: Facts) -> Verdict:
     return rule_no_collective(f)
 
 
+_OPEN_KINDS = ("inconclusive", "all_in_same_collective", "no_collective")
+
+
 def _tie_break(f: Facts, verdict: Verdict) -> Verdict:
-    """An even split the CPU positions leave open is decided by the counters, when they decide."""
+    """What the CPU positions leave open, a weaker counter split may lead.
+
+    An even split between collectives is decided by the counters (at their confidence); a
+    verdict that names no one (every rank at the same GPU wait or collective) gets the
+    counters' suspects as a low-confidence lead, with its next steps kept.
+    """
     split = f.counters
-    if (
-        verdict.confidence != "low"
-        or split is None
-        or not split.suspects
-        or verdict.kind != "mismatched_collectives"
-    ):
+    if split is None or not split.suspects or not f.live or verdict.confidence != "low":
         return verdict
-    return verdict.model_copy(
-        update={
-            "suspect_ranks": split.suspects,
-            "confidence": split.confidence,
-            "summary": f"{verdict.summary}; the progress counters decide: {split.summary}",
-        }
-    )
+    if verdict.kind == "mismatched_collectives":
+        return verdict.model_copy(
+            update={
+                "suspect_ranks": split.suspects,
+                "confidence": split.confidence,
+                "summary": f"{verdict.summary}; the progress counters decide: {split.summary}",
+            }
+        )
+    if verdict.kind in _OPEN_KINDS and not verdict.suspect_ranks:
+        return verdict.model_copy(
+            update={
+                "kind": "divergent_ranks",
+                "suspect_ranks": split.suspects,
+                "summary": f"{verdict.summary}; the only lead, weak: {split.summary}",
+            }
+        )
+    return verdict
 
 
 def _describe_many(groups: list[Group]) -> str:

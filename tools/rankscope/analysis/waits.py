@@ -86,18 +86,23 @@ GPU_LIKE: frozenset[str] = frozenset({"gpu", "launch_queue", "allocator"})
 """Waits that mean "queued behind the GPU": on NCCL, not where the rank is stuck."""
 
 
-def _native_wait(frames: Sequence[Frame]) -> tuple[WaitKind, str] | None:
-    """The wait the native frames show.
+_PRIORITY: tuple[WaitKind, ...] = ("collective", "allocator", "launch_queue", "gpu")
 
-    A CPU-blocking collective anywhere in the stack decides first: NCCL's barrier waits in
-    ``cudaStreamSynchronize`` *inside* ``ProcessGroupNCCL::barrier``, and that rank has
-    reached the barrier. Otherwise the innermost matching frame decides.
+
+def _native_wait(frames: Sequence[Frame]) -> tuple[WaitKind, str] | None:
+    """The wait the native frames show, by what the frames are inside of.
+
+    The frame that explains the wait may be outside the one that spins: NCCL's barrier
+    waits in ``cudaStreamSynchronize`` *inside* ``ProcessGroupNCCL::barrier`` (that rank has
+    reached the barrier), and the caching allocator frees memory in ``cudaEventSynchronize``.
+    So a CPU-blocking collective anywhere in the stack decides first, then the allocator, then
+    a kernel launch, then a plain GPU sync.
     """
     native = [f for f in frames if f.native]
-    for want_collective in (True, False):
+    for want in _PRIORITY:
         for frame in native:
             for pattern, kind, label in _NATIVE_WAITS:
-                if (kind == "collective") == want_collective and pattern.search(frame.function):
+                if kind == want and pattern.search(frame.function):
                     return kind, f"native frame {frame.function} ({label})"
     return None
 
@@ -135,7 +140,9 @@ def classify_wait(
     native = _native_wait(frames) if has_native else None
     if native is not None:
         return native
-    on_gpu = backend in ("nccl", "mixed")
+    # the tensors may live on a GPU unless the job is known to run gloo alone: a CPU tensor's
+    # .item() never blocks, so a rank seen at one is waiting for a device either way
+    on_gpu = backend != "gloo"
     torch_frame = _python_gpu_frame(frames, on_gpu)
     if torch_frame is not None:
         how = "" if has_native else "; --native confirms"
@@ -147,9 +154,10 @@ def classify_wait(
         return "collective", f"in {op}"
     if on_gpu and user_line is not None and _SYNC_CALL.search(user_line):
         where = f" at {user_site}" if user_site else ""
+        known = "" if backend in ("nccl", "mixed") else " (backend not read: assumed on a GPU)"
         return (
             "gpu",
-            f"inferred: `{user_line.strip()[:80]}`{where} synchronises with the GPU; --native confirms",
+            f"inferred: `{user_line.strip()[:80]}`{where} synchronises with the GPU{known}; --native confirms",
         )
     return "other", "no collective and no GPU wait in the frames" + (
         "" if has_native else " (Python frames only; --native shows GPU waits)"

@@ -121,6 +121,9 @@ class RankProcess(Model):
     children: list[int] = Field(
         default_factory=list, description="Pids of this rank's children (DataLoader workers, ...)."
     )
+    backend: Backend | None = Field(
+        default=None, description="This rank's backend read from /proc (threads, maps, fds); None when not read."
+    )
 
 
 class MissingRank(Model):

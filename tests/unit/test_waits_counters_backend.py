@@ -1,0 +1,228 @@
+"""What a rank waits for, its progress counters and its backend: the facts the NCCL verdict reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankscope.analysis.backend import ProcessSigns, job_backend_of, rank_backend
+from rankscope.analysis.counters import counter_split, int_locals
+from rankscope.analysis.stacks import analyze, annotate
+from rankscope.analysis.waits import classify_wait
+from rankscope.models.core import Frame, Job, LocalVar, RankStack, ThreadStack
+
+SP = "/usr/lib/python3.11/site-packages/"
+TRAIN = "/job/train.py"
+
+
+def nat(name: str, lib: str = "/usr/lib/libtorch_cuda.so") -> Frame:
+    return Frame(function=name, file=lib, native=True)
+
+
+def pyf(name: str, file: str = TRAIN, line: int = 10, **ints: int | str) -> Frame:
+    locs = [LocalVar(name=k, repr=str(v)) for k, v in ints.items()] or None
+    return Frame(function=name, file=file, line=line, locals=locs)
+
+
+# -- classify_wait ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("native", "kind"),
+    [
+        (
+            ["c10d::TCPStore::get(std::string const&)", "c10d::ProcessGroupNCCL::broadcastUniqueNCCLID"],
+            "collective",
+        ),
+        (["pncclCommInitRankConfig", "c10d::NCCLComm::create"], "collective"),
+        (
+            [
+                "nanosleep",
+                "c10d::ProcessGroupNCCL::WorkNCCL::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >)",
+            ],
+            "collective",
+        ),
+        (["cudaLaunchKernel", "ncclLaunchKernel", "ncclGroupEnd"], "launch_queue"),
+        (
+            [
+                "cudaEventSynchronize",
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::synchronize_and_free_events",
+            ],
+            "allocator",
+        ),
+        (["cudaDeviceSynchronize", "c10::cuda::device_synchronize()"], "gpu"),
+        (
+            [
+                "cuMemcpyDtoHAsync_v2",
+                "cudaMemcpyAsync",
+                "at::native::_local_scalar_dense_cuda(at::Tensor const&)",
+            ],
+            "gpu",
+        ),
+        (
+            ["cudaStreamSynchronize", "c10d::ProcessGroupNCCL::barrier(c10d::BarrierOptions const&)"],
+            "collective",
+        ),
+        (["poll"], "other"),
+    ],
+)
+def test_native_frames_decide_the_wait(native: list[str], kind: str) -> None:
+    frames = [nat("0x7f00deadbeef", "/usr/lib/libcuda.so.1"), *(nat(n) for n in native), pyf("main")]
+    got, evidence = classify_wait(frames, None, backend="nccl", has_native=True)
+    assert got == kind
+    if kind != "other":
+        assert evidence.startswith("native frame ")
+
+
+def test_torch_cuda_synchronize_frame_is_a_gpu_wait_on_any_backend() -> None:
+    frames = [pyf("synchronize", SP + "torch/cuda/__init__.py", 1219), pyf("main")]
+    kind, evidence = classify_wait(frames, None, backend="gloo", has_native=False)
+    assert kind == "gpu" and "--native confirms" in evidence
+
+
+def test_object_collective_conversion_is_a_gpu_wait_only_off_gloo() -> None:
+    frames = [
+        pyf("_object_to_tensor", SP + "torch/distributed/distributed_c10d.py", 3410),
+        pyf("all_gather_object", SP + "torch/distributed/distributed_c10d.py", 3514),
+        pyf("main"),
+    ]
+    assert classify_wait(frames, "all_gather_object", backend="nccl", has_native=False)[0] == "gpu"
+    assert classify_wait(frames, "all_gather_object", backend="gloo", has_native=False)[0] == "collective"
+
+
+@pytest.mark.parametrize(
+    "line", ["loss.item()", "x = t.cpu()", "v = float(loss)", "torch.cuda.synchronize()", "a = t.tolist()"]
+)
+def test_user_line_that_syncs_is_an_inferred_gpu_wait(line: str) -> None:
+    kind, evidence = classify_wait(
+        [pyf("main")], None, backend="nccl", has_native=False, user_line=line, user_site="train.py:10"
+    )
+    assert kind == "gpu" and evidence.startswith("inferred") and "train.py:10" in evidence
+
+
+def test_user_line_is_not_a_gpu_wait_on_gloo_or_when_it_does_not_sync() -> None:
+    assert (
+        classify_wait([pyf("main")], None, backend="gloo", has_native=False, user_line="loss.item()")[0]
+        == "other"
+    )
+    assert (
+        classify_wait([pyf("main")], None, backend="nccl", has_native=False, user_line="time.sleep(5)")[0]
+        == "other"
+    )
+    kind, evidence = classify_wait(
+        [pyf("main")], None, backend=None, has_native=False, user_line="loss.item()"
+    )
+    assert kind == "gpu" and "backend not read" in evidence
+
+
+def test_user_line_with_python_frames_below_it_is_not_where_the_cpu_waits() -> None:
+    frames = [pyf("Linear.forward", SP + "torch/nn/modules/linear.py", 134), pyf("main", line=10)]
+    stack = RankStack(
+        rank=0, pid=1, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)]
+    )
+    out = annotate(stack, backend="nccl", source={(TRAIN, 10): "loss = model(x).item()"})
+    assert out.wait == "other"
+
+
+# -- counters -----------------------------------------------------------------------------------
+
+
+def ranks_with(values: dict[int, dict[str, int]]) -> list[RankStack]:
+    return [
+        RankStack(rank=r, pid=100 + r, host="h", counters={f"train.py:main:{k}": v for k, v in c.items()})
+        for r, c in values.items()
+    ]
+
+
+def test_int_locals_keep_integers_of_the_jobs_frames_only() -> None:
+    frames = [
+        pyf("all_reduce", SP + "torch/distributed/distributed_c10d.py", 3000, async_op=0),
+        pyf("train_step", step=4, loss="tensor(0.3)", rank=2, token="'s3cr3t'"),
+        pyf("main", epoch=1, local_rank=2),
+    ]
+    assert int_locals(frames) == {"train.py:train_step:step": 4, "train.py:main:epoch": 1}
+
+
+def test_counter_split_majority_and_minority() -> None:
+    split = counter_split(ranks_with({0: {"step": 10}, 1: {"step": 10}, 2: {"step": 3}, 3: {"step": 10}}))
+    assert split is not None and split.suspects == [2] and split.confidence == "high"
+    assert "rank 2: step=3 in main (train.py)" in split.summary
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {0: {"step": 1}, 1: {"step": 2}},  # two ranks: no majority
+        {0: {"step": 1}, 1: {"step": 1}, 2: {"step": 2}, 3: {"step": 2}},  # even split
+        {0: {"step": 0}, 1: {"step": 1}, 2: {"step": 2}},  # the rank itself
+        {0: {"step": 5}, 1: {"step": 5}, 2: {"step": 5}},  # agree
+    ],
+)
+def test_counter_split_says_nothing_when_no_majority_decides(values: dict[int, dict[str, int]]) -> None:
+    assert counter_split(ranks_with(values)) is None
+
+
+def test_unnamed_integer_split_is_only_medium() -> None:
+    split = counter_split(ranks_with({0: {"num_tokens": 7}, 1: {"num_tokens": 7}, 2: {"num_tokens": 5}}))
+    assert split is not None and split.confidence == "medium"
+
+
+def test_weak_counter_split_is_a_low_lead_when_nothing_else_decides() -> None:
+    frames = [nat("cudaStreamSynchronize"), pyf("main", line=47)]
+    stacks = [
+        RankStack(
+            rank=r,
+            pid=100 + r,
+            host="h",
+            state="running",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+            counters={"train.py:main:num_tokens": 5 if r == 2 else 7},
+        )
+        for r in range(4)
+    ]
+    v = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, []).verdict
+    assert v.suspect_ranks == [2] and v.confidence == "low" and "weak" in v.summary
+
+
+# -- backend --------------------------------------------------------------------------------------
+
+
+CUDA_MAPS = frozenset({"/sp/torch/lib/libtorch_cuda.so", "/sp/nvidia/nccl/lib/libnccl.so.2"})
+
+
+@pytest.mark.parametrize(
+    ("signs", "backend"),
+    [
+        (ProcessSigns(threads=("python", "pt_nccl_watchdg", "pt_nccl_heartbt"), mapped=CUDA_MAPS), "nccl"),
+        (ProcessSigns(threads=("python", "pt_gloo_runloop", "pt_gloo_runloop", "gloo_tcp_loop")), "gloo"),
+        (ProcessSigns(threads=("pt_nccl_watchdg", "pt_gloo_runloop"), mapped=CUDA_MAPS), "mixed"),
+        (ProcessSigns(mapped=CUDA_MAPS | {"/dev/shm/nccl-Ab12Cd (deleted)"}), "nccl"),
+        (
+            ProcessSigns(
+                mapped=CUDA_MAPS,
+                fds=("/dev/nvidia0", "/dev/nvidiactl"),
+                env={"TORCH_NCCL_BLOCKING_WAIT": "1"},
+            ),
+            "nccl",
+        ),
+        (
+            ProcessSigns(mapped=CUDA_MAPS, fds=("/dev/nvidia0",)),
+            "unknown",
+        ),  # a CUDA context, no process group yet
+        (ProcessSigns(mapped=CUDA_MAPS), "unknown"),  # a CUDA build of torch proves nothing
+        (ProcessSigns(mapped=frozenset({"/sp/torch/lib/libtorch_cpu.so"})), "unknown"),
+    ],
+)
+def test_rank_backend_from_proc_signs(signs: ProcessSigns, backend: str) -> None:
+    got, evidence = rank_backend(signs)
+    assert got == backend
+    if backend != "unknown":
+        assert evidence
+
+
+def test_job_backend_agrees_or_is_mixed() -> None:
+    nccl = ("nccl", ["1 pt_nccl_watchdg thread(s)"])
+    gloo = ("gloo", ["3 gloo thread(s)"])
+    assert job_backend_of({1: nccl, 2: nccl})[0] == "nccl"  # type: ignore[dict-item]
+    backend, evidence = job_backend_of({1: nccl, 2: gloo})  # type: ignore[dict-item]
+    assert backend == "mixed" and any("ranks differ" in e for e in evidence)
+    assert job_backend_of({})[0] is None

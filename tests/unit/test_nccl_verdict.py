@@ -18,7 +18,7 @@ NCCL = DATA / "stacks" / "nccl"
 
 
 def load(
-    case: str, backend: Backend | None | str = "as saved"
+    case: str, backend: Backend | str | None = "as saved"
 ) -> tuple[Job, list[RankStack], dict[tuple[str, int], str]]:
     raw = json.loads((NCCL / f"{case}.json").read_text())
     job = Job.model_validate(raw["job"])
@@ -43,7 +43,7 @@ def load(
     return job, stacks, source
 
 
-def report(case: str, backend: Backend | None | str = "as saved") -> StacksReport:
+def report(case: str, backend: Backend | str | None = "as saved") -> StacksReport:
     job, stacks, source = load(case, backend)
     return analyze(job, stacks, [], source=source)
 

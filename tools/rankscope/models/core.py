@@ -122,7 +122,8 @@ class RankProcess(Model):
         default_factory=list, description="Pids of this rank's children (DataLoader workers, ...)."
     )
     backend: Backend | None = Field(
-        default=None, description="This rank's backend read from /proc (threads, maps, fds); None when not read."
+        default=None,
+        description="This rank's backend read from /proc (threads, maps, fds); None when not read.",
     )
 
 

@@ -17,9 +17,12 @@ from collections.abc import Callable
 import pytest
 
 from rankscope import cli
+from rankscope.analysis.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
 from rankscope.models.core import StacksReport
 from rankscope.proctree import descendants
+from rankscope.pyspy import check_pyspy
+from rankscope.stacks import capture_job, counter_pass
 from tests.jobs import JobFactory, RunningJob, wait_for
 
 pytestmark = pytest.mark.slow
@@ -210,3 +213,37 @@ def test_no_collective(jobs: JobFactory, pyspy_works: str) -> None:
     native = dump_stacks(job.pid, native=True, timeout=60)
     assert native.verdict.kind == "no_collective"
     assert all(any(f.native for t in s.threads for f in t.frames) for s in native.stacks)
+
+
+def test_async_collectives_lagging_counter_names_the_laggard(jobs: JobFactory, pyspy_works: str) -> None:
+    """NCCL's CPU shape on gloo: the others ran on to step 11 and wait in work.wait() there."""
+    job = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "async", "--odd", "1"])
+    job.wait_ready(timeout=READY_S)
+    report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1])
+    v = report.verdict
+    assert v.confidence == "high" and report.job.backend == "gloo"
+    by = {s.rank: s for s in report.stacks}
+    assert by[0].op == "Work.wait" and by[2].op == "Work.wait"
+    assert by[1].wait == "other"
+    # sure already: no second pass was taken
+    assert not any(s.counters for s in report.stacks)
+    # the second pass itself, on the live ranks: integers only, and the counter names the laggard
+    found = find_job(job.pid)
+    found, stacks, errors = capture_job(found)
+    with_counters = counter_pass(stacks, found.ranks, check_pyspy(), 20.0, False)
+    assert {s.rank: s.counters.get("hang_collectives.py:run_async:step") for s in with_counters} == {
+        0: 11,
+        1: 3,
+        2: 11,
+    }
+    assert all(f.locals is None for s in with_counters for t in s.threads for f in t.frames)
+    again = analyze(found, with_counters, errors)
+    assert any("rank 1: step=3" in e and "ranks 0,2: step=11" in e for e in again.verdict.evidence)
+
+
+def test_counters_come_from_the_locals_already_asked_for(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "async", "--odd", "1"])
+    job.wait_ready(timeout=READY_S)
+    report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1], locals=True)
+    assert report.stacks[1].counters.get("hang_collectives.py:run_async:step") == 3
+    assert any("progress counter step" in e for e in report.verdict.evidence)

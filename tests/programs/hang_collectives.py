@@ -9,6 +9,9 @@ Modes (``--mode``):
   pipeline   each rank waits in recv() for the gradient of rank+1; the last stage, rank ``--odd``,
              went to a barrier() instead of sending it
   idle       no rank communicates: every rank waits on an Event (compute/data-loading stand-in)
+  async      NCCL's shape on gloo: all_reduce(async_op=True) every step, waited on 8 steps later;
+             rank ``--odd`` blocks on a queue at step 3 while the others run on to step 11 and wait
+             there in work.wait(): the progress counter ``step`` names the laggard
   partial    mark ready, then init_process_group: with fewer ranks started than WORLD_SIZE every
              rank waits there for the ones that never came (see hang_envlaunch.py)
 
@@ -50,6 +53,22 @@ def sync_metrics() -> None:
     dist.barrier()
 
 
+def run_async(rank: int, odd: int) -> None:
+    """Collectives issued without waiting, waited on later, as NCCL runs them on the CPU."""
+    pending: list[dist.Work] = []
+    for step in range(1000):
+        if rank == odd and step == 3:
+            mark_ready(f"rank{rank}")
+            queue.Queue().get()  # a data item that never comes
+        work = dist.all_reduce(torch.ones(4), async_op=True)
+        assert work is not None
+        pending.append(work)
+        if len(pending) > 8:
+            if step == 11:
+                mark_ready(f"rank{rank}")
+            pending.pop(0).wait()
+
+
 def heartbeat(stop: threading.Event) -> None:
     """A background thread that must not be mistaken for the main thread."""
     while not stop.wait(timeout=3600):
@@ -81,6 +100,8 @@ def main() -> None:
     stop = threading.Event()
     threading.Thread(target=heartbeat, args=(stop,), name="heartbeat", daemon=True).start()
     model = Model()
+    if a.mode == "async":
+        run_async(rank, a.odd)
     for step in range(a.steps):
         x = torch.ones(4)
         last = step == a.steps - 1

@@ -26,12 +26,19 @@ class DumpOptions:
             less consistent stacks.
         timeout: seconds per rank before the dump of that rank is abandoned (the others
             are still reported).
+        counters: when the first verdict is not sure, read the ranks' progress counters
+            (integer locals: step, epoch, i) in one more py-spy pass; every other local is
+            dropped. On NCCL they often are the only CPU-side evidence naming the laggard.
+        flight_recorder: analyse the flight-recorder dumps the ranks already wrote in this
+            run together with the stacks (on NCCL its sequence numbers outrank CPU positions).
     """
 
     native: bool = False
     locals: bool = False
     nonblocking: bool = False
     timeout: float = 20.0
+    counters: bool = True
+    flight_recorder: bool = True
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:

@@ -87,6 +87,19 @@ def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
         return None
 
 
+def start_epoch(pid: int) -> float | None:
+    """When the process started, in seconds since the epoch (btime + start ticks), or None."""
+    stat = read_stat(pid)
+    if stat is None:
+        return None
+    try:
+        with open(PROC / "stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return btime + stat[2] / os.sysconf("SC_CLK_TCK")
+
+
 def parent_of(pid: int) -> int | None:
     """The parent pid from /proc/PID/stat, or None when the process is gone."""
     fields = stat_fields(pid)
@@ -249,6 +262,7 @@ __all__ = [
     "read_exe",
     "read_stat",
     "read_text",
+    "start_epoch",
     "stat_fields",
     "text",
     "thread_names",

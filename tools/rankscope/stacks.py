@@ -20,9 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rankscope import discovery, pyspy
+from rankscope.analysis.counters import int_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
+from rankscope.flight_pickup import pick_up
 from rankscope.models.core import (
     Frame,
     Job,
@@ -363,6 +365,53 @@ def capture_job(
     return job, stacks, errors
 
 
+def counter_pass(
+    stacks: list[RankStack], procs: list[RankProcess], exe: str, timeout: float, nonblocking: bool
+) -> list[RankStack]:
+    """``stacks`` with each live rank's progress counters, read in one more pass with locals.
+
+    Only integers are kept (:func:`int_locals`); every other local is dropped here and never
+    reaches the report. A rank whose Python stack changed between the passes moved on: its
+    counters would not belong to the stack analysed, so it gets none.
+    """
+    by_pid = {p.pid: p for p in procs}
+    todo = [
+        _Dump(pid=s.pid, rank=by_pid[s.pid], locals=True, nonblocking=nonblocking, state=s.state)
+        for s in stacks
+        if s.threads and s.pid in by_pid and s.state not in ("stopped", "tracing_stop", "zombie", "dead")
+    ]
+    if not todo:
+        return stacks
+    _run_dumps(todo, exe, False, timeout, lambda: None)
+    counters: dict[int, dict[str, int]] = {}
+    for d in todo:
+        if d.threads is None:
+            continue
+        before = [
+            (f.function, f.file) for f in _main_frames(_stack_of(stacks, d.pid).threads) if not f.native
+        ]
+        after = _main_frames(d.threads)
+        if [(f.function, f.file) for f in after if not f.native] == before:
+            counters[d.pid] = int_locals(after)
+    return [s.model_copy(update={"counters": counters[s.pid]}) if counters.get(s.pid) else s for s in stacks]
+
+
+def _stack_of(stacks: list[RankStack], pid: int) -> RankStack:
+    return next(s for s in stacks if s.pid == pid)
+
+
+def _check_ranks(job: Job, ranks: list[int] | None) -> None:
+    if ranks is None:
+        return
+    known = {r.rank for r in job.ranks}
+    unknown = [r for r in ranks if r not in known]
+    if unknown and len(unknown) == len(ranks):
+        raise InvalidInput(
+            f"ranks {unknown} are not among the ranks found here ({sorted(k for k in known if k is not None)}).",
+            fix="Pass --rank with a rank listed by `rankscope ps`.",
+        )
+
+
 def dump_stacks(
     pid: int | None = None,
     *,
@@ -371,38 +420,45 @@ def dump_stacks(
     nonblocking: bool = False,
     timeout: float = 20.0,
     ranks: list[int] | None = None,
+    counters: bool = True,
+    flight_recorder: bool = True,
 ) -> StacksReport:
     """Discover the job of ``pid`` (or the only job here), dump all its ranks, analyse them.
 
+    ``counters``: when the first verdict is not sure (confidence below high), read the
+    ranks' integer locals (step, epoch) in one more pass. ``flight_recorder``: analyse the
+    recorder dumps the ranks already wrote in this run (never asks the job for one).
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid)
-    if ranks is not None:
-        known = {r.rank for r in job.ranks}
-        unknown = [r for r in ranks if r not in known]
-        if unknown and len(unknown) == len(ranks):
-            raise InvalidInput(
-                f"ranks {unknown} are not among the ranks found here ({sorted(k for k in known if k is not None)}).",
-                fix="Pass --rank with a rank listed by `rankscope ps`.",
-            )
+    _check_ranks(job, ranks)
     job, stacks, errors = capture_job(
         job, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, ranks=ranks, exe=exe
     )
     if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
         raise PermissionDenied(errors[0].message)
+    notes = list(job.notes)
     if ranks is not None:
         stacks = [s for s in stacks if s.rank in ranks]
-        job = job.model_copy(
-            update={
-                "notes": [
-                    *job.notes,
-                    f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone",
-                ]
-            }
-        )
-    return analyze(job, stacks, errors, source=source_lines(stacks))
+        notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
+    flight = pick_up(job) if flight_recorder else None
+    if flight is not None:
+        notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")
+    job = job.model_copy(update={"notes": notes})
+    source = source_lines(stacks)
+    report = analyze(job, stacks, errors, flight, source=source)
+    if counters and not locals and report.verdict.confidence != "high":
+        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking)
+        if any(s.counters for s in stacks):
+            job = job.model_copy(
+                update={
+                    "notes": [*notes, "progress counters read in a second pass with locals (integers only)"]
+                }
+            )
+            report = analyze(job, stacks, errors, flight, source=source)
+    return report
 
 
 __all__ = ["capture_job", "dump_stacks"]

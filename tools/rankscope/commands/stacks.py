@@ -60,6 +60,19 @@ class StacksCommand(Command):
         )
         parser.add_argument("--timeout", type=float, default=20.0, help="seconds per rank (default 20)")
         parser.add_argument(
+            "--no-counters",
+            dest="counters",
+            action="store_false",
+            help="do not read progress counters (step, epoch: integer locals) in a second pass when the "
+            "first verdict is not sure",
+        )
+        parser.add_argument(
+            "--no-fr",
+            dest="flight_recorder",
+            action="store_false",
+            help="do not analyse the flight-recorder dumps this run's ranks already wrote",
+        )
+        parser.add_argument(
             "--rank",
             type=int,
             action="append",
@@ -96,7 +109,14 @@ class StacksCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         pid: int | None = args.pid
         timeout: float = args.timeout
-        api.DumpOptions(native=args.native, locals=args.locals, nonblocking=args.nonblocking, timeout=timeout)
+        api.DumpOptions(
+            native=args.native,
+            locals=args.locals,
+            nonblocking=args.nonblocking,
+            timeout=timeout,
+            counters=args.counters,
+            flight_recorder=args.flight_recorder,
+        )
         hosts = _hosts(args.hosts)
         via: str = args.via
         as_json: bool = args.json or args.local
@@ -123,6 +143,8 @@ class StacksCommand(Command):
                 nonblocking=args.nonblocking,
                 timeout=timeout,
                 ranks=args.ranks,
+                counters=args.counters,
+                flight_recorder=args.flight_recorder,
             )
         emit(report, as_json, _render)
         return 0

@@ -51,6 +51,8 @@ async def dump_stacks(
     job: str | None = None,
     namespace: str | None = None,
     timeout: float = 20.0,
+    counters: bool = True,
+    flight_recorder: bool = True,
     ctx: Context[Any, Any] | None = None,
 ) -> StacksReport:
     """Capture the Python (and optionally native) stack of every rank of a job and say which ranks are stuck where.
@@ -79,10 +81,22 @@ async def dump_stacks(
     'debug-server' (PyTorch's debug server on every rank, found through the
     job's TCPStore: hosts=['MASTER_ADDR:PORT'], default MASTER_ADDR:MASTER_PORT
     of this environment; no ssh needed). timeout: seconds per rank.
+    On NCCL read stacks[].wait: 'gpu' means the CPU waits for the GPU, queued
+    behind the stuck collective, not stuck where it stands. counters: when the
+    first verdict is not sure, read progress counters (step, epoch) in one more
+    pass (integers only). flight_recorder: analyse the recorder dumps this run
+    already wrote, with the stacks. Trust verdict.confidence.
     """
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
     api.check_stacks_call(pid=pid, ranks=ranks, hosts=hosts, remote=remote, full_ranks=full_ranks)
-    api.DumpOptions(native=native, locals=locals, nonblocking=nonblocking, timeout=timeout)
+    api.DumpOptions(
+        native=native,
+        locals=locals,
+        nonblocking=nonblocking,
+        timeout=timeout,
+        counters=counters,
+        flight_recorder=flight_recorder,
+    )
     if not remote:
         where = "this host"
     else:
@@ -112,6 +126,8 @@ async def dump_stacks(
             nonblocking=nonblocking,
             timeout=timeout,
             ranks=ranks,
+            counters=counters,
+            flight_recorder=flight_recorder,
         )
     await progress(ctx, 2, 3, f"analysing {len(report.stacks)} rank(s)")
     from rankscope.analysis.bound import bound_report

@@ -1,0 +1,61 @@
+"""Flight-recorder dumps a live rank already wrote: found from its environment, this run's only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rankscope.flight_pickup import dump_path, find_dumps, pick_up
+from rankscope.models.core import Job, RankProcess
+from tests.paths import DATA
+
+DUMPS = DATA / "flight" / "nccl_dtype"
+
+
+def test_dump_path_follows_torch_rules() -> None:
+    assert dump_path(3, {"TORCH_FR_DUMP_TEMP_FILE": "/x/fr_"}) == Path("/x/fr_3")
+    assert dump_path(3, {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/y/t"}) == Path("/y/t3")
+    assert dump_path(0, {"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == Path("/c/torch/comm_lib_trace_rank_0")
+    assert dump_path(1, {"HOME": "/h"}) == Path("/h/.cache/torch/comm_lib_trace_rank_1")
+    assert dump_path(1, {}) == Path("/tmp/.cache/torch/comm_lib_trace_rank_1")
+
+
+def test_picks_up_this_runs_dumps_and_ignores_older_ones(tmp_path: Path) -> None:
+    stale = tmp_path / "fr_1"
+    shutil.copy(DUMPS / "nccl_trace_rank_1", stale)
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    env = {**os.environ, "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env) for _ in range(4)
+    ]
+    try:
+        for rank in (0, 2, 3):  # written after the ranks started: this run's
+            shutil.copy(DUMPS / f"nccl_trace_rank_{rank}", tmp_path / f"fr_{rank}")
+        job = Job(
+            job_id="j",
+            world_size=4,
+            ranks=[RankProcess(rank=r, pid=p.pid, host="h") for r, p in enumerate(procs)],
+        )
+        assert sorted(p.name for p in find_dumps(job)) == ["fr_0", "fr_2", "fr_3"]
+        report = pick_up(job)
+        assert report is not None and report.ranks == [0, 2, 3]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def test_no_dumps_no_report(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=proc.pid, host="h")])
+        assert pick_up(job) is None
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

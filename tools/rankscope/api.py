@@ -33,6 +33,7 @@ EXPORTS: dict[str, str] = {
     # beyond one host / after the fact
     "dump_stacks_remote": "rankscope.remote",
     "analyze_flight_recorder": "rankscope.flight",
+    "stacks_from_files": "rankscope.saved_stacks",
     # memory
     "inspect_memory": "rankscope.memory",
     "memory_budget": "rankscope.memory",
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.repro import render_repro as render_repro
     from rankscope.repro import repro_from_report as repro_from_report
     from rankscope.repro import verify_repro as verify_repro
+    from rankscope.saved_stacks import stacks_from_files as stacks_from_files
     from rankscope.stacks import dump_stacks as dump_stacks
     from rankscope.triage import triage_logs as triage_logs
     from rankscope.validate import check_pid as check_pid

@@ -38,9 +38,21 @@ def check_stacks_call(
     hosts: Sequence[str] | None,
     remote: bool,
     full_ranks: Sequence[int] | None = None,
+    from_paths: Sequence[str] | None = None,
 ) -> None:
-    """The arguments of one stacks capture (local or on several hosts) fit together."""
+    """The arguments of one stacks capture (local, on several hosts, or from saved files) fit together."""
     check_pid(pid)
+    if from_paths is not None:
+        if not from_paths:
+            raise InvalidInput(
+                "from_paths (--from) is empty.", fix="Name the saved stack files or their folder."
+            )
+        if pid is not None or remote or ranks is not None:
+            raise InvalidInput(
+                "from_paths (--from) reads saved stacks; it cannot be combined with pid, ranks, hosts, via, job "
+                "or namespace, which select a live job.",
+                fix="Leave the live-job arguments out, or drop --from to inspect the running job.",
+            )
     check_ranks("ranks (--rank)", ranks)
     check_ranks("full_ranks", full_ranks, allow_empty=True)
     if hosts is not None and not hosts:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
+from rankscope.analysis.waits import GPU_LIKE, wait_phrase
 from rankscope.models.core import Frame, Group, StacksReport
 from rankscope.render.next_steps import render_next_steps
 
@@ -49,11 +50,16 @@ def _visible(frames: list[Frame]) -> list[Frame]:
     return [f for f in frames if not f.native or classify_native_frame(f.function) is not None]
 
 
-def _group_lines(group: Group, reference: Group | None, suspects: set[int]) -> Iterator[str]:
+def _group_lines(
+    group: Group, reference: Group | None, suspects: set[int], waits: dict[int, str | None]
+) -> Iterator[str]:
     mark = "  <- suspect" if suspects & set(group.ranks) else ""
     what = f"{group.op} at " if group.op else "no collective, at "
     site = str(group.call_site) if group.call_site else "unknown site"
-    yield f"== {ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{site}{mark}"
+    kinds = {waits.get(r) for r in group.ranks}
+    wait = next(iter(kinds)) if len(kinds) == 1 else None
+    label = f" [{wait_phrase(wait).replace('wait ', 'waits ', 1)}]" if wait in GPU_LIKE else ""
+    yield f"== {ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{site}{label}{mark}"
     frames = _visible(group.frames)
     if reference is None or reference is group:
         for frame in frames:
@@ -79,7 +85,7 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
     launcher = f"{job.launcher}" + (f" pid {job.launcher_pid}" if job.launcher_pid else "")
     yield (
         f"job {job.job_id} ({launcher}), world size {job.world_size if job.world_size else '?'}, "
-        f"host(s) {', '.join(job.hosts) or '?'}"
+        f"host(s) {', '.join(job.hosts) or '?'}" + (f", backend {job.backend}" if job.backend else "")
     )
     line = f"ranks found: {rank_ranges(here)}"
     if job.missing_ranks:
@@ -91,10 +97,11 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
         yield f"note: {note}"
     yield ""
     suspects = set(report.verdict.suspect_ranks)
+    waits: dict[int, str | None] = {s.rank: s.wait for s in report.stacks if s.rank is not None}
     groups = report.stack_groups
     reference = groups[0] if groups else None
     for group in groups:
-        yield from _group_lines(group, reference, suspects)
+        yield from _group_lines(group, reference, suspects, waits)
         others = _other_threads(report, group.ranks[0])
         if others:
             yield f"     (+ {others} other thread(s) per rank; --json has them all)"
@@ -117,8 +124,10 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
     if report.errors:
         yield ""
     verdict = report.verdict
-    yield f"verdict: {verdict.kind}" + (
-        f" (suspects: {ranks_phrase(verdict.suspect_ranks)})" if verdict.suspect_ranks else ""
+    yield (
+        f"verdict: {verdict.kind}"
+        + (f" (suspects: {ranks_phrase(verdict.suspect_ranks)})" if verdict.suspect_ranks else "")
+        + (f", confidence {verdict.confidence}" if verdict.confidence else "")
     )
     yield f"  {verdict.summary}"
     yield from _peer_lines(report)

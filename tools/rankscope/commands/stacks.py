@@ -80,6 +80,21 @@ class StacksCommand(Command):
             metavar="N",
             help="only these ranks (repeatable)",
         )
+        saved = parser.add_argument_group("saved stacks (the job is gone)")
+        saved.add_argument(
+            "--from",
+            dest="from_paths",
+            nargs="+",
+            metavar="PATH",
+            help="analyse saved stacks instead of a live job: py-spy dumps (text or --json, one file per rank "
+            "named rank3/rank_3/stacks_rank_3...), faulthandler output, or a torchrun log with [rankN]: prefixes",
+        )
+        saved.add_argument(
+            "--backend",
+            choices=("auto", "nccl", "gloo"),
+            default="auto",
+            help="the job's backend when the files do not show it (auto: read it from native frames)",
+        )
         remote = parser.add_argument_group("several hosts")
         remote.add_argument(
             "--hosts",
@@ -121,8 +136,13 @@ class StacksCommand(Command):
         via: str = args.via
         as_json: bool = args.json or args.local
         remote = not args.local and bool(hosts or via in REMOTE_VIAS)
-        api.check_stacks_call(pid=pid, ranks=args.ranks, hosts=hosts, remote=remote)
-        if remote:
+        api.check_stacks_call(
+            pid=pid, ranks=args.ranks, hosts=hosts, remote=remote, from_paths=args.from_paths
+        )
+        if args.from_paths is not None:
+            backend = None if args.backend == "auto" else args.backend
+            report = api.stacks_from_files(args.from_paths, backend=backend)
+        elif remote:
             report = _remote(
                 hosts=hosts,
                 via=via,

@@ -53,6 +53,8 @@ async def dump_stacks(
     timeout: float = 20.0,
     counters: bool = True,
     flight_recorder: bool = True,
+    from_paths: list[str] | None = None,
+    backend: Literal["auto", "nccl", "gloo"] = "auto",
     ctx: Context[Any, Any] | None = None,
 ) -> StacksReport:
     """Capture the Python (and optionally native) stack of every rank of a job and say which ranks are stuck where.
@@ -86,9 +88,15 @@ async def dump_stacks(
     first verdict is not sure, read progress counters (step, epoch) in one more
     pass (integers only). flight_recorder: analyse the recorder dumps this run
     already wrote, with the stacks. Trust verdict.confidence.
+    from_paths: analyse saved stacks instead (the job is gone): py-spy dumps
+    (text or JSON, one file per rank), faulthandler output, or a torchrun log
+    with [rankN]: prefixes; backend: 'nccl' or 'gloo' when the files do not
+    show it. Unreadable files are listed in errors; the rest is analysed.
     """
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
-    api.check_stacks_call(pid=pid, ranks=ranks, hosts=hosts, remote=remote, full_ranks=full_ranks)
+    api.check_stacks_call(
+        pid=pid, ranks=ranks, hosts=hosts, remote=remote, full_ranks=full_ranks, from_paths=from_paths
+    )
     api.DumpOptions(
         native=native,
         locals=locals,
@@ -97,6 +105,15 @@ async def dump_stacks(
         counters=counters,
         flight_recorder=flight_recorder,
     )
+    if from_paths is not None:
+        await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
+        saved = await in_thread(
+            api.stacks_from_files, from_paths, backend=None if backend == "auto" else backend
+        )
+        await progress(ctx, 1, 2, f"analysed {len(saved.stacks)} rank(s)")
+        from rankscope.analysis.bound import bound_report
+
+        return bound_report(saved, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
     if not remote:
         where = "this host"
     else:

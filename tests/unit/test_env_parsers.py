@@ -192,3 +192,24 @@ def test_shm_too_small_for_workers_and_mixed_versions() -> None:
     assert by["mixed_interpreters"].ranks == [0, 1]
     no_workers = [_rank(0, {}, children=0)]
     assert "shm_too_small" not in _kinds(tiny, no_workers)
+
+
+def test_nccl_recorder_findings_only_on_nccl_jobs() -> None:
+    off = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0", "TORCH_NCCL_BLOCKING_WAIT": "1"}
+    nccl = _kinds(_node(), [_rank(0, off, backend="nccl"), _rank(1, off, backend="nccl")])
+    for kind in ("flight_recorder_off", "fr_dump_on_timeout_off", "nccl_blocking_wait"):
+        assert nccl[kind] == [0, 1], kind
+    gloo = _kinds(_node(), [_rank(0, off, backend="gloo")])
+    assert not {"flight_recorder_off", "fr_dump_on_timeout_off", "nccl_blocking_wait"} & set(gloo)
+    # the recorder is on by default in torch 2.13: unset is not off
+    unset = _rank(0, {}, backend="nccl")
+    unset.env.pop("TORCH_FR_BUFFER_SIZE")
+    assert "flight_recorder_off" not in _kinds(_node(), [unset])
+
+
+def test_nccl_recorder_findings_say_what_changing_costs() -> None:
+    from rankscope.analysis.env_checks import nccl_recorder_findings
+
+    [blocking] = nccl_recorder_findings([_rank(0, {"TORCH_NCCL_BLOCKING_WAIT": "1"}, backend="mixed")])
+    assert "no timeout" in blocking.message and "Costs nothing" in blocking.fix
+    assert blocking.next_steps[0].skill_section == "skill/hangs.md#nccl-hangs"

@@ -463,6 +463,7 @@ def rank_envs(job: Job, redactor: Redactor) -> tuple[list[RankEnv], list[str]]:
             env={k: redactor.value(k, v) for k, v in sorted((env or {}).items()) if is_dist_var(k)},
             limits=parse_limits(limits_text) if limits_text else None,
             children=len(kids.get(rp.pid, [])) or len(rp.children),
+            backend=rp.backend,
             error=None if env is not None else "environment not readable (run as the job's user or root)",
         )
         if re_.local_rank is None and re_.env.get("LOCAL_RANK", "").isdigit():

@@ -25,6 +25,7 @@ from rankscope.models.env import EnvDifference, NodeInfo, RankEnv
 
 _CE = "skill/communication-errors.md"
 _CR = "skill/crashes.md"
+_HANGS = "skill/hangs.md"
 
 DIST_PREFIXES: tuple[str, ...] = (
     "NCCL_",
@@ -259,32 +260,94 @@ def _ifname_matches(spec: str, interfaces: list[str]) -> tuple[bool, list[str]]:
     return bool(hits), hits
 
 
+def uses_nccl(r: RankEnv) -> bool:
+    """The rank runs NCCL: read from the process, else NCCL/TORCH_NCCL variables set at launch."""
+    if r.backend is not None and r.backend != "unknown":
+        return r.backend in ("nccl", "mixed")
+    return any(k.startswith(("NCCL_", "TORCH_NCCL_")) for k in r.env)
+
+
+_OFF = ("0", "false", "False", "FALSE", "no", "off")
+_ON = ("1", "true", "True", "TRUE", "yes", "on")
+_AT_LAUNCH = (
+    " (Read from the environment given at launch: a value set in code through os.environ, as torchtitan does, "
+    "is not visible here.)"
+)
+
+
+def nccl_recorder_findings(ranks: list[RankEnv]) -> list[Finding]:
+    """Settings that take away what an NCCL hang is diagnosed with: the recorder, its dump, the watchdog.
+
+    torch 2.13 defaults: TORCH_FR_BUFFER_SIZE=2000 (on), TORCH_NCCL_DUMP_ON_TIMEOUT=1,
+    TORCH_NCCL_BLOCKING_WAIT=0. Only ranks that run NCCL are checked: gloo has no watchdog dump.
+    """
+    nccl = [r for r in ranks if uses_nccl(r)]
+    out: list[Finding] = []
+    fr_off = [
+        r
+        for r in nccl
+        if (r.env.get("TORCH_FR_BUFFER_SIZE") or r.env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "").strip()
+        == "0"
+    ]
+    if fr_off:
+        out.append(
+            _finding(
+                "flight_recorder_off",
+                "warning",
+                "NCCL flight recorder turned off (TORCH_FR_BUFFER_SIZE=0)",
+                "The recorder is what names the rank that never issued a collective on NCCL, where every rank's CPU "
+                "stops at some GPU wait; with it off a hang leaves no record." + _AT_LAUNCH,
+                "Unset TORCH_FR_BUFFER_SIZE (default 2000 entries in torch 2.13) for the next run; the cost is a "
+                "ring buffer of recent collectives per process group, a few percent at most.",
+                f"{_HANGS}#nccl-hangs",
+                _ranks(fr_off),
+                "analyze_flight_recorder",
+            )
+        )
+    no_dump = [r for r in nccl if r.env.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "").strip() in _OFF]
+    if no_dump:
+        out.append(
+            _finding(
+                "fr_dump_on_timeout_off",
+                "warning",
+                "TORCH_NCCL_DUMP_ON_TIMEOUT=0: a watchdog timeout writes no flight-recorder dump",
+                "On a collective timeout each rank normally writes its recorder to TORCH_FR_DUMP_TEMP_FILE<rank> "
+                "(default ~/.cache/torch/comm_lib_trace_rank_<rank>); with this off the evidence is lost when the "
+                "job dies." + _AT_LAUNCH,
+                "Unset TORCH_NCCL_DUMP_ON_TIMEOUT (default 1) for the next run; it costs nothing until a timeout, then "
+                "up to a minute of dump window.",
+                f"{_HANGS}#nccl-hangs",
+                _ranks(no_dump),
+                "analyze_flight_recorder",
+            )
+        )
+    blocking = [r for r in nccl if r.env.get("TORCH_NCCL_BLOCKING_WAIT", "").strip() in _ON]
+    if blocking:
+        out.append(
+            _finding(
+                "nccl_blocking_wait",
+                "warning",
+                "TORCH_NCCL_BLOCKING_WAIT=1: no NCCL watchdog, and no timeout for synchronous collectives",
+                "Since torch 2.8 blocking wait starts no watchdog thread: synchronous collectives return no work to "
+                "wait on, so a stuck one never times out, the recorder is never dumped on a timeout and its "
+                "last_enqueued status is not kept; only explicit work.wait() calls poll. It no longer makes "
+                "collectives visible on the CPU." + _AT_LAUNCH,
+                "Unset TORCH_NCCL_BLOCKING_WAIT; keep the watchdog (TORCH_NCCL_ASYNC_ERROR_HANDLING=3, the default) and "
+                "pass timeout= to init_process_group. Costs nothing; restores timeouts and dumps.",
+                f"{_HANGS}#nccl-hangs",
+                _ranks(blocking),
+                "collect_env",
+            )
+        )
+    return out
+
+
 def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[Finding]:
     out: list[Finding] = []
     if not ranks:
         return out
     everyone = _ranks(ranks)
-    fr = [
-        r
-        for r in ranks
-        if (r.env.get("TORCH_FR_BUFFER_SIZE") or r.env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "0").strip()
-        in ("", "0")
-    ]
-    if fr:
-        out.append(
-            _finding(
-                "flight_recorder_off",
-                "info",
-                "flight recorder off (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE unset or 0)",
-                "Without the flight recorder a hang leaves no record of which collective each rank issued last; with it, "
-                "a timeout dumps each rank's recent collectives for `rankscope fr`.",
-                "Launch with TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE on older torch) and "
-                "TORCH_NCCL_DUMP_ON_TIMEOUT=1; the cost is small.",
-                f"{_CE}#collective-timeout",
-                _ranks(fr),
-                "analyze_flight_recorder",
-            )
-        )
+    out.extend(nccl_recorder_findings(ranks))
     for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
         off = [r for r in ranks if r.env.get(name, "").strip() == "0"]
         if off:

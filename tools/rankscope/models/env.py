@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from rankscope.models.core import Finding, Job, Model
+from rankscope.models.core import Backend, Finding, Job, Model
 
 
 class GpuInfo(Model):
@@ -152,6 +152,9 @@ class RankEnv(Model):
     )
     limits: Limits | None = None
     children: int = Field(default=0, description="Child processes (DataLoader workers, compile workers).")
+    backend: Backend | None = Field(
+        default=None, description="nccl | gloo | mixed | unknown, read from the process (threads, maps, fds)."
+    )
     error: str | None = None
 
 

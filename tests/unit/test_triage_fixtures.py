@@ -197,7 +197,8 @@ def test_scanner_is_streaming_and_pure() -> None:
     )
     findings = sc.findings()
     c = conclude(findings, sc.failures(), sc.seen_ranks)
-    assert c.suspect_ranks == [2] and c.victim_ranks == [0]
+    # both issued #9 (last enqueued >= 9): nobody lagged on the CPU, both are victims
+    assert c.suspect_ranks == [] and c.victim_ranks == [0, 2]
     assert parse_size("1.50 MiB") == 1572864 and parse_size("12 B") == 12 and parse_size("huge") is None
 
 
@@ -259,3 +260,43 @@ def test_nccl_send_recv_timeouts_point_at_a_send_recv_deadlock() -> None:
     # gloo's "for recv operation" is its transport under every collective: not a p2p hint
     gloo = triage_logs([str(LOGS / "torchrun_gloo_timeout.log")])
     assert "Point-to-point" not in gloo.summary and "Collectives timed out" in gloo.summary
+
+
+def _watchdog(rank: int, seq: int, enqueued: int) -> str:
+    return (
+        f"[rank{rank}]:[E1121 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] failure "
+        f"detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {enqueued}, last completed "
+        f"work: {seq - 1}"
+    )
+
+
+def _dump_signal(rank: int, enqueued: int) -> str:
+    return (
+        f"[rank{rank}]:[E1121 ProcessGroupNCCL.cpp:1520] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] Received a "
+        f"dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. "
+        f"Last enqueued NCCL work: {enqueued}, last completed NCCL work: {enqueued}.This is most likely caused by "
+        "incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of collectives is not same "
+        "for all ranks or the scheduled collective, for some reason, didn't run."
+    )
+
+
+def _conclude(lines: list[str]) -> tuple[list[int], list[int], list[str]]:
+    sc = LogScanner()
+    for i, line in enumerate(lines, 1):
+        sc.feed(line, i, "job.log")
+    c = conclude(sc.findings(), sc.failures(), sc.seen_ranks)
+    return c.suspect_ranks, c.victim_ranks, c.evidence
+
+
+def test_rank_that_never_issued_the_failing_collective_is_named_from_its_dump_signal_line() -> None:
+    lines = [_watchdog(r, 42, 45) for r in (0, 1, 3)] + [_dump_signal(2, 41)]
+    suspects, victims, evidence = _conclude(lines)
+    assert suspects == [2] and victims == [0, 1, 3]
+    assert any("rank 2: never issued collective #42: its last enqueued work is #41" in e for e in evidence)
+
+
+def test_rank_whose_dump_signal_shows_it_issued_the_collective_is_not_blamed_for_silence() -> None:
+    lines = [_watchdog(r, 42, 45) for r in (0, 1)] + [_dump_signal(2, 44), _watchdog(3, 42, 41)]
+    suspects, _victims, evidence = _conclude(lines)
+    assert suspects == [3]
+    assert any("rank 2: issued collective #42" in e for e in evidence)

@@ -61,6 +61,26 @@ _SIZE = r"[\d.]+ [KMGTP]?i?B"
 
 RULES: tuple[Rule, ...] = (
     Rule(
+        kind="fr_dump_signal",
+        needles=("Received a dump signal due to a collective timeout",),
+        pattern=re.compile(
+            r"Received a dump signal due to a collective timeout from\s+(?:rank (?P<detector>\d+)|this local rank)"
+            r".*?Last enqueued (?:NCCL )?work: (?P<last_enqueued>-?\d+), last completed (?:NCCL )?work: "
+            r"(?P<last_completed>-?\d+)"
+        ),
+        message="NCCL monitor: dump signal from a rank that timed out",
+        explanation=(
+            "PG 0's heartbeat monitor on this rank heard that another rank timed out and dumped its flight "
+            "recorder; the line carries this rank's last enqueued and completed work on PG 0. A rank whose last "
+            "enqueued work is below the failing sequence number never issued that collective: it is the laggard, "
+            "and it usually does not time out itself (nothing of it is pending)."
+        ),
+        fix="Compare its last enqueued work with the sequence number the others timed out on.",
+        severity="info",
+        role="context",
+        next_steps=_WATCHDOG_STEPS,
+    ),
+    Rule(
         kind="collective_timeout",
         needles=("Watchdog caught collective operation timeout",),
         pattern=re.compile(

@@ -543,6 +543,48 @@ def _by_rank(findings: Iterable[Finding], kind: str) -> dict[int, Finding]:
     return out
 
 
+def _on_pg0(f: Finding) -> bool:
+    return f.facts.get("pg_id", f.facts.get("pg", 0)) in (0, "0", None)
+
+
+def _timeout_roles(findings: list[Finding], seen: set[int], peer: set[int]) -> list[tuple[int, str, bool]]:
+    """(rank, why, suspect?) from the NCCL watchdog's lines, per skill/hangs.md#nccl-hangs.
+
+    S is the highest sequence number a rank timed out on: the collective some rank waits in. A rank whose last enqueued work E
+    is below S never issued collective S: the laggard. When every rank's E >= S, every rank
+    issued it and nobody lagged on the CPU: the ranks that timed out are victims. A rank
+    that reported no timeout is a suspect unless its dump-signal line shows E >= S.
+    """
+    timeouts = _by_rank(findings, "collective_timeout")
+    if not timeouts:
+        return []
+    signals = _by_rank(findings, "fr_dump_signal")
+    seqs = [f.facts["seq"] for f in timeouts.values() if isinstance(f.facts.get("seq"), int)]
+    failing = max(seqs) if seqs else None
+    out: list[tuple[int, str, bool]] = []
+    for r, f in sorted(timeouts.items()):
+        e = f.facts.get("last_enqueued")
+        if failing is not None and isinstance(e, int) and e < failing:
+            out.append(
+                (r, f"its last enqueued collective is #{e}, below #{failing} the others timed out on", True)
+            )
+        else:
+            out.append((r, "timed out waiting in a collective (a victim)", False))
+    comparable = failing is not None and all(_on_pg0(f) for f in timeouts.values())
+    for r in sorted(seen - set(timeouts) - peer):
+        e = signals[r].facts.get("last_enqueued") if r in signals else None
+        if comparable and isinstance(e, int) and failing is not None:
+            if e < failing:
+                out.append((r, f"never issued collective #{failing}: its last enqueued work is #{e}", True))
+            else:
+                out.append(
+                    (r, f"issued collective #{failing} (last enqueued #{e}) and did not time out yet", False)
+                )
+        else:
+            out.append((r, "reported no collective timeout while its peers waited for it", True))
+    return out
+
+
 def conclude(
     findings: list[Finding],
     failures: list[FailureRecord],
@@ -585,24 +627,13 @@ def conclude(
                     suspect(r, f.message)
                 victims.discard(r)
 
-    timeouts = _by_rank(findings, "collective_timeout")
-    if timeouts:
-        enq = {r: f.facts.get("last_enqueued", f.facts.get("seq")) for r, f in timeouts.items()}
-        known = {r: v for r, v in enq.items() if isinstance(v, int)}
-        if len(known) >= 2 and len(set(known.values())) > 1:
-            top = max(known.values())
-            for r, v in sorted(known.items()):
-                if v < top:
-                    suspect(
-                        r, f"its last enqueued collective is #{v} while others reached #{top}: it fell behind"
-                    )
-        silent = sorted(seen - set(timeouts) - set(peer))
-        for r in silent:
-            suspect(r, "reported no collective timeout while its peers waited for it")
-        for r in timeouts:
-            if r not in suspects:
-                victims.add(r)
-                evidence.append(f"rank {r}: timed out waiting in a collective (a victim)")
+    for rank, why, is_suspect in _timeout_roles(findings, seen, set(peer)):
+        if is_suspect:
+            suspect(rank, why)
+        else:
+            victims.add(rank)
+            evidence.append(f"rank {rank}: {why}")
+    victims -= set(suspects)
 
     first = next((rec for rec in failures if rec.first_observed), None)
     if first is not None and first.rank is not None:

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from rankscope import procfs
 from rankscope.analysis.backend import job_backend_of, rank_backend
-from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
-from rankscope.models.core import Backend, Job, JobList, LauncherKind, ProcState, RankProcess
+from rankscope.models.core import Backend, Job, JobList, LauncherKind, MissingRank, ProcState, RankProcess
 from rankscope.procfs import proc_state, read_cmdline, read_environ, read_stat
 from rankscope.redact import Redactor
 
@@ -127,7 +127,8 @@ def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:
     if "RANK" in env:
         rank, src = _int(env, "RANK")
         if "TORCHELASTIC_RUN_ID" in env:
-            key = ("torchrun", str(info.ppid), env.get("TORCHELASTIC_RUN_ID", ""))
+            # one job = one rendezvous: several agents of it (--nnodes>1 on one host) are one job
+            key = ("torchrun", env.get("TORCHELASTIC_RUN_ID", ""), addr, port)
             return _Candidate(info, "torchrun", rank, "env:RANK", local, world, key)
         launcher: LauncherKind = "env"
         if "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
@@ -231,7 +232,16 @@ def _make_job(
     env0 = members[0].info.env or {}
     world = next((c.world_size for c in members if c.world_size), None)
     launcher_pid: int | None = None
-    if launcher in ("torchrun", "mp_spawn"):
+    agents = sorted({c.info.ppid for c in members if c.info.ppid is not None})
+    members, stale = _latest_attempt(members) if launcher == "torchrun" else (members, [])
+    if stale:
+        notes.append(
+            f"pids {sorted(c.info.pid for c in stale)} are ranks of an earlier torchrun attempt still alive: "
+            "left out (ranks of two attempts never meet in a collective)"
+        )
+    if launcher == "torchrun":
+        launcher_pid = _first_agent(members)
+    elif launcher == "mp_spawn":
         launcher_pid = members[0].info.ppid
     else:
         parents = {c.info.ppid for c in members}
@@ -257,26 +267,19 @@ def _make_job(
     # mp.spawn: nprocs is known only to the parent; rankscope.stacks reads it from its stack.
     found = {r.rank for r in rank_procs if r.rank is not None}
     missing = sorted(set(range(world)) - found) if world else []
-    exited: list[int] = []
-    # torchrun: the ranks this node's agent started are RANK - LOCAL_RANK + [0, LOCAL_WORLD_SIZE).
-    lws, _ = _int(env0, "LOCAL_WORLD_SIZE")
-    if (
-        launcher == "torchrun"
-        and lws is not None
-        and members[0].rank is not None
-        and members[0].local_rank is not None
-    ):
-        base = members[0].rank - members[0].local_rank
-        exited = [r for r in missing if base <= r < base + lws]
-        if exited:
-            notes.append(
-                f"{ranks_phrase(exited)} of this host's torchrun agent "
-                f"{'is' if len(exited) == 1 else 'are'} gone: exited"
-            )
-    if launcher_pid is not None:
+    classified = classify_missing(members, missing) if launcher == "torchrun" else []
+    exited = [m.rank for m in classified if m.status == "exited"]
+    if exited:
+        notes.append(
+            f"{ranks_phrase(exited)} of this host's torchrun agent(s) "
+            f"{'is' if len(exited) == 1 else 'are'} gone: exited"
+        )
+    spawners = agents if launcher == "torchrun" else ([launcher_pid] if launcher_pid is not None else [])
+    if spawners:
         zombies = [
             p
-            for p in procs.get(launcher_pid, ProcInfo(0, None, "unknown", 0, [], None)).children
+            for agent in spawners
+            for p in procs.get(agent, ProcInfo(0, None, "unknown", 0, [], None)).children
             if procs[p].state in ("zombie", "dead")
         ]
         if zombies:
@@ -299,7 +302,66 @@ def _make_job(
         notes=notes,
         backend=backend,
         backend_evidence=backend_evidence,
+        launcher_pids=agents if launcher == "torchrun" else ([launcher_pid] if launcher_pid else []),
+        attempt=_attempt(members[0]) if launcher == "torchrun" else None,
+        missing=classified or [MissingRank(rank=r, status="not_visible", detail=_NOT_HERE) for r in missing],
     )
+
+
+_NOT_HERE = "not on this host: collect the other hosts' ranks (stacks --hosts ..., dump_stacks hosts=[...])"
+
+
+def _attempt(c: _Candidate) -> int | None:
+    value, _ = _int(c.info.env or {}, "TORCHELASTIC_RESTART_COUNT")
+    return value
+
+
+def _latest_attempt(members: list[_Candidate]) -> tuple[list[_Candidate], list[_Candidate]]:
+    """The ranks of the newest torchrun attempt, and those of older attempts still alive."""
+    attempts = {_attempt(c) for c in members}
+    if len(attempts) <= 1:
+        return members, []
+    latest = max(a for a in attempts if a is not None)
+    return [c for c in members if _attempt(c) == latest], [c for c in members if _attempt(c) != latest]
+
+
+def _first_agent(members: list[_Candidate]) -> int | None:
+    """The torchrun agent of node 0 (GROUP_RANK=0) when it runs here, else the lowest agent pid."""
+    for c in members:
+        if (c.info.env or {}).get("GROUP_RANK") == "0" and c.info.ppid is not None:
+            return c.info.ppid
+    agents = sorted({c.info.ppid for c in members if c.info.ppid is not None})
+    return agents[0] if agents else None
+
+
+def classify_missing(members: list[_Candidate], missing: list[int]) -> list[MissingRank]:
+    """Each missing rank of a torchrun job: started here by one of its agents (then exited) or elsewhere.
+
+    An agent started ranks ``RANK - LOCAL_RANK + [0, LOCAL_WORLD_SIZE)``; a rank of that range
+    that is gone exited. Any other rank runs on another host: not visible, not blamable.
+    """
+    started: dict[int, int] = {}
+    for c in members:
+        env = c.info.env or {}
+        lws, _ = _int(env, "LOCAL_WORLD_SIZE")
+        if lws is None or c.rank is None or c.local_rank is None or c.info.ppid is None:
+            continue
+        base = c.rank - c.local_rank
+        for r in range(base, base + lws):
+            started.setdefault(r, c.info.ppid)
+    out: list[MissingRank] = []
+    for r in missing:
+        if r in started:
+            out.append(
+                MissingRank(
+                    rank=r,
+                    status="exited",
+                    detail=f"started by torchrun agent pid {started[r]} on this host and gone; its logs say why",
+                )
+            )
+        else:
+            out.append(MissingRank(rank=r, status="not_visible", detail=_NOT_HERE))
+    return out
 
 
 def read_backends(members: list[_Candidate]) -> dict[int, tuple[Backend, list[str]]]:
@@ -346,7 +408,7 @@ def list_jobs(pid: int | None = None) -> JobList:
 
 def _job_of(pid: int, jobs: list[Job], procs: dict[int, ProcInfo]) -> Job | None:
     for job in jobs:
-        if job.launcher_pid == pid:
+        if job.launcher_pid == pid or pid in job.launcher_pids:
             return job
         for r in job.ranks:
             if r.pid == pid or pid in r.children:
@@ -359,24 +421,52 @@ def _job_of(pid: int, jobs: list[Job], procs: dict[int, ProcInfo]) -> Job | None
     return None
 
 
-def find_job(pid: int | None = None) -> Job:
-    """The job that ``pid`` belongs to (launcher, rank, a rank's child), or the only job here."""
+def describe_jobs(jobs: list[Job]) -> str:
+    """One line per job for an error that asks to pick one: id, world size, ranks, launchers."""
+    lines = []
+    for j in jobs:
+        here = rank_ranges(sorted(r.rank for r in j.ranks if r.rank is not None)) or "?"
+        launchers = j.launcher_pids or ([j.launcher_pid] if j.launcher_pid else [])
+        lines.append(
+            f"{j.job_id} (world size {j.world_size or '?'}, ranks {here} here, launcher pid(s) "
+            f"{', '.join(map(str, launchers)) or '?'})"
+        )
+    return "; ".join(lines)
+
+
+def select_job(jobs: list[Job], job_id: str) -> Job:
+    """The job whose id is ``job_id`` (or ends with it: ``29500`` picks ``torchrun:host:29500``)."""
+    exact = [j for j in jobs if j.job_id == job_id]
+    near = exact or [j for j in jobs if j.job_id.endswith(job_id) or j.job_id.split(":", 1)[-1] == job_id]
+    if len(near) == 1:
+        return near[0]
+    if not near:
+        raise ProcessNotFound(
+            f"No job {job_id!r} on this host. Jobs here: {describe_jobs(jobs) or 'none'}.",
+            fix="Pass --job with one of the job ids above (rankscope ps lists them).",
+        )
+    raise NotADistributedJob(
+        f"{len(near)} jobs match {job_id!r}: {describe_jobs(near)}.", fix="Pass the full job id."
+    )
+
+
+def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
+    """The job that ``pid`` belongs to (launcher, rank, a rank's child), the job named ``job_id``,
+    or the only job here."""
     host = _hostname()
     if pid is not None and pid <= 0:
         raise ProcessNotFound(f"{pid} is not a valid pid.")
     procs = scan()
     jobs = build_jobs(procs, host)
+    if pid is None and job_id is not None:
+        return select_job(jobs, job_id)
     if pid is None:
         if not jobs:
             raise NoJobsFound("No distributed PyTorch job found on this host.")
         if len(jobs) > 1:
-            listing = "; ".join(
-                f"{j.job_id} (launcher pid {j.launcher_pid}, rank pids {[r.pid for r in j.ranks][:8]})"
-                for j in jobs
-            )
             raise NotADistributedJob(
-                f"{len(jobs)} distributed jobs run on this host: {listing}.",
-                fix="Pass --pid with the launcher or a rank pid of the job to inspect.",
+                f"{len(jobs)} distributed jobs run on this host: {describe_jobs(jobs)}.",
+                fix="Pass --job JOB_ID (MCP: job_id=) or --pid with a launcher or rank pid of the job to inspect.",
             )
         return jobs[0]
     if pid not in procs:

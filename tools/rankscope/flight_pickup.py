@@ -24,6 +24,7 @@ from rankscope.models.flight import FlightReport
 log = logging.getLogger("rankscope.flight_pickup")
 
 DEFAULT_NAME = "comm_lib_trace_rank_"
+START_SLACK_S = 2.0
 
 
 def dump_path(rank: int, env: dict[str, str]) -> Path:
@@ -45,7 +46,8 @@ def _fresh(proc: RankProcess, env: dict[str, str]) -> Path | None:
     except OSError:
         return None
     started = procfs.start_epoch(proc.pid)
-    if started is not None and mtime < started:
+    # btime has whole seconds: allow that much before calling a dump older than the rank
+    if started is not None and mtime < started - START_SLACK_S:
         log.info("ignoring %s: written before rank %d started", path, proc.rank)
         return None
     return path

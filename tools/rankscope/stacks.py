@@ -422,8 +422,10 @@ def dump_stacks(
     ranks: list[int] | None = None,
     counters: bool = True,
     flight_recorder: bool = True,
+    job_id: str | None = None,
 ) -> StacksReport:
-    """Discover the job of ``pid`` (or the only job here), dump all its ranks, analyse them.
+    """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), dump all its ranks,
+    analyse them.
 
     ``counters``: when the first verdict is not sure (confidence below high), read the
     ranks' integer locals (step, epoch) in one more pass. ``flight_recorder``: analyse the
@@ -432,7 +434,7 @@ def dump_stacks(
     any other per-rank failure stays inside the report's ``errors``.
     """
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
-    job = discovery.find_job(pid)
+    job = discovery.find_job(pid, job_id)
     _check_ranks(job, ranks)
     job, stacks, errors = capture_job(
         job, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, ranks=ranks, exe=exe

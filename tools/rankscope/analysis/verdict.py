@@ -430,7 +430,12 @@ def rule_mismatched(f: Facts) -> Verdict | None:
 
 
 def rule_missing(f: Facts) -> Verdict | None:
-    """Ranks of the world that exited or were not found: they are the suspects."""
+    """Ranks of the world that exited are the suspects; ranks merely on another host are not.
+
+    A rank that is not on this host cannot be blamed from here: the verdict says so, names no
+    suspect for it, and its first step collects the other hosts. After a capture merged from
+    several hosts, a rank found on none of them is a suspect (it exited or was never started).
+    """
     gone = sorted(set(f.missing) | set(f.exited))
     if not gone:
         return None
@@ -440,21 +445,46 @@ def rule_missing(f: Facts) -> Verdict | None:
         if f.op_groups
         else f"{here} {'are' if len(f.live) > 1 else 'is'} in no collective"
     )
-    exited_part = f"{ranks_phrase(f.exited)} exited" if f.exited else ""
     away = sorted(set(f.missing) - set(f.exited))
-    away_part = f"{ranks_phrase(away)} not found on this host" if away else ""
-    summary = (
-        f"{what}; {'; '.join(p for p in (exited_part, away_part) if p)}: the missing ranks are the suspects"
-    )
-    steps = []
-    if f.exited:
-        steps.append(
-            _step(
-                "Read the logs of the exited ranks for their exception or exit code.",
-                "triage_logs",
-                "missing-ranks",
-            )
+    merged = len(f.job.hosts) > 1
+    local_only = is_loopback(f.job.master_addr)
+    blamed = sorted(set(f.exited) | (set(away) if merged or local_only else set()))
+    parts = [f"{ranks_phrase(f.exited)} exited"] if f.exited else []
+    if away and local_only:
+        parts.append(
+            f"{ranks_phrase(away)} not found, though MASTER_ADDR {f.job.master_addr} is this host's loopback so "
+            "every rank runs here: never started or already gone"
         )
+    elif away:
+        where = f"any of {len(f.job.hosts)} hosts" if merged else "this host"
+        parts.append(
+            f"{ranks_phrase(away)} not found on {where}" + ("" if merged else " (not visible from here)")
+        )
+    if blamed:
+        who = f"{ranks_phrase(blamed)} {'are the suspects' if len(blamed) > 1 else 'is the suspect'}"
+        summary = f"{what}; {'; '.join(parts)}: {who}"
+    else:
+        summary = (
+            f"{what}; {'; '.join(parts)}: a rank on another host cannot be blamed from here; collect the other "
+            "hosts' stacks"
+        )
+    return Verdict(
+        kind="missing_ranks",
+        suspect_ranks=blamed,
+        confidence="high" if f.exited else ("medium" if blamed else "low"),
+        summary=summary,
+        evidence=f.evidence,
+        next_steps=_missing_steps(f, away),
+    )
+
+
+def is_loopback(addr: str | None) -> bool:
+    """MASTER_ADDR that only this host can reach: the job cannot span hosts."""
+    return addr is not None and (addr.startswith("127.") or addr in ("localhost", "::1", "ip6-localhost"))
+
+
+def _missing_steps(f: Facts, away: list[int]) -> list[NextStep]:
+    steps = []
     if away:
         steps.append(
             _step(
@@ -463,15 +493,16 @@ def rule_missing(f: Facts) -> Verdict | None:
                 "missing-ranks",
             )
         )
+    if f.exited:
+        steps.append(
+            _step(
+                "Read the logs of the exited ranks for their exception or exit code.",
+                "triage_logs",
+                "missing-ranks",
+            )
+        )
     steps.append(_step("Check which jobs and ranks run on this host.", "list_jobs", "missing-ranks"))
-    return Verdict(
-        kind="missing_ranks",
-        suspect_ranks=gone,
-        confidence="high" if f.exited else "medium",
-        summary=summary,
-        evidence=f.evidence,
-        next_steps=steps,
-    )
+    return steps
 
 
 def rule_nccl_cannot_tell(f: Facts) -> Verdict | None:

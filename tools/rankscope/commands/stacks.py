@@ -108,7 +108,11 @@ class StacksCommand(Command):
             "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
             "when --hosts is left out; debug-server takes --hosts MASTER_ADDR:PORT",
         )
-        remote.add_argument("--job", help="SLURM job id (--via srun) or pod selector (--via kubectl)")
+        remote.add_argument(
+            "--job",
+            help="this host: the job id to inspect when several run here (rankscope ps lists them); with --via: "
+            "the SLURM job id (srun) or pod selector (kubectl)",
+        )
         remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
         remote.add_argument(
             "--rankscope-cmd",
@@ -165,6 +169,7 @@ class StacksCommand(Command):
                 ranks=args.ranks,
                 counters=args.counters,
                 flight_recorder=args.flight_recorder,
+                job_id=args.job,
             )
         emit(report, as_json, _render)
         return 0

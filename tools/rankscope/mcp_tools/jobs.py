@@ -55,6 +55,7 @@ async def dump_stacks(
     flight_recorder: bool = True,
     from_paths: list[str] | None = None,
     backend: Literal["auto", "nccl", "gloo"] = "auto",
+    job_id: str | None = None,
     ctx: Context[Any, Any] | None = None,
 ) -> StacksReport:
     """Capture the Python (and optionally native) stack of every rank of a job and say which ranks are stuck where.
@@ -92,6 +93,7 @@ async def dump_stacks(
     (text or JSON, one file per rank), faulthandler output, or a torchrun log
     with [rankN]: prefixes; backend: 'nccl' or 'gloo' when the files do not
     show it. Unreadable files are listed in errors; the rest is analysed.
+    job_id: which job of this host (list_jobs gives the ids) when several run here.
     """
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
     api.check_stacks_call(
@@ -145,6 +147,7 @@ async def dump_stacks(
             ranks=ranks,
             counters=counters,
             flight_recorder=flight_recorder,
+            job_id=job_id,
         )
     await progress(ctx, 2, 3, f"analysing {len(report.stacks)} rank(s)")
     from rankscope.analysis.bound import bound_report

@@ -1,0 +1,86 @@
+"""One job, wherever its ranks are: two torchrun agents of one job on this host are one job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rankscope.api import dump_stacks, find_job, list_jobs
+from rankscope.errors import NotADistributedJob, ProcessNotFound
+from tests.jobs import JobFactory, RunningJob, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+READY_S = 180.0
+
+
+def _two_agents(jobs: JobFactory, odd: int) -> tuple[RunningJob, RunningJob]:
+    """A 4-rank job as two agents of 2 ranks (--nnodes=2 on one host); rank ``odd`` skips an all_reduce."""
+    port = free_port()
+    args = ["--mode", "mismatch", "--odd", str(odd)]
+    node0 = jobs.torchrun_node("hang_collectives.py", 0, 2, port, args=args)
+    node1 = jobs.torchrun_node("hang_collectives.py", 1, 2, port, args=args)
+    node0.wait_ready(["rank0", "rank1"], timeout=READY_S)
+    node1.wait_ready(["rank2", "rank3"], timeout=READY_S)
+    return node0, node1
+
+
+def _settled(pid: int | None, want: list[int], **kw: object) -> object:
+    box: list[object] = []
+
+    def ok() -> bool:
+        report = dump_stacks(pid, **kw)  # type: ignore[arg-type]
+        box[:] = [report]
+        return report.verdict.suspect_ranks == want
+
+    wait_for(ok, 90, f"suspects {want}", interval=0.5)
+    return box[0]
+
+
+def test_two_agents_of_one_job_are_one_job(jobs: JobFactory, pyspy_works: str) -> None:
+    node0, node1 = _two_agents(jobs, odd=3)
+    listed = [j for j in list_jobs().jobs if node0.pid in j.launcher_pids]
+    assert len(listed) == 1
+    job = listed[0]
+    assert sorted(job.launcher_pids) == sorted([node0.pid, node1.pid])
+    assert job.launcher_pid == node0.pid  # the agent of node 0
+    assert sorted(r.rank for r in job.ranks) == [0, 1, 2, 3] and job.missing_ranks == [] and job.missing == []
+    assert job.attempt == 0
+    # no pid, either agent's pid, a rank's pid: the same job and the same culprit
+    for pid in (None, node0.pid, node1.pid, job.ranks[0].pid):
+        report = _settled(pid, [3])
+        assert sorted(r.rank for r in report.job.ranks) == [0, 1, 2, 3]  # type: ignore[attr-defined]
+        assert report.verdict.kind == "mismatched_collectives"  # type: ignore[attr-defined]
+    # a rank filter: the others are not missing, and the verdict says it covers only those asked for
+    filtered = dump_stacks(node0.pid, ranks=[0, 1])
+    assert filtered.job.missing_ranks == [] and filtered.verdict.kind != "missing_ranks"
+    assert any("only ranks [0, 1]" in n for n in filtered.job.notes)
+
+
+def test_several_jobs_error_lists_them_and_job_id_picks_one(jobs: JobFactory, pyspy_works: str) -> None:
+    first = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "mismatch", "--odd", "2"])
+    second = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
+    first.wait_ready(timeout=READY_S)
+    second.wait_ready(timeout=READY_S)
+    with pytest.raises(NotADistributedJob) as err:
+        find_job()
+    text = str(err.value)
+    assert f"launcher pid(s) {first.pid}" in text and f"launcher pid(s) {second.pid}" in text
+    assert "world size 3" in text and "world size 2" in text and "--job" in (err.value.fix or "")
+    one = find_job(first.pid)
+    report = _settled(None, [2], job_id=one.job_id)
+    assert report.job.job_id == one.job_id  # type: ignore[attr-defined]
+    with pytest.raises(ProcessNotFound):
+        find_job(job_id="torchrun:no-such-job")
+
+
+def test_pid_of_an_unrelated_python_process_is_refused() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(NotADistributedJob):
+            find_job(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -226,3 +226,50 @@ def test_job_backend_agrees_or_is_mixed() -> None:
     backend, evidence = job_backend_of({1: nccl, 2: gloo})  # type: ignore[dict-item]
     assert backend == "mixed" and any("ranks differ" in e for e in evidence)
     assert job_backend_of({})[0] is None
+
+
+# -- GPU utilisation ------------------------------------------------------------------------------
+
+SMI_GPUS = (
+    "0, GPU-11111111-aaaa-bbbb-cccc-000000000000, 100\n"
+    "1, GPU-22222222-aaaa-bbbb-cccc-000000000000, 100\n"
+    "2, GPU-33333333-aaaa-bbbb-cccc-000000000000, 0\n"
+    "3, GPU-44444444-aaaa-bbbb-cccc-000000000000, [N/A]\n"
+)
+SMI_APPS = "4100, GPU-11111111-aaaa-bbbb-cccc-000000000000\n4101, GPU-22222222-aaaa-bbbb-cccc-000000000000\n"
+
+
+def test_rank_utilisation_by_pid_then_by_device_file() -> None:
+    from rankscope.analysis.gpu_busy import parse_apps, parse_gpus, rank_utilisation
+
+    gpus, apps = parse_gpus(SMI_GPUS), parse_apps(SMI_APPS)
+    util = rank_utilisation(
+        gpus,
+        apps,
+        {0: 4100, 1: 4101, 2: 4102, 3: 4103},
+        {2: ["/dev/nvidiactl", "/dev/nvidia2", "/dev/nvidia-uvm"], 3: ["/dev/nvidia3"]},
+    )
+    assert util == {0: 100, 1: 100, 2: 0}  # rank 3's GPU reports [N/A]
+
+
+def test_idle_gpu_among_spinning_ones_names_its_rank_on_nccl() -> None:
+    frames = [nat("cudaStreamSynchronize"), pyf("main", line=47)]
+    stacks = [
+        RankStack(
+            rank=r,
+            pid=100 + r,
+            host="h",
+            state="running",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+            gpu_util=3 if r == 2 else 100,
+        )
+        for r in range(4)
+    ]
+    v = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, []).verdict
+    assert v.suspect_ranks == [2] and v.confidence == "medium"
+    assert "GPU utilisation" in v.summary and "never launched" in v.summary
+    # an even split or too few ranks: nothing decided by the GPUs
+    from rankscope.analysis.gpu_busy import idle_minority
+
+    assert idle_minority({0: 100, 1: 0}) is None
+    assert idle_minority({0: 100, 1: 100, 2: 0, 3: 0}) is None

@@ -25,6 +25,7 @@ from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.flight_pickup import pick_up
+from rankscope.gpu_read import gpu_utilisation
 from rankscope.models.core import (
     Frame,
     Job,
@@ -448,6 +449,11 @@ def dump_stacks(
     flight = pick_up(job) if flight_recorder else None
     if flight is not None:
         notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")
+    util = gpu_utilisation(job)
+    if util:
+        stacks = [
+            s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
+        ]
     job = job.model_copy(update={"notes": notes})
     source = source_lines(stacks)
     report = analyze(job, stacks, errors, flight, source=source)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from rankscope.analysis.counters import CounterSplit, counter_split
 from rankscope.analysis.frames import GONE_STATES, STUCK_STATES, blocked_in, short_site
+from rankscope.analysis.gpu_busy import idle_minority
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.waits import GPU_LIKE, wait_phrase
@@ -128,6 +129,7 @@ class Facts:
     gpu_groups: list[Group] = field(default_factory=list)
     waits: Waits = field(default_factory=dict)
     counters: CounterSplit | None = None
+    gpu_idle: tuple[list[int], str] | None = None
 
     @property
     def nccl(self) -> bool:
@@ -158,6 +160,9 @@ def facts(
     f.none_groups = [g for g in groups if g.state is None and not g.op and g.wait not in GPU_LIKE]
     f.waits = _p2p_waits(f.live)
     f.counters = counter_split(f.live)
+    f.gpu_idle = idle_minority(
+        {s.rank: s.gpu_util for s in f.live if s.rank is not None and s.gpu_util is not None}
+    )
     f.evidence = _evidence(f)
     return f
 
@@ -192,6 +197,8 @@ def _evidence(f: Facts) -> list[str]:
         evidence.append(f"{ranks_phrase(f.exited)} exited")
     if f.counters is not None:
         evidence.append(f.counters.evidence)
+    if f.gpu_idle is not None:
+        evidence.append(f.gpu_idle[1])
     evidence.extend(_p2p_lines(f.waits, f.annotated))
     if any(s.op == BACKWARD_OP for s in f.live):
         evidence.append(
@@ -312,6 +319,32 @@ def rule_nccl_rank_elsewhere(f: Facts) -> Verdict | None:
             _step("Confirm with native frames (GPU waits vs compute).", "dump_stacks", "nccl-hangs"),
             _step(
                 "Read the flight recorder dumps: the laggard's last enqueued collective is below the others'.",
+                "analyze_flight_recorder",
+                "nccl-hangs",
+            ),
+        ],
+    )
+
+
+def rule_gpu_idle(f: Facts) -> Verdict | None:
+    """NCCL: most GPUs spin in a stuck kernel while a few idle: their ranks never launched it."""
+    if f.gpu_idle is None or not f.nccl:
+        return None
+    idle, text = f.gpu_idle
+    return Verdict(
+        kind="divergent_ranks",
+        suspect_ranks=idle,
+        confidence="medium",
+        summary=f"{text}: on NCCL the spinning GPUs wait in a collective that {ranks_phrase(idle)} never launched",
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                "Dump the suspects with native frames: what their CPU does instead of launching the collective.",
+                "dump_stacks",
+                "nccl-hangs",
+            ),
+            _step(
+                "Read the flight recorder dumps: the suspects' last enqueued collective is below the others'.",
                 "analyze_flight_recorder",
                 "nccl-hangs",
             ),
@@ -652,6 +685,7 @@ NCCL_RULES: tuple[Rule, ...] = (
     rule_flight_recorder,
     rule_counters,
     rule_nccl_rank_elsewhere,
+    rule_gpu_idle,
     rule_divergent,
     rule_mismatched,
     rule_missing,

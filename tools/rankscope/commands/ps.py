@@ -16,9 +16,23 @@ def render_jobs(model: JobList) -> Iterator[str]:
     if not model.jobs:
         yield f"no distributed PyTorch jobs found on {model.host}"
     for job in model.jobs:
-        launcher = job.launcher + (f" pid {job.launcher_pid}" if job.launcher_pid else "")
-        yield f"{job.job_id}  ({launcher}, world size {job.world_size or '?'}, host {', '.join(job.hosts)})"
-        if job.missing_ranks:
+        pids = job.launcher_pids or ([job.launcher_pid] if job.launcher_pid else [])
+        launcher = job.launcher + (
+            f" pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}" if pids else ""
+        )
+        extra = "".join(
+            [
+                f", backend {job.backend}" if job.backend else "",
+                f", attempt {job.attempt}" if job.attempt else "",
+            ]
+        )
+        yield f"{job.job_id}  ({launcher}, world size {job.world_size or '?'}, host {', '.join(job.hosts)}{extra})"
+        by_status: dict[str, list[int]] = {}
+        for m in job.missing:
+            by_status.setdefault(m.status.replace("_", " "), []).append(m.rank)
+        if by_status:
+            yield "  missing ranks: " + "; ".join(f"{rank_ranges(rs)} {st}" for st, rs in by_status.items())
+        elif job.missing_ranks:
             yield f"  missing ranks: {rank_ranges(job.missing_ranks)}" + (
                 f" (exited: {rank_ranges(job.exited_ranks)})" if job.exited_ranks else ""
             )

@@ -236,7 +236,11 @@ class RankStack(Model):
     )
     counters: dict[str, int] = Field(
         default_factory=dict,
-        description="Integer locals (step, epoch, i, ...) of the outermost user frames, keyed 'function:name'.",
+        description="Integer locals (step, epoch, i, ...) of the job's frames, keyed 'file:function:name'.",
+    )
+    gpu_util: int | None = Field(
+        default=None,
+        description="Utilisation % of this rank's GPU (nvidia-smi) when read; ~100 spins, ~0 idles.",
     )
 
 

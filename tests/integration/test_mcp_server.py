@@ -116,6 +116,11 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "job",
         "namespace",
         "timeout",
+        "counters",
+        "flight_recorder",
+        "from_paths",
+        "backend",
+        "job_id",
     }
     assert "ctx" not in tools["list_jobs"].input_schema["properties"]
 

@@ -55,3 +55,71 @@ def test_argv() -> None:
 def test_inline_assignments_and_known_tokens() -> None:
     out = redact_text("os.environ['X'] set: api_key=abcd1234efgh ghp_" + "a" * 36 + " lr=0.1")
     assert "abcd1234efgh" not in out and "ghp_" not in out and "lr=0.1" in out
+
+
+# -- secrets by structure: the shapes real training code carries -----------------------------------
+
+PLANTED: tuple[tuple[str, str], ...] = (
+    # (text, the secret fragment that must not survive)
+    ("{'wandb': {'project': 'p', 'api_key': 'f00dbabe0123456789abcdef'}}", "f00dbabe0123456789abcdef"),
+    ('{"password": "pa55-w0rd-json", "user": "bob"}', "pa55-w0rd-json"),
+    ("{'token': b'rawbytes-secret-1234'}", "rawbytes-secret-1234"),
+    ("machine api.wandb.ai login user password ZZTOPSECRET99", "ZZTOPSECRET99"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234\n-----END RSA PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEA1234",
+    ),
+    ("'-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXktdjEAAAA...'", "b3BlbnNzaC1rZXktdjEAAAA"),
+    (
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "dozjgNryP4J3jVmNHl0w5N",
+    ),
+    ("s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCY@bucket/x", "K7MDENG/bPxRfiCY"),
+    (
+        "AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==;EndpointSuffix=core.windows.net",
+        "Zm9vYmFyYmF6cXV4",
+    ),
+    ("https://acct.blob.core.windows.net/c?sv=2022&sig=AbCdEf0123456789%2Bsig", "AbCdEf0123456789"),
+    ("secret_key = hunter2hunter2", "hunter2hunter2"),
+    ("token: ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnop"),
+    ("OPENAI=sk-proj-abcdefghijklmnopqrstuvwxyz012345", "sk-proj-abcdefghijkl"),
+    ("xoxb-123456789012-abcdefghijkl", "xoxb-123456789012"),
+    ("wandb login 0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123456789abcdef01234567"),
+    (
+        '{"type": "service_account", "private_key_id": "0a1b2c3d4e5f60718293", "client_email": "x"}',
+        "0a1b2c3d4e5f",
+    ),
+)
+
+
+def test_planted_secrets_never_survive() -> None:
+    for text, fragment in PLANTED:
+        out = Redactor().text(text)
+        assert fragment not in out, (text, out)
+
+
+def test_masks_keep_the_shape_that_helps() -> None:
+    r = Redactor()
+    assert r.text("hf_token='hf_abcdefghijklmnopqrstuvwx'") == "hf_token='<redacted:hf_token>'"
+    assert r.text("postgres://bob:s3cr3t/with@db.example.com/x") == f"postgres://bob:{MASK}@db.example.com/x"
+    assert r.text("{'api_key': 'abcdef123456'}") == f"{{'api_key': '{MASK}'}}"
+
+
+def test_a_secret_found_once_is_scrubbed_everywhere_after() -> None:
+    r = Redactor()
+    r.text("{'password': 'only-in-a-dict-9'}")
+    assert "only-in-a-dict-9" not in r.text("connecting with only-in-a-dict-9 as the password")
+
+
+def test_ordinary_locals_pass_unchanged() -> None:
+    r = Redactor()
+    for text in (
+        "tensor([[0.1000, 0.2000]], device='cuda:0', grad_fn=<AddBackward0>)",
+        "torch.Size([4, 1024])",
+        "{'lr': 0.001, 'batch_size': 32, 'step': 10, 'keys': ['a', 'b']}",
+        "'/data/shards/train-00012-of-00128.parquet'",
+        "http://10.0.0.1:29500/path",
+        "Namespace(model='llama', max_steps=1000, key_dim=64)",
+        "<Linear(in_features=1024, out_features=1024, bias=True) at 0x7f00>",
+    ):
+        assert r.text(text) == text, text

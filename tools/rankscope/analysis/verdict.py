@@ -807,5 +807,10 @@ def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
         ),
     ]
     return Verdict(
-        kind="all_in_same_collective", suspect_ranks=[], summary=summary, evidence=evidence, next_steps=steps
+        kind="all_in_same_collective",
+        suspect_ranks=[],
+        confidence="high" if cycle is not None else "medium",
+        summary=summary,
+        evidence=evidence,
+        next_steps=steps,
     )

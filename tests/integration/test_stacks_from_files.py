@@ -81,3 +81,26 @@ def test_mcp_dump_stacks_from_paths() -> None:
             await dump_stacks(from_paths=[str(FILES / "pyspy_json")], pid=1)
 
     anyio.run(main)
+
+
+def test_secrets_in_saved_locals_never_leave(tmp_path: Path) -> None:
+    secret = "hf_plantedSecretValue0123456789"
+    text = (
+        "Process 7: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+        'Thread 7 (idle): "MainThread"\n'
+        "    main (train.py:12)\n"
+        "        Locals:\n"
+        f"            cfg: {{'hub': {{'token': '{secret}'}}, 'lr': 0.1}}\n"
+        f"            headers: {{'Authorization': 'Bearer {secret}'}}\n"
+    )
+    (tmp_path / "rank0.txt").write_text(text)
+    code, out, _ = run_cli("stacks", "--from", str(tmp_path), "--json")
+    assert code == 0 and secret not in out and "'lr': 0.1" in out
+
+    from rankscope.mcp_tools.jobs import dump_stacks
+
+    async def main() -> str:
+        report = await dump_stacks(from_paths=[str(tmp_path)], full_ranks=[0])
+        return report.model_dump_json()
+
+    assert secret not in anyio.run(main)

@@ -123,3 +123,26 @@ def test_ordinary_locals_pass_unchanged() -> None:
         "<Linear(in_features=1024, out_features=1024, bias=True) at 0x7f00>",
     ):
         assert r.text(text) == text, text
+
+
+def test_redact_model_walks_every_string_of_an_answer() -> None:
+    from rankscope.models.core import Frame, Job, LocalVar, RankStack, StacksReport, ThreadStack, Verdict
+    from rankscope.redact import redact_model
+
+    secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    frame = Frame(
+        function="main",
+        file="/job/train.py",
+        line=3,
+        locals=[LocalVar(name="cfg", repr=f"{{'wandb': {{'api_key': 'k3y-{secret}'}}}}")],
+    )
+    report = StacksReport(
+        job=Job(job_id="j", notes=[f"note with token: {secret}"]),
+        stacks=[RankStack(rank=0, pid=1, host="h", threads=[ThreadStack(thread_id=1, frames=[frame])])],
+        verdict=Verdict(kind="no_collective", summary="s", evidence=[f"https://u:{secret}@h/x"]),
+    )
+    clean = redact_model(report)
+    assert secret not in clean.model_dump_json()
+    assert clean.stacks[0].threads[0].frames[0].function == "main"
+    untouched = StacksReport(job=Job(job_id="j"), verdict=Verdict(kind="no_collective", summary="s"))
+    assert redact_model(untouched) is untouched

@@ -14,9 +14,15 @@ scrubbed three ways:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 MASK = "<redacted>"
 
@@ -65,7 +71,7 @@ _NETRC = re.compile(
 )
 # A long random-looking value right after a secret-ish word (wandb login KEY, "key 0123abcd...").
 _NEAR_WORD = re.compile(
-    r"(?P<head>\b(?:login|[a-z_]*(?:key|token|secret|passw(?:or)?d|auth|credential)s?)\b\W{1,3})(?P<val>[A-Za-z0-9+/_=-]{32,})",
+    r"(?P<head>\b(?:login|[a-z_]*(?:key|token|secret|passw(?:or)?d|auth|credential)s?)\b\W{1,3})(?P<val>[A-Za-z0-9+_=-][A-Za-z0-9+/_=-]{31,})",
     re.IGNORECASE,
 )
 # Every structural pattern below needs one of these; a string with none skips them all (most
@@ -218,6 +224,54 @@ class Redactor:
                 continue
             out.append(self.text(word))
         return out
+
+
+@functools.cache
+def _model_field_names() -> frozenset[str]:
+    """Field names of rankscope's own answer models (top_level_key, missing_keys, ...): named like
+    secrets by the pattern, holding none."""
+    from rankscope.models.core import Model
+
+    names: set[str] = set()
+    todo: list[type[BaseModel]] = [Model]
+    while todo:
+        cls = todo.pop()
+        names.update(cls.model_fields)
+        todo.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+def _secret_key(key: object, value: object) -> bool:
+    return (
+        isinstance(key, str)
+        and isinstance(value, str)
+        and bool(value)
+        and is_secret_name(key)
+        and key not in _model_field_names()
+    )
+
+
+def _walk(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, str):
+        return redactor.text(value)
+    if isinstance(value, dict):
+        return {k: MASK if _secret_key(k, v) else _walk(v, redactor) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v, redactor) for v in value]
+    return value
+
+
+def redact_model(model: ModelT, redactor: Redactor | None = None) -> ModelT:
+    """Every string of an answer, redacted: the one choke point both faces pass answers through.
+
+    The shells redact what they read (env, argv, locals) with what they know of the job; this
+    pass catches any string a field carries that they did not think of (a log excerpt, a note,
+    a new field) by structure, so no field can forget it. Keys named like secrets lose their
+    string values.
+    """
+    data = model.model_dump(mode="python")
+    clean = _walk(data, redactor or Redactor())
+    return model if clean == data else type(model).model_validate(clean)
 
 
 def redact_text(text: str, secret_values: Iterable[str] = ()) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from pydantic import BaseModel
 
+from rankscope.redact import redact_model
 from rankscope.render.next_steps import (
     render_next_steps as render_next_steps,  # one renderer for every command
 )
@@ -51,8 +52,12 @@ def emit(
     render: Callable[[M], Iterable[str]] | None = None,
     out: TextIO | None = None,
 ) -> None:
-    """Print a model as JSON or through a line renderer typed on that model; the only printing layer."""
+    """Print a model as JSON or through a line renderer typed on that model; the only printing layer.
+
+    Every answer passes :func:`redact_model` here: whatever leaves by the CLI is redacted.
+    """
     out = out or sys.stdout
+    model = redact_model(model)
     if as_json or render is None:
         out.write(model.model_dump_json(indent=2))
         out.write("\n")

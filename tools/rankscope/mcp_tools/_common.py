@@ -44,6 +44,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from rankscope.errors import PermissionDenied, ProcessNotFound, RankscopeError, ToolTimeout
+from rankscope.redact import redact_model
 
 log = logging.getLogger("rankscope.mcp")
 
@@ -92,6 +93,11 @@ _TRANSLATED: tuple[type[BaseException], ...] = (
 )
 
 
+def _redacted(result: Any) -> Any:
+    """Every answer leaves through here redacted (text block and structured content alike)."""
+    return redact_model(result) if isinstance(result, BaseModel) else result
+
+
 def guard(fn: F) -> F:
     """Turn RankscopeError (and bad arguments, permission and lookup errors) into ToolError with the fix."""
 
@@ -100,7 +106,7 @@ def guard(fn: F) -> F:
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
-                return await fn(*args, **kwargs)
+                return _redacted(await fn(*args, **kwargs))
             except ToolError:
                 raise
             except _TRANSLATED as exc:
@@ -111,7 +117,7 @@ def guard(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            return _redacted(fn(*args, **kwargs))
         except ToolError:
             raise
         except _TRANSLATED as exc:

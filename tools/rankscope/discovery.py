@@ -219,51 +219,20 @@ def _make_job(
     launcher: LauncherKind = members[0].launcher
     notes: list[str] = []
     if launcher == "mp_spawn":
-        members.sort(key=lambda c: (c.info.start_time, c.info.pid))
-        for i, c in enumerate(members):
-            c.rank, c.local_rank = i, i
-        notes.append(
-            "torch.multiprocessing.spawn ranks: numbered by start order here; `rankscope stacks` reads the "
-            "spawn index from each rank's stack"
-        )
+        _number_spawn_ranks(members, notes)
     for c in members:
         if c.info.env:
             redactor.learn_env(c.info.env)
     env0 = members[0].info.env or {}
     world = next((c.world_size for c in members if c.world_size), None)
-    launcher_pid: int | None = None
     agents = sorted({c.info.ppid for c in members if c.info.ppid is not None})
-    members, stale = _latest_attempt(members) if launcher == "torchrun" else (members, [])
-    if stale:
-        notes.append(
-            f"pids {sorted(c.info.pid for c in stale)} are ranks of an earlier torchrun attempt still alive: "
-            "left out (ranks of two attempts never meet in a collective)"
-        )
-    if launcher == "torchrun":
-        launcher_pid = _first_agent(members)
-    elif launcher == "mp_spawn":
-        launcher_pid = members[0].info.ppid
-    else:
-        parents = {c.info.ppid for c in members}
-        launcher_pid = parents.pop() if len(parents) == 1 else None
+    members = _drop_stale_attempts(members, notes) if launcher == "torchrun" else members
+    launcher_pid = _launcher_of(launcher, members)
     per_rank = read_backends(members)
-    rank_procs: list[RankProcess] = []
-    for c in sorted(members, key=lambda c: (c.rank is None, c.rank or 0, c.info.pid)):
-        rank_procs.append(
-            RankProcess(
-                rank=c.rank,
-                local_rank=c.local_rank,
-                pid=c.info.pid,
-                host=host,
-                state=c.info.state,
-                launcher=launcher,
-                rank_source=c.rank_source,
-                cmdline=redactor.argv(c.info.cmdline),
-                python=c.info.exe,
-                children=_descendants(c.info.pid, procs),
-                backend=per_rank[c.info.pid][0] if c.info.pid in per_rank else None,
-            )
-        )
+    rank_procs = [
+        _rank_process(c, host, launcher, redactor, procs, per_rank)
+        for c in sorted(members, key=lambda c: (c.rank is None, c.rank or 0, c.info.pid))
+    ]
     # mp.spawn: nprocs is known only to the parent; rankscope.stacks reads it from its stack.
     found = {r.rank for r in rank_procs if r.rank is not None}
     missing = sorted(set(range(world)) - found) if world else []
@@ -274,22 +243,13 @@ def _make_job(
             f"{ranks_phrase(exited)} of this host's torchrun agent(s) "
             f"{'is' if len(exited) == 1 else 'are'} gone: exited"
         )
-    spawners = agents if launcher == "torchrun" else ([launcher_pid] if launcher_pid is not None else [])
-    if spawners:
-        zombies = [
-            p
-            for agent in spawners
-            for p in procs.get(agent, ProcInfo(0, None, "unknown", 0, [], None)).children
-            if procs[p].state in ("zombie", "dead")
-        ]
-        if zombies:
-            notes.append(f"exited children of the launcher not yet reaped (zombies): pids {zombies}")
+    launchers = agents if launcher == "torchrun" else ([launcher_pid] if launcher_pid is not None else [])
+    notes.extend(_zombie_notes(launchers, procs))
     port, _ = _int(env0, "MASTER_PORT")
     addr = env0.get("MASTER_ADDR")
-    job_id = _job_id(launcher, env0, launcher_pid, addr, port)
     backend, backend_evidence = job_backend_of(per_rank)
     return Job(
-        job_id=job_id,
+        job_id=_job_id(launcher, env0, launcher_pid, addr, port),
         launcher=launcher,
         launcher_pid=launcher_pid,
         world_size=world,
@@ -302,10 +262,72 @@ def _make_job(
         notes=notes,
         backend=backend,
         backend_evidence=backend_evidence,
-        launcher_pids=agents if launcher == "torchrun" else ([launcher_pid] if launcher_pid else []),
+        launcher_pids=launchers,
         attempt=_attempt(members[0]) if launcher == "torchrun" else None,
         missing=classified or [MissingRank(rank=r, status="not_visible", detail=_NOT_HERE) for r in missing],
     )
+
+
+def _number_spawn_ranks(members: list[_Candidate], notes: list[str]) -> None:
+    members.sort(key=lambda c: (c.info.start_time, c.info.pid))
+    for i, c in enumerate(members):
+        c.rank, c.local_rank = i, i
+    notes.append(
+        "torch.multiprocessing.spawn ranks: numbered by start order here; `rankscope stacks` reads the "
+        "spawn index from each rank's stack"
+    )
+
+
+def _drop_stale_attempts(members: list[_Candidate], notes: list[str]) -> list[_Candidate]:
+    members, stale = _latest_attempt(members)
+    if stale:
+        notes.append(
+            f"pids {sorted(c.info.pid for c in stale)} are ranks of an earlier torchrun attempt still alive: "
+            "left out (ranks of two attempts never meet in a collective)"
+        )
+    return members
+
+
+def _launcher_of(launcher: LauncherKind, members: list[_Candidate]) -> int | None:
+    if launcher == "torchrun":
+        return _first_agent(members)
+    if launcher == "mp_spawn":
+        return members[0].info.ppid
+    parents = {c.info.ppid for c in members}
+    return parents.pop() if len(parents) == 1 else None
+
+
+def _rank_process(
+    c: _Candidate,
+    host: str,
+    launcher: LauncherKind,
+    redactor: Redactor,
+    procs: dict[int, ProcInfo],
+    per_rank: dict[int, tuple[Backend, list[str]]],
+) -> RankProcess:
+    return RankProcess(
+        rank=c.rank,
+        local_rank=c.local_rank,
+        pid=c.info.pid,
+        host=host,
+        state=c.info.state,
+        launcher=launcher,
+        rank_source=c.rank_source,
+        cmdline=redactor.argv(c.info.cmdline),
+        python=c.info.exe,
+        children=_descendants(c.info.pid, procs),
+        backend=per_rank[c.info.pid][0] if c.info.pid in per_rank else None,
+    )
+
+
+def _zombie_notes(launchers: list[int], procs: dict[int, ProcInfo]) -> list[str]:
+    zombies = [
+        p
+        for agent in launchers
+        for p in procs.get(agent, ProcInfo(0, None, "unknown", 0, [], None)).children
+        if procs[p].state in ("zombie", "dead")
+    ]
+    return [f"exited children of the launcher not yet reaped (zombies): pids {zombies}"] if zombies else []
 
 
 _NOT_HERE = "not on this host: collect the other hosts' ranks (stacks --hosts ..., dump_stacks hosts=[...])"

@@ -343,11 +343,23 @@ def nccl_recorder_findings(ranks: list[RankEnv]) -> list[Finding]:
 
 
 def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[Finding]:
-    out: list[Finding] = []
+    """Settings that cause or hide failures, one small check each."""
     if not ranks:
-        return out
-    everyone = _ranks(ranks)
-    out.extend(nccl_recorder_findings(ranks))
+        return []
+    return [
+        *nccl_recorder_findings(ranks),
+        *_async_error_findings(ranks),
+        *_launch_blocking_findings(ranks),
+        *_transport_findings(ranks),
+        *_ifname_findings(node, ranks),
+        *_nccl_debug_findings(node, ranks, live),
+        *_shm_findings(node, ranks),
+        *_limit_findings(node, ranks),
+    ]
+
+
+def _async_error_findings(ranks: list[RankEnv]) -> list[Finding]:
+    out: list[Finding] = []
     for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
         off = [r for r in ranks if r.env.get(name, "").strip() == "0"]
         if off:
@@ -364,6 +376,11 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
                     "collect_env",
                 )
             )
+    return out
+
+
+def _launch_blocking_findings(ranks: list[RankEnv]) -> list[Finding]:
+    out: list[Finding] = []
     blocking = [r for r in ranks if r.env.get("CUDA_LAUNCH_BLOCKING", "").strip() not in ("", "0")]
     if blocking:
         out.append(
@@ -378,6 +395,11 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
                 _ranks(blocking),
             )
         )
+    return out
+
+
+def _transport_findings(ranks: list[RankEnv]) -> list[Finding]:
+    out: list[Finding] = []
     for name, what in (
         ("NCCL_P2P_DISABLE", "GPU peer-to-peer (NVLink/PCIe P2P)"),
         ("NCCL_IB_DISABLE", "InfiniBand/RoCE"),
@@ -396,6 +418,11 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
                     _ranks(on),
                 )
             )
+    return out
+
+
+def _ifname_findings(node: NodeInfo, ranks: list[RankEnv]) -> list[Finding]:
+    out: list[Finding] = []
     iface_names = [i.name for i in node.interfaces]
     if iface_names:
         for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
@@ -425,6 +452,12 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
                         interfaces=iface_names,
                     )
                 )
+    return out
+
+
+def _nccl_debug_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[Finding]:
+    out: list[Finding] = []
+    everyone = _ranks(ranks)
     if (
         live
         and all("NCCL_DEBUG" not in r.env for r in ranks)
@@ -441,6 +474,12 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
                 everyone,
             )
         )
+    return out
+
+
+def _shm_findings(node: NodeInfo, ranks: list[RankEnv]) -> list[Finding]:
+    out: list[Finding] = []
+    everyone = _ranks(ranks)
     workers = sum(r.children for r in ranks)
     shm = node.shm
     if shm.size_bytes is not None:
@@ -464,6 +503,12 @@ def _setting_findings(node: NodeInfo, ranks: list[RankEnv], live: bool) -> list[
                     workers=workers,
                 )
             )
+    return out
+
+
+def _limit_findings(node: NodeInfo, ranks: list[RankEnv]) -> list[Finding]:
+    out: list[Finding] = []
+    everyone = _ranks(ranks)
     lim = node.limits
     if node.infiniband and lim.locked_memory_soft is not None and lim.locked_memory_soft < 64 * 1024**2:
         out.append(

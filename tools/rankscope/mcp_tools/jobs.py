@@ -99,7 +99,7 @@ async def dump_stacks(
     api.check_stacks_call(
         pid=pid, ranks=ranks, hosts=hosts, remote=remote, full_ranks=full_ranks, from_paths=from_paths
     )
-    api.DumpOptions(
+    options = api.DumpOptions(
         native=native,
         locals=locals,
         nonblocking=nonblocking,
@@ -109,52 +109,51 @@ async def dump_stacks(
     )
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
-        saved = await in_thread(
+        report = await in_thread(
             api.stacks_from_files, from_paths, backend=None if backend == "auto" else backend
         )
-        await progress(ctx, 1, 2, f"analysed {len(saved.stacks)} rank(s)")
-        from rankscope.analysis.bound import bound_report
-
-        return bound_report(saved, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
-    if not remote:
-        where = "this host"
-    else:
+    elif remote:
         where = (f"{len(hosts)} host(s)" if hosts else "the job's hosts") + f" via {via}"
-    await progress(ctx, 0, 3, f"finding the job's ranks on {where}")
-    if remote:
         await progress(ctx, 1, 3, f"capturing stacks on {where}")
         report = await in_thread(
-            api.dump_stacks_remote,
-            hosts=hosts,
-            via=via,
-            job=job,
-            namespace=namespace,
-            pid=pid,
-            native=native,
-            locals=locals,
-            nonblocking=nonblocking,
-            timeout=timeout,
+            _remote, options, hosts=hosts, via=via, job=job, namespace=namespace, pid=pid
         )
     else:
-        await progress(ctx, 1, 3, "capturing stacks with py-spy")
-        report = await in_thread(
-            api.dump_stacks,
-            pid,
-            native=native,
-            locals=locals,
-            nonblocking=nonblocking,
-            timeout=timeout,
-            ranks=ranks,
-            counters=counters,
-            flight_recorder=flight_recorder,
-            job_id=job_id,
-        )
-    await progress(ctx, 2, 3, f"analysing {len(report.stacks)} rank(s)")
+        await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
+        report = await in_thread(_local, options, pid=pid, ranks=ranks, job_id=job_id)
+    await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
     from rankscope.analysis.bound import bound_report
 
     bounded = bound_report(report, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
     await progress(ctx, 3, 3, f"verdict: {bounded.verdict.kind}")
     return bounded
+
+
+def _local(
+    options: api.DumpOptions, *, pid: int | None, ranks: list[int] | None, job_id: str | None
+) -> StacksReport:
+    return api.dump_stacks(
+        pid,
+        native=options.native,
+        locals=options.locals,
+        nonblocking=options.nonblocking,
+        timeout=options.timeout,
+        ranks=ranks,
+        counters=options.counters,
+        flight_recorder=options.flight_recorder,
+        job_id=job_id,
+    )
+
+
+def _remote(options: api.DumpOptions, **where: Any) -> StacksReport:
+    report: StacksReport = api.dump_stacks_remote(
+        **where,
+        native=options.native,
+        locals=options.locals,
+        nonblocking=options.nonblocking,
+        timeout=options.timeout,
+    )
+    return report
 
 
 def register(server: MCPServer) -> None:

@@ -268,6 +268,20 @@ def _result(d: _Dump) -> tuple[RankStack, RankError | None]:
     return base.model_copy(update={"threads": d.threads}), None
 
 
+def _renumber_spawn_rank(
+    stack: RankStack, proc: RankProcess, ranks: list[RankProcess]
+) -> tuple[RankStack, list[RankProcess]]:
+    """An mp.spawn rank numbered by its ``_wrap(fn, i, ...)`` index, read from its stack."""
+    index = _spawn_index(stack.threads)
+    if index is None:
+        return stack, ranks
+    update: dict[str, object] = {"rank_source": "spawn_index"}
+    if index != stack.rank:
+        stack = stack.model_copy(update={"rank": index})
+        update.update(rank=index, local_rank=index)
+    return stack, [r.model_copy(update=update) if r.pid == proc.pid else r for r in ranks]
+
+
 def capture_job(
     job: Job,
     *,
@@ -332,20 +346,7 @@ def capture_job(
     for stack, err in results:
         proc = next(r for r in procs if r.pid == stack.pid)
         if proc.launcher == "mp_spawn":
-            index = _spawn_index(stack.threads)
-            if index is not None and index != stack.rank:
-                stack = stack.model_copy(update={"rank": index})
-                new_ranks = [
-                    r.model_copy(update={"rank": index, "local_rank": index, "rank_source": "spawn_index"})
-                    if r.pid == proc.pid
-                    else r
-                    for r in new_ranks
-                ]
-            elif index is not None:
-                new_ranks = [
-                    r.model_copy(update={"rank_source": "spawn_index"}) if r.pid == proc.pid else r
-                    for r in new_ranks
-                ]
+            stack, new_ranks = _renumber_spawn_rank(stack, proc, new_ranks)
         stack = _with_source_op(stack).model_copy(update={"backend": proc.backend})
         if stack.pid in peers:
             stack = stack.model_copy(update={"peer": peers[stack.pid]})

@@ -61,6 +61,13 @@ def _slim_rank(proc: RankProcess) -> RankProcess:
     return proc.model_copy(update={"cmdline": proc.cmdline[:4]})
 
 
+def _new_splits(report: StacksReport) -> list[Group]:
+    """Whole-stack groups that say something the op groups do not: a group whose ranks are exactly
+    an op group's would repeat its frames, so only groups that split an op group are kept."""
+    op_sets = {tuple(g.ranks) for g in report.groups}
+    return [g for g in report.stack_groups if tuple(g.ranks) not in op_sets]
+
+
 def bound_report(
     report: StacksReport, max_bytes: int = 16_000, full_ranks: list[int] | None = None
 ) -> StacksReport:
@@ -92,11 +99,19 @@ def bound_report(
             + "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
             + f" (pids {rank_ranges(pids)})"
         )
-    job = report.job.model_copy(update={"ranks": keep_ranks, "notes": notes})
+    seen_status: set[str] = set()
+    missing = []
+    for m in report.job.missing:  # one detail per status: 64 ranks on another host say it once
+        missing.append(m if m.status not in seen_status else m.model_copy(update={"detail": ""}))
+        seen_status.add(m.status)
+    job = report.job.model_copy(update={"ranks": keep_ranks, "notes": notes, "missing": missing})
     errors = report.errors[:_MAX_ERRORS]
     left = len(report.errors) - len(errors)
+    shown = sorted(r for r in wanted if any(s.rank == r for s in report.stacks))
     hint = (
-        "Per-rank stacks are omitted: pass full_ranks=[N, ...] (CLI: `rankscope stacks --json --rank N`) "
+        f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' are omitted."
+        if shown
+        else "Per-rank stacks are omitted: pass full_ranks=[N, ...] (CLI: `rankscope stacks --json --rank N`) "
         "for the full stacks of named ranks."
     )
     if left:
@@ -109,7 +124,7 @@ def bound_report(
             update={
                 "job": job,
                 "groups": _bounded_groups(report.groups, limit),
-                "stack_groups": _bounded_groups(report.stack_groups, limit),
+                "stack_groups": _bounded_groups(_new_splits(report), limit),
                 "stacks": stacks,
                 "errors": errors,
                 "truncated": True,

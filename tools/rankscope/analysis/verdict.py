@@ -295,7 +295,11 @@ def rule_nccl_rank_elsewhere(f: Facts) -> Verdict | None:
     if not f.nccl or not f.gpu or not (f.idle or f.stuck):
         return None
     suspects = sorted({s.rank for s in [*f.idle, *f.stuck] if s.rank is not None})
-    inferred = any("inferred" in (s.wait_evidence or "") for s in f.gpu)
+    # Python frames alone cannot show a kernel launch blocked under a Python call, nor a GPU wait
+    # without a tell-tale line: the suspects' "other" and the peers' "gpu" are then less sure
+    inferred = any("inferred" in (s.wait_evidence or "") for s in f.gpu) or any(
+        "Python frames only" in (s.wait_evidence or "") for s in f.idle
+    )
     parts = [_describe(g) for g in f.none_groups] + [
         f"{ranks_phrase(g.ranks)} {'are' if len(g.ranks) > 1 else 'is'} {_STATE_WORDS.get(g.state or '', g.state)}"
         for g in f.groups

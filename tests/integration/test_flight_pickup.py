@@ -59,3 +59,54 @@ def test_no_dumps_no_report(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+FAKE_MONITOR = r"""
+import os, shutil, sys, time
+stem, src, dst, ready = sys.argv[1:5]
+pipe = stem + "0.pipe"
+os.mkfifo(pipe)
+fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # as NCCL's heartbeat monitor opens it
+open(ready, "w").close()
+while True:
+    try:
+        data = os.read(fd, 16)
+    except BlockingIOError:
+        data = b""
+    if data:
+        shutil.copy(src, dst + "0")
+    time.sleep(0.2)
+"""
+
+
+def test_a_rank_that_opened_a_debug_pipe_is_asked_for_a_dump(tmp_path: Path) -> None:
+    stem, fr = str(tmp_path / "pipe_"), str(tmp_path / "fr_")
+    ready = tmp_path / "ready"
+    env = {**os.environ, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": stem, "TORCH_FR_DUMP_TEMP_FILE": fr}
+    src = str(DUMPS / "nccl_trace_rank_0")
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_MONITOR, stem, src, fr, str(ready)], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=proc.pid, host="h")])
+        assert find_dumps(job) == []  # nothing written yet
+        report = pick_up(job)
+        assert report is not None and report.ranks == [0]
+        assert pick_up(job, ask=False) is not None  # now it is there to pick up
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_no_pipe_no_wait(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "none_")}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=proc.pid, host="h")])
+        t0 = time.monotonic()
+        assert pick_up(job) is None
+        assert time.monotonic() - t0 < 2
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

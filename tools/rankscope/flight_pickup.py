@@ -6,13 +6,18 @@ on by default) to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` (alias ``TORCH_NCCL_DEBUG_I
 by default ``$XDG_CACHE_HOME/torch/comm_lib_trace_rank_<rank>`` or
 ``$HOME/.cache/torch/comm_lib_trace_rank_<rank>`` (``DebugInfoWriter::getWriter``). Only
 files written since the rank started belong to this run. Reading them is harmless; this
-module never asks the job for a dump (writing the TCPStore's ``exception_dump`` key kills it).
+module asks a live rank for a dump only through the channel the job opened for it: the
+named pipe of ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` (``<stem><rank>.pipe``, created by each
+rank's NCCL heartbeat monitor; a byte written there makes it dump and training goes on).
+It never writes the TCPStore's ``exception_dump`` key: that dumps, then kills the job.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
+import time
 from pathlib import Path
 
 from rankscope import procfs
@@ -64,9 +69,63 @@ def find_dumps(job: Job) -> list[Path]:
     return found
 
 
-def pick_up(job: Job) -> FlightReport | None:
-    """The analysis of the dumps the job's ranks already wrote, or None when there are none."""
+PIPE_WAIT_S = 5.0
+"""How long to wait for the dumps asked for through the pipes (the monitor polls every second)."""
+
+
+def _ask(pipe: Path) -> bool:
+    """Write one byte into a rank's debug pipe; False when it is not a pipe or nobody reads it."""
+    try:
+        if not stat.S_ISFIFO(pipe.stat().st_mode):
+            return False
+        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO when no reader: never blocks
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"1")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def request_dumps(job: Job, have: list[Path], wait_s: float = PIPE_WAIT_S) -> list[Path]:
+    """Ask the ranks that opened a debug pipe and wrote no dump yet for one; the dumps they wrote."""
+    asked: dict[Path, float] = {}
+    for proc in job.ranks:
+        env = procfs.read_environ(proc.pid) or {}
+        stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+        if not stem or proc.rank is None:
+            continue
+        target = dump_path(proc.rank, env)
+        if target in have:
+            continue
+        before = target.stat().st_mtime if target.exists() else 0.0
+        if _ask(Path(f"{stem}{proc.rank}.pipe")):
+            asked[target] = before
+    got: list[Path] = []
+    deadline = time.monotonic() + wait_s
+    while asked and time.monotonic() < deadline:
+        for target, before in list(asked.items()):
+            if target.exists() and target.stat().st_mtime > before and target.stat().st_size > 0:
+                got.append(target)
+                del asked[target]
+        if asked:
+            time.sleep(0.2)
+    for target in asked:
+        log.info("asked for a flight-recorder dump at %s: none came within %.0f s", target, wait_s)
+    if got:
+        time.sleep(0.2)  # the writer may still be flushing the last bytes
+    return got
+
+
+def pick_up(job: Job, *, ask: bool = True) -> FlightReport | None:
+    """The analysis of the dumps the job's ranks wrote in this run (and, with ``ask``, of the ones
+    asked for through the job's own debug pipes), or None when there are none."""
     paths = find_dumps(job)
+    if ask:
+        paths += request_dumps(job, paths)
     if not paths:
         return None
     dumps, errors = read_dumps([os.fspath(p) for p in paths])
@@ -75,4 +134,4 @@ def pick_up(job: Job) -> FlightReport | None:
     return analyze_flight(dumps, errors, world_size=job.world_size)
 
 
-__all__ = ["dump_path", "find_dumps", "pick_up"]
+__all__ = ["dump_path", "find_dumps", "pick_up", "request_dumps"]

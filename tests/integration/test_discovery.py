@@ -155,3 +155,52 @@ def test_launcher_with_a_leaked_rank_variable_is_not_a_rank() -> None:
     assert len(jobs) == 1
     assert jobs[0].launcher == "torchrun" and jobs[0].launcher_pid == 100 and jobs[0].job_id == "torchrun:abc"
     assert [(r.rank, r.pid) for r in jobs[0].ranks] == [(0, 101), (1, 102)]
+
+
+def _torchrun_rank(
+    pid: int, agent: int, rank: int, attempt: int, port: str = "29500", lws: int = 2
+) -> ProcInfo:
+    py = "/usr/bin/python3.11"
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % lws),
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": str(lws),
+        "GROUP_RANK": str(rank // lws),
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": port,
+        "TORCHELASTIC_RUN_ID": "none",
+        "TORCHELASTIC_RESTART_COUNT": str(attempt),
+    }
+    return ProcInfo(pid, agent, "sleeping", 2, [py, "-u", "train.py"], env, exe=py)
+
+
+def test_agents_of_one_rendezvous_are_one_job_and_missing_ranks_are_classified() -> None:
+    py = "/usr/bin/python3.11"
+    agents = [
+        ProcInfo(a, 1, "sleeping", 1, [py, "-m", "torch.distributed.run", "t.py"], {}, exe=py)
+        for a in (100, 200)
+    ]
+    ranks = [_torchrun_rank(101, 100, 0, 0), _torchrun_rank(102, 100, 1, 0), _torchrun_rank(201, 200, 2, 0)]
+    other = _torchrun_rank(301, 300, 0, 0, port="29600", lws=4)  # another job: another port
+    procs = {p.pid: p for p in (*agents, *ranks, other)}
+    jobs = build_jobs(procs, "h")
+    assert len(jobs) == 2
+    job = next(j for j in jobs if j.master_port == 29500)
+    assert job.launcher_pids == [100, 200] and job.launcher_pid == 100
+    assert [r.rank for r in job.ranks] == [0, 1, 2]
+    # rank 3 was started by agent 200 (ranks 2-3) and is gone: exited, not "on another host"
+    assert [(m.rank, m.status) for m in job.missing] == [(3, "exited")]
+    lone = next(j for j in jobs if j.master_port == 29600)
+    assert {(m.rank, m.status) for m in lone.missing} == {(1, "exited"), (2, "exited"), (3, "exited")}
+
+
+def test_ranks_of_an_earlier_attempt_are_left_out() -> None:
+    ranks = [_torchrun_rank(101, 100, 0, 0), _torchrun_rank(111, 100, 0, 1), _torchrun_rank(112, 100, 1, 1)]
+    jobs = build_jobs({p.pid: p for p in ranks}, "h")
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.attempt == 1 and [r.pid for r in job.ranks] == [111, 112]
+    assert any("earlier torchrun attempt" in n and "101" in n for n in job.notes)
+    # ranks 2-3 belong to an agent on another host: not visible, never blamed from here
+    assert [(m.rank, m.status) for m in job.missing] == [(2, "not_visible"), (3, "not_visible")]

@@ -82,6 +82,9 @@ def main() -> None:
     p.add_argument("--stop", type=int, default=-1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--loader", action="store_true")
+    p.add_argument(
+        "--die-first-attempt", type=int, default=-1, help="this rank exits on torchrun's attempt 0"
+    )
     p.add_argument("--api-key", default="", help="a secret on the command line, for redaction tests")
     p.add_argument("--pg-timeout", type=float, default=600.0, help="gloo timeout: how long the hang lasts")
     a = p.parse_args()

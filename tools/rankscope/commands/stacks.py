@@ -70,7 +70,9 @@ class StacksCommand(Command):
             "--no-fr",
             dest="flight_recorder",
             action="store_false",
-            help="do not analyse the flight-recorder dumps this run's ranks already wrote",
+            help="do not read the flight recorder: by default the dumps this run's ranks already wrote are "
+            "analysed with the stacks, and ranks that opened TORCH_NCCL_DEBUG_INFO_PIPE_FILE are asked for one "
+            "(training goes on). NCCL RAS is never queried: on some NCCL versions that crashes jobs",
         )
         parser.add_argument(
             "--rank",

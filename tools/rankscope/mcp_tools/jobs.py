@@ -114,11 +114,13 @@ async def dump_stacks(
         )
     elif remote:
         where = (f"{len(hosts)} host(s)" if hosts else "the job's hosts") + f" via {via}"
+        await progress(ctx, 0, 3, f"finding the job's ranks on {where}")
         await progress(ctx, 1, 3, f"capturing stacks on {where}")
         report = await in_thread(
             _remote, options, hosts=hosts, via=via, job=job, namespace=namespace, pid=pid
         )
     else:
+        await progress(ctx, 0, 3, "finding the job's ranks on this host")
         await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
         report = await in_thread(_local, options, pid=pid, ranks=ranks, job_id=job_id)
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")

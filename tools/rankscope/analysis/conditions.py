@@ -1,0 +1,87 @@
+"""The condition a collective is called under, read from the source lines above its call site.
+
+A collective under ``if dist.get_rank() == 0:`` runs on one rank only: that branch is the
+cause of the hang, and quoting it saves the agent opening the file. A collective under a
+data-dependent condition (``if torch.isfinite(loss):``) or after an early ``continue`` runs on
+the ranks whose data allow it. The shell reads the lines (the files are on the job's host);
+this module only reads the text it is given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from rankscope.models.core import CallSite
+
+LOOK_BACK = 12
+"""Source lines read above a call site for its enclosing condition."""
+
+GuardKind = Literal["rank", "data"]
+
+_RANK = re.compile(
+    r"get_rank\(|\b(global_|local_|node_|group_)?rank\b|is_main_process|is_rank_zero|is_master|is_global_zero|"
+    r"is_local_main_process|process_index|rank_zero|\bRANK\b|is_main\b|is_leader|is_first_rank|is_last_rank"
+)
+_DATA = re.compile(
+    r"isfinite|isnan|isinf|\.numel\(\)|\blen\(|is None|is not None|\.any\(\)|\.all\(\)|\bskip|\bempty\b|"
+    r"\bnan\b|overflow|found_inf"
+)
+_HEADER = re.compile(r"^(if|elif|while)\s+(?P<cond>.+?):\s*(#.*)?$")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The block header a call site sits in, and what it tests."""
+
+    kind: GuardKind
+    line: int
+    text: str
+
+    def phrase(self, file: str, what: str, site_line: int | None) -> str:
+        return f"{file}:{self.line} `{self.text}` guards the {what} at {file}:{site_line}"
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" \t"))
+
+
+def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Guard | None:
+    """The nearest enclosing ``if``/``elif``/``while`` of the call site, when it tests a rank or data.
+
+    ``source`` maps (file, line) to the raw text of that line (indentation kept). An ``else:``
+    is followed up to its ``if``: the branch runs where that condition is false, which is as
+    rank- or data-dependent as the condition itself.
+    """
+    if site is None or site.line is None:
+        return None
+    call = source.get((site.file, site.line))
+    if call is None:
+        return None
+    level = _indent(call)
+    for lineno in range(site.line - 1, max(0, site.line - LOOK_BACK) - 1, -1):
+        text = source.get((site.file, lineno))
+        if text is None or not text.strip() or text.lstrip().startswith("#"):
+            continue
+        if _indent(text) >= level:
+            continue
+        level = _indent(text)
+        stripped = text.strip()
+        if stripped.startswith("else"):
+            level += 1  # climb on to the matching if/elif, at this same indentation
+            continue
+        m = _HEADER.match(stripped)
+        if m is None:
+            return None  # a def, for, with or try: the call is not under a condition here
+        cond = m.group("cond")
+        if _RANK.search(cond):
+            return Guard("rank", lineno, stripped)
+        if _DATA.search(cond):
+            return Guard("data", lineno, stripped)
+        return None
+    return None
+
+
+__all__ = ["LOOK_BACK", "Guard", "guard_of"]

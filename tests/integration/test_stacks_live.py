@@ -247,3 +247,19 @@ def test_counters_come_from_the_locals_already_asked_for(jobs: JobFactory, pyspy
     report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1], locals=True)
     assert report.stacks[1].counters.get("hang_collectives.py:run_async:step") == 3
     assert any("progress counter step" in e for e in report.verdict.evidence)
+
+
+def test_even_split_is_decided_by_the_rank_condition_above_the_call(
+    jobs: JobFactory, pyspy_works: str
+) -> None:
+    """Two ranks, two collectives: no majority, but rank 1's barrier sits under `if ... rank == a.odd:`."""
+    job = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "mismatch", "--odd", "1"])
+    job.wait_ready(timeout=READY_S)
+    report = settle(
+        job.pid, lambda r: r.verdict.kind == "mismatched_collectives" and r.verdict.suspect_ranks == [1]
+    )
+    v = report.verdict
+    assert v.confidence == "medium"
+    assert (
+        '`if a.mode == "mismatch" and rank == a.odd:` guards the barrier at hang_collectives.py:' in v.summary
+    )

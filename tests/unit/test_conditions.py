@@ -60,3 +60,28 @@ def test_no_guard_for_a_plain_call_or_an_unrelated_condition() -> None:
     assert guard_of(site(10), src(CODE)) is None  # step % 10 says nothing about ranks or data
     assert guard_of(site(5), {}) is None  # source not readable
     assert guard_of(None, src(CODE)) is None
+
+
+def test_even_split_decided_by_a_rank_condition_and_left_open_without_source() -> None:
+    from rankscope.analysis.stacks import analyze
+    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+
+    c10d = "/sp/torch/distributed/distributed_c10d.py"
+
+    def stack(rank: int, op: str, line: int) -> RankStack:
+        frames = [Frame(function=op, file=c10d, line=3000), Frame(function="main", file=TRAIN, line=line)]
+        return RankStack(
+            rank=rank,
+            pid=10 + rank,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+
+    code = "def main():\n    for step in range(3):\n        if rank == 1:\n            dist.barrier()\n        dist.all_reduce(t)\n"
+    stacks = [stack(0, "all_reduce", 5), stack(1, "barrier", 4)]
+    job = Job(job_id="j", world_size=2, backend="gloo")
+    v = analyze(job, stacks, [], source=src(code)).verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [1] and v.confidence == "medium"
+    assert "train.py:3 `if rank == 1:` guards the barrier at train.py:4" in v.summary
+    open_split = analyze(job, stacks, []).verdict
+    assert open_split.suspect_ranks == [0, 1] and open_split.confidence == "low"

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rankscope import discovery, pyspy
+from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.counters import int_locals
+from rankscope.analysis.frames import is_user_frame
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
@@ -105,21 +107,27 @@ def _with_source_op(stack: RankStack, getline: Callable[[str, int], str] = linec
 def source_lines(
     stacks: list[RankStack], getline: Callable[[str, int], str] = linecache.getline
 ) -> dict[tuple[str, int], str]:
-    """The source text of each rank's innermost Python line, for the GPU waits a line shows.
+    """Source text the analysis reads, by (file, line), indentation kept.
 
-    ``loss.item()`` has no Python frame of its own: on NCCL, the line itself says the CPU waits
-    for the GPU there. Read from the files on this host; a line that cannot be read is left out.
+    Each rank's innermost Python line: ``loss.item()`` has no Python frame of its own, so on NCCL
+    the line itself says the CPU waits for the GPU there. And the lines above its innermost user
+    frames: the ``if rank == 0:`` a collective is called under. Read from the files on this host;
+    a line that cannot be read is left out.
     """
-    lines: dict[tuple[str, int], str] = {}
+    wanted: set[tuple[str, int]] = set()
     for stack in stacks:
         frames = [f for f in _main_frames(stack.threads) if not f.native]
-        if not frames or frames[0].line is None:
-            continue
-        key = (frames[0].file, frames[0].line)
-        if key not in lines:
-            text = getline(*key)
-            if text:
-                lines[key] = text.strip()
+        if frames and frames[0].line is not None:
+            wanted.add((frames[0].file, frames[0].line))
+        user = [(f.file, f.line) for f in frames if is_user_frame(f) and f.line is not None][:USER_FRAMES]
+        for file, line in user:
+            end = line or 0
+            wanted.update((file, n) for n in range(max(1, end - LOOK_BACK), end + 1))
+    lines: dict[tuple[str, int], str] = {}
+    for key in sorted(wanted):
+        text = getline(*key)
+        if text:
+            lines[key] = text.rstrip("\r\n")
     return lines
 
 

@@ -10,11 +10,12 @@ this module only reads the text it is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rankscope.models.core import CallSite
+from rankscope.analysis.frames import is_user_frame
+from rankscope.models.core import CallSite, Frame
 
 LOOK_BACK = 12
 """Source lines read above a call site for its enclosing condition."""
@@ -84,4 +85,27 @@ def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Gu
     return None
 
 
-__all__ = ["LOOK_BACK", "Guard", "guard_of"]
+USER_FRAMES = 3
+"""User frames searched for a guard, innermost first: ``if rank == 0: sync_metrics()`` guards the
+barrier inside ``sync_metrics`` from one frame out."""
+
+
+def stack_guard(
+    frames: Sequence[Frame], source: Mapping[tuple[str, int], str]
+) -> tuple[Guard, CallSite] | None:
+    """The first rank or data condition around the innermost user frames, with the frame it guards."""
+    seen = 0
+    for frame in frames:
+        if not is_user_frame(frame) or frame.line is None:
+            continue
+        site = CallSite(file=frame.file, line=frame.line, function=frame.function)
+        guard = guard_of(site, source)
+        if guard is not None:
+            return guard, site
+        seen += 1
+        if seen >= USER_FRAMES:
+            break
+    return None
+
+
+__all__ = ["LOOK_BACK", "USER_FRAMES", "Guard", "guard_of", "stack_guard"]

@@ -449,7 +449,17 @@ def analyze(
     groups = group_by_op(annotated)
     stack_groups = group_by_stack(annotated)
     verdict = decide(
-        facts(job, annotated, groups, errors, sorted(missing), sorted(exited), backend=backend, flight=flight)
+        facts(
+            job,
+            annotated,
+            groups,
+            errors,
+            sorted(missing),
+            sorted(exited),
+            backend=backend,
+            flight=flight,
+            source=source,
+        )
     )
     return StacksReport(
         job=job,

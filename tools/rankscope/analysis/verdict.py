@@ -12,17 +12,29 @@ none does the verdict says the CPU side cannot tell.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from rankscope.analysis.conditions import Guard, stack_guard
 from rankscope.analysis.counters import CounterSplit, counter_split
-from rankscope.analysis.frames import GONE_STATES, STUCK_STATES, blocked_in, short_site
+from rankscope.analysis.frames import GONE_STATES, STUCK_STATES, blocked_in, main_thread, short_site
 from rankscope.analysis.gpu_busy import idle_minority
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.waits import GPU_LIKE, wait_phrase
-from rankscope.models.core import Backend, Group, Job, NextStep, RankError, RankStack, Verdict
+from rankscope.models.core import (
+    Backend,
+    CallSite,
+    Confidence,
+    Group,
+    Job,
+    NextStep,
+    RankError,
+    RankStack,
+    Verdict,
+)
 from rankscope.models.flight import FlightReport
 
 _PLAYBOOK = "skill/hangs.md"
@@ -130,6 +142,7 @@ class Facts:
     waits: Waits = field(default_factory=dict)
     counters: CounterSplit | None = None
     gpu_idle: tuple[list[int], str] | None = None
+    guards: dict[int, tuple[Guard, CallSite]] = field(default_factory=dict)
 
     @property
     def nccl(self) -> bool:
@@ -147,9 +160,11 @@ def facts(
     *,
     backend: Backend | None = None,
     flight: FlightReport | None = None,
+    source: Mapping[tuple[str, int], str] | None = None,
 ) -> Facts:
     """Sort the ranks by what they wait for and write the evidence every verdict carries."""
     f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight)
+    f.guards = _guards(annotated, source or {})
     f.stuck = [s for s in annotated if s.state in STUCK_STATES and s.rank is not None]
     f.live = [s for s in annotated if s.threads and s.rank is not None and s.state not in STUCK_STATES]
     f.gpu = [s for s in f.live if s.wait in GPU_LIKE]
@@ -167,6 +182,32 @@ def facts(
     return f
 
 
+def _guards(
+    stacks: list[RankStack], source: Mapping[tuple[str, int], str]
+) -> dict[int, tuple[Guard, CallSite]]:
+    out: dict[int, tuple[Guard, CallSite]] = {}
+    if not source:
+        return out
+    for s in stacks:
+        thread = main_thread(s)
+        if s.rank is None or thread is None:
+            continue
+        found = stack_guard(thread.frames, source)
+        if found is not None:
+            out[s.rank] = found
+    return out
+
+
+def guard_phrase(f: Facts, group: Group) -> str | None:
+    """``train.py:9 `if dist.get_rank() == 0:` guards the barrier at train.py:10`` for a group's lead rank."""
+    found = f.guards.get(group.ranks[0]) if group.ranks else None
+    if found is None:
+        return None
+    guard, site = found
+    what = group.op or "call"
+    return guard.phrase(os.path.basename(site.file), what, site.line)
+
+
 def _evidence(f: Facts) -> list[str]:
     evidence: list[str] = []
     by_rank = {s.rank: s for s in f.annotated}
@@ -181,6 +222,12 @@ def _evidence(f: Facts) -> list[str]:
             else (lead.op_evidence if lead else None)
         )
         evidence.append(_describe(g) + (f" [{why}]" if why else ""))
+    seen_guards: set[str] = set()
+    for g in f.groups:
+        phrase = guard_phrase(f, g) if g.state is None else None
+        if phrase and phrase not in seen_guards:
+            seen_guards.add(phrase)
+            evidence.append(f"{ranks_phrase(g.ranks)}: {phrase}")
     for e in f.errors:
         who = (
             f"rank {e.rank} (pid {e.pid})"
@@ -369,6 +416,9 @@ def rule_divergent(f: Facts) -> Verdict | None:
     parts.extend(_describe(g) for g in f.none_groups)
     waiting = "; ".join(_describe(g) for g in f.op_groups)
     summary = f"{'; '.join(parts)} while {waiting}: {ranks_phrase(suspects)} never reached the collective the others wait in"
+    conditions = [p for g in f.none_groups if (p := guard_phrase(f, g))]
+    if conditions:
+        summary += f"; {'; '.join(conditions)}"
     if f.gpu:
         summary += f" ({_describe_many(f.gpu_groups)}: their CPU position is not where they are stuck)"
     steps = []
@@ -427,13 +477,11 @@ def rule_mismatched(f: Facts) -> Verdict | None:
             f"{ranks_phrase(suspects)} {'are' if len(suspects) > 1 else 'is'} in a different collective than the "
             "others (a collective skipped, added or reordered on those ranks)"
         )
+        conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
+        if conditions:
+            summary += f"; {'; '.join(conditions)}"
     else:
-        suspects = sorted(r for g in f.op_groups for r in g.ranks)
-        confidence = "low"
-        summary = (
-            f"{'; '.join(_describe(g) for g in f.op_groups)}: the ranks split evenly between different collectives, so "
-            "no majority names the culprit; compare the call sites for a rank-dependent branch"
-        )
+        suspects, confidence, summary = _even_split(f)
     cycle = find_cycle(f.waits)
     if cycle is not None:
         summary += f"; {cycle_phrase(cycle, f.waits)}"
@@ -463,6 +511,29 @@ def rule_mismatched(f: Facts) -> Verdict | None:
                 "mismatched-collectives",
             ),
         ],
+    )
+
+
+def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
+    """Ranks split evenly between collectives: a rank condition above one side's call decides it."""
+    described = "; ".join(_describe(g) for g in f.op_groups)
+    ruled = [
+        (g, p) for g in f.op_groups if (p := guard_phrase(f, g)) and f.guards[g.ranks[0]][0].kind == "rank"
+    ]
+    if len(ruled) == 1:
+        group, phrase = ruled[0]
+        return (
+            list(group.ranks),
+            "medium",
+            f"{described}: the ranks split evenly, but {phrase}: {ranks_phrase(group.ranks)} "
+            f"{'run' if len(group.ranks) > 1 else 'runs'} a collective under a rank condition that the others "
+            "never call (call it on every rank, or guard only the work that is not a collective)",
+        )
+    return (
+        sorted(r for g in f.op_groups for r in g.ranks),
+        "low",
+        f"{described}: the ranks split evenly between different collectives, so no majority names the culprit; "
+        "compare the call sites for a rank-dependent branch",
     )
 
 

@@ -295,3 +295,15 @@ def test_wheel_in_a_fresh_venv_installs_the_skill_and_serves_mcp(wheel: Path, tm
     assert json.loads(config.stdout)["command"] == exe
     names = stdio_tools(exe, ["mcp"], env=env)
     assert {"list_jobs", "dump_stacks"} <= set(names)
+
+
+@pytest.mark.parametrize("client", ["claude-code", "claude-desktop", "cursor", "vscode"])
+def test_mcp_config_stdout_is_only_the_json(client: str) -> None:
+    """`rankscope mcp-config --client X > file.json` gives a file a client can read; notes go to stderr."""
+    from tests.jobs import run_cli
+
+    done = run_cli("mcp-config", "--client", client)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert "rankscope" in json.dumps(data)
+    assert "#" in done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from typing import cast
 
@@ -64,7 +65,17 @@ class McpConfigCommand(Command):
         from rankscope.api import mcp_config
 
         client = cast(McpClient, args.client)
-        emit(mcp_config(client), bool(args.json), render_mcp_config)
+        cfg = mcp_config(client)
+        if args.json:
+            emit(cfg, True)
+            return 0
+        # only the snippet on stdout, so `rankscope mcp-config --client cursor > mcp.json` works;
+        # the command line for Claude Code and the notes go to stderr
+        snippet = json.dumps(cfg.snippet, indent=2)
+        for line in render_mcp_config(cfg):
+            if line != snippet:
+                print(line, file=sys.stderr)
+        print(snippet)
         return 0
 
 

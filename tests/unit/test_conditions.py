@@ -85,3 +85,40 @@ def test_even_split_decided_by_a_rank_condition_and_left_open_without_source() -
     assert "train.py:3 `if rank == 1:` guards the barrier at train.py:4" in v.summary
     open_split = analyze(job, stacks, []).verdict
     assert open_split.suspect_ranks == [0, 1] and open_split.confidence == "low"
+
+
+def test_divergence_frame_in_library_code_is_named() -> None:
+    """A Trainer in site-packages: both groups' user call site is the same `trainer.fit()` line."""
+    from rankscope.analysis.stacks import analyze
+    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+
+    sp = "/venv/lib/python3.11/site-packages/"
+    c10d = sp + "torch/distributed/distributed_c10d.py"
+    fit_line = {"barrier": 68, "all_reduce": 67}
+
+    def stack(rank: int, op: str) -> RankStack:
+        inner = (
+            [Frame(function="Checkpoint.on_fit_end", file=sp + "mylib/callbacks.py", line=46)]
+            if op == "barrier"
+            else [Frame(function="Trainer._average_gradients", file=sp + "mylib/trainer.py", line=38)]
+        )
+        frames = [
+            Frame(function=op, file=c10d, line=3000),
+            *inner,
+            Frame(function="Trainer.fit", file=sp + "mylib/trainer.py", line=fit_line[op]),
+            Frame(function="main", file=TRAIN, line=29),
+        ]
+        return RankStack(
+            rank=rank,
+            pid=10 + rank,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+
+    stacks = [stack(0, "all_reduce"), stack(1, "barrier"), stack(2, "all_reduce")]
+    v = analyze(Job(job_id="j", world_size=3, backend="gloo"), stacks, []).verdict
+    assert v.suspect_ranks == [1]
+    assert (
+        "rank 1 leaves ranks 0,2 in Trainer.fit (mylib/trainer.py): at line 68, they at line 67" in v.summary
+    )
+    assert "later in the same function" in v.summary

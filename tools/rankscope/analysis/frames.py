@@ -102,3 +102,22 @@ def short_site(site: CallSite | None) -> str:
         return "an unknown site"
     base = os.path.basename(site.file) or site.file
     return f"{base}:{site.line}" if site.line is not None else base
+
+
+def parting(suspect: list[Frame], others: list[Frame]) -> tuple[Frame, Frame] | None:
+    """Where one stack leaves another: the deepest Python frame both run (same function and file,
+    compared from the outermost in), as (the suspect's frame there, the others' frame there).
+
+    Their lines there differ, or the calls below them do. That frame may be library code (a
+    Trainer's ``fit``) where the user's call site is one ``trainer.fit()`` line for both.
+    """
+    a = [f for f in reversed(suspect) if not f.native]
+    b = [f for f in reversed(others) if not f.native]
+    found: tuple[Frame, Frame] | None = None
+    for fa, fb in zip(a, b, strict=False):
+        if (fa.function, fa.file) != (fb.function, fb.file):
+            break
+        found = (fa, fb)
+        if fa.line != fb.line:
+            break
+    return found

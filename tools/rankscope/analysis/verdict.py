@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 
 from rankscope.analysis.conditions import Guard, stack_guard
 from rankscope.analysis.counters import CounterSplit, counter_split
-from rankscope.analysis.frames import GONE_STATES, STUCK_STATES, blocked_in, main_thread, short_site
+from rankscope.analysis.frames import (
+    GONE_STATES,
+    STUCK_STATES,
+    blocked_in,
+    is_user_frame,
+    lib_where,
+    main_thread,
+    parting,
+    short_site,
+)
 from rankscope.analysis.gpu_busy import idle_minority
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
@@ -196,6 +205,34 @@ def _guards(
         if found is not None:
             out[s.rank] = found
     return out
+
+
+def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, bool] | None:
+    """``rank 1 leaves ranks 0,2-3 in Trainer.fit (trainer.py): at line 68, they at line 67 ...``, and
+    whether it says more than the call sites do (library code, or a suspect past the others' line)."""
+    by_rank = {s.rank: s for s in f.annotated}
+    a, b = by_rank.get(suspects.ranks[0]), by_rank.get(majority.ranks[0])
+    ta, tb = (main_thread(a) if a else None), (main_thread(b) if b else None)
+    if ta is None or tb is None:
+        return None
+    found = parting(ta.frames, tb.frames)
+    if found is None:
+        return None
+    fa, fb = found
+    who, they = ranks_phrase(suspects.ranks), ranks_phrase(majority.ranks)
+    where = f"{fa.function} ({lib_where(fa).rsplit(':', 1)[0]})"
+    library = not is_user_frame(fa)
+    if fa.line == fb.line:
+        return f"{who} and {they} part below {where} line {fa.line}", library
+    text = f"{who} leave{'s' if len(suspects.ranks) == 1 else ''} {they} in {where}: at line {fa.line}, they at line {fb.line}"
+    later = fa.line is not None and fb.line is not None and fa.line > fb.line
+    if later:
+        text += (
+            f" (later in the same function: {who} got past the block the others are still in, so it most likely "
+            "issued fewer collectives there earlier: a skipped batch, an early continue or return; read that "
+            "block, not only where it waits)"
+        )
+    return text, library or later
 
 
 def guard_phrase(f: Facts, group: Group) -> str | None:
@@ -480,8 +517,14 @@ def rule_mismatched(f: Facts) -> Verdict | None:
         conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
         if conditions:
             summary += f"; {'; '.join(conditions)}"
+        partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
+        told = [text for text, telling in partings if telling]
+        if told:
+            summary += f"; {'; '.join(told)}"
+        extra = [text for text, telling in partings if not telling]
     else:
         suspects, confidence, summary = _even_split(f)
+        extra = []
     cycle = find_cycle(f.waits)
     if cycle is not None:
         summary += f"; {cycle_phrase(cycle, f.waits)}"
@@ -492,7 +535,7 @@ def rule_mismatched(f: Facts) -> Verdict | None:
         suspect_ranks=suspects,
         confidence=confidence,
         summary=summary,
-        evidence=f.evidence,
+        evidence=[*f.evidence, *extra],
         next_steps=[
             _step(
                 "Open the suspects' call site: look for a collective inside a rank- or data-dependent branch, "

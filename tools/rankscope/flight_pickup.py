@@ -29,7 +29,7 @@ from rankscope.models.flight import FlightReport
 log = logging.getLogger("rankscope.flight_pickup")
 
 DEFAULT_NAME = "comm_lib_trace_rank_"
-START_SLACK_S = 2.0
+START_SLACK_S = 5.0
 
 
 def dump_path(rank: int, env: dict[str, str]) -> Path:
@@ -51,7 +51,7 @@ def _fresh(proc: RankProcess, env: dict[str, str]) -> Path | None:
     except OSError:
         return None
     started = procfs.start_epoch(proc.pid)
-    # btime has whole seconds: allow that much before calling a dump older than the rank
+    # clock granularity and steps: a dump older than the rank by more than this is a previous run's
     if started is not None and mtime < started - START_SLACK_S:
         log.info("ignoring %s: written before rank %d started", path, proc.rank)
         return None

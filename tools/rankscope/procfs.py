@@ -15,6 +15,7 @@ or unreadable; the bare-noun ones (``environ``, ``cmdline``, ``text``) raise
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,16 +89,21 @@ def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
 
 
 def start_epoch(pid: int) -> float | None:
-    """When the process started, in seconds since the epoch (btime + start ticks), or None."""
+    """When the process started, in seconds since the epoch, or None when it is gone.
+
+    Read as its age (``/proc/uptime`` minus the start ticks in ``stat``) taken from now, which
+    does not depend on ``btime`` (whole seconds, and off after the wall clock was stepped).
+    """
     stat = read_stat(pid)
     if stat is None:
         return None
     try:
-        with open(PROC / "stat", encoding="ascii") as fh:
-            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
-    except (OSError, StopIteration, ValueError):
+        with open(PROC / "uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
-    return btime + stat[2] / os.sysconf("SC_CLK_TCK")
+    age = uptime - stat[2] / os.sysconf("SC_CLK_TCK")
+    return time.time() - max(age, 0.0)
 
 
 def parent_of(pid: int) -> int | None:

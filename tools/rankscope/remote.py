@@ -629,6 +629,36 @@ def dump_stacks_debug_server(
     return report
 
 
+def _host_list(
+    hosts: list[str] | None, via: Via, job: str | None, namespace: str | None, timeout: float
+) -> list[str]:
+    """The hosts to collect from: given (Slurm hostlists expanded), the job's pods, or the allocation's."""
+    if hosts:
+        host_list: list[str] = []
+        # re-join first: a comma-splitting caller cuts "node[01-04,07]" in two
+        for h in split_top(",".join(hosts)):
+            if "[" not in h:
+                host_list.append(h)
+                continue
+            try:
+                host_list.extend(expand_hostlist(h))
+            except InvalidInput:
+                host_list.append(h)  # e.g. an IPv6 literal: ssh://[::1]:22
+        host_list = [h for h in dict.fromkeys(host_list) if h]
+    elif via == "kubectl":
+        if not job:
+            raise InvalidInput(
+                "--via kubectl needs --hosts PODS or --job JOBNAME",
+                "Pass --job with the Kubernetes job name.",
+            )
+        host_list = pods_of_job(job, namespace, timeout)
+    else:
+        host_list = hosts_from_environment()
+    if not host_list:
+        raise InvalidInput("no hosts to collect from", "Pass --hosts node1,node2.")
+    return host_list
+
+
 def dump_stacks_remote(
     hosts: list[str] | None = None,
     *,
@@ -657,29 +687,7 @@ def dump_stacks_remote(
         raise InvalidInput(f"unknown --via {via!r}", "Use --via ssh, srun, kubectl or debug-server.")
     if via == "debug-server":
         return dump_stacks_debug_server(hosts, job=job, timeout=timeout)
-    if hosts:
-        host_list: list[str] = []
-        # re-join first: a comma-splitting caller cuts "node[01-04,07]" in two
-        for h in split_top(",".join(hosts)):
-            if "[" not in h:
-                host_list.append(h)
-                continue
-            try:
-                host_list.extend(expand_hostlist(h))
-            except InvalidInput:
-                host_list.append(h)  # e.g. an IPv6 literal: ssh://[::1]:22
-        host_list = [h for h in dict.fromkeys(host_list) if h]
-    elif via == "kubectl":
-        if not job:
-            raise InvalidInput(
-                "--via kubectl needs --hosts PODS or --job JOBNAME",
-                "Pass --job with the Kubernetes job name.",
-            )
-        host_list = pods_of_job(job, namespace, timeout)
-    else:
-        host_list = hosts_from_environment()
-    if not host_list:
-        raise InvalidInput("no hosts to collect from", "Pass --hosts node1,node2.")
+    host_list = _host_list(hosts, via, job, namespace, timeout)
 
     redactor = Redactor()
     started = time.monotonic()

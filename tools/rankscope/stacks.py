@@ -290,6 +290,32 @@ def _renumber_spawn_rank(
     return stack, [r.model_copy(update=update) if r.pid == proc.pid else r for r in ranks]
 
 
+def _plan_dumps(
+    procs: list[RankProcess], locals: bool, nonblocking: bool
+) -> tuple[dict[int, tuple[RankStack, RankError | None]], list[_Dump]]:
+    """Ranks settled by their state alone (gone, stopped: no ptrace), and the dumps to run."""
+    settled: dict[int, tuple[RankStack, RankError | None]] = {}
+    dumps: list[_Dump] = []
+    for r in procs:
+        state = discovery.proc_state(r.pid)
+        if state is None:
+            settled[r.pid] = _exited(r)
+        elif state in ("stopped", "tracing_stop", "zombie", "dead"):
+            settled[r.pid] = (RankStack(rank=r.rank, pid=r.pid, host=r.host, state=state), None)
+        else:
+            dumps.append(
+                _Dump(
+                    pid=r.pid,
+                    rank=r,
+                    # spawn ranks carry no RANK variable: `i` is read from _wrap's locals
+                    locals=locals or r.launcher == "mp_spawn",
+                    nonblocking=nonblocking or state == "disk_sleep",
+                    state=state,
+                )
+            )
+    return settled, dumps
+
+
 def capture_job(
     job: Job,
     *,
@@ -307,28 +333,13 @@ def capture_job(
     exe = exe or pyspy.check_pyspy()
     procs = [r for r in job.ranks if ranks is None or r.rank in ranks]
     # spawn ranks carry no RANK variable: read `i` from _wrap's locals, so locals are always taken.
-    settled: dict[int, tuple[RankStack, RankError | None]] = {}
     dumps: list[_Dump] = []
     parent: _Dump | None = None
     if job.launcher == "mp_spawn" and job.world_size is None and job.launcher_pid and procs:
         parent = _Dump(pid=job.launcher_pid, rank=None, locals=True, nonblocking=False)
         dumps.append(parent)
-    for r in procs:
-        state = discovery.proc_state(r.pid)
-        if state is None:
-            settled[r.pid] = _exited(r)
-        elif state in ("stopped", "tracing_stop", "zombie", "dead"):
-            settled[r.pid] = (RankStack(rank=r.rank, pid=r.pid, host=r.host, state=state), None)
-        else:
-            dumps.append(
-                _Dump(
-                    pid=r.pid,
-                    rank=r,
-                    locals=locals or r.launcher == "mp_spawn",
-                    nonblocking=nonblocking or state == "disk_sleep",
-                    state=state,
-                )
-            )
+    settled, planned = _plan_dumps(procs, locals, nonblocking)
+    dumps += planned
     redactor = Redactor()
 
     def meanwhile() -> None:

@@ -15,7 +15,7 @@ No I/O here: the shell (``rankscope.triage``) reads files and passes lines.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -585,6 +585,33 @@ def _timeout_roles(findings: list[Finding], seen: set[int], peer: set[int]) -> l
     return out
 
 
+def _first_observed(first: FailureRecord, victims: set[int]) -> tuple[str, bool]:
+    """What torchrun's "first observed failure" says, and whether it may be blamed."""
+    if first.rank in victims:
+        return (
+            f"torchrun named rank {first.rank} as the first observed failure, but that rank was a victim: "
+            "it exited first because it gave up waiting",
+            False,
+        )
+    return f"torchrun named rank {first.rank} as the first observed failure (exitcode {first.exitcode})", True
+
+
+def _conclusion_steps(findings: list[Finding], suspects: list[int], p2p: Sequence[object]) -> list[NextStep]:
+    """The next steps of the findings about the suspects, each once, point-to-point first."""
+    steps: list[NextStep] = [P2P_STEP] if p2p else []
+    seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
+    for f in findings:
+        if f.severity == "info":
+            continue
+        if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
+            continue
+        for s in f.next_steps:
+            if (s.tool, s.skill_section) not in seen_steps:
+                seen_steps.add((s.tool, s.skill_section))
+                steps.append(s)
+    return steps
+
+
 def conclude(
     findings: list[Finding],
     failures: list[FailureRecord],
@@ -637,17 +664,10 @@ def conclude(
 
     first = next((rec for rec in failures if rec.first_observed), None)
     if first is not None and first.rank is not None:
-        if first.rank in victims:
-            evidence.append(
-                f"torchrun named rank {first.rank} as the first observed failure, but that rank was a victim: "
-                "it exited first because it gave up waiting"
-            )
-        else:
-            evidence.append(
-                f"torchrun named rank {first.rank} as the first observed failure (exitcode {first.exitcode})"
-            )
-            if not suspects:
-                suspect(first.rank, f"first observed failure with exitcode {first.exitcode}")
+        line, blame = _first_observed(first, victims)
+        evidence.append(line)
+        if blame and not suspects:
+            suspect(first.rank, f"first observed failure with exitcode {first.exitcode}")
     if not suspects and victims:
         for r in sorted(seen - victims):
             suspect(r, "the only rank that is not a victim")
@@ -655,17 +675,7 @@ def conclude(
     kinds = {f.kind for f in findings}
     p2p = _p2p_timeouts(findings)
     summary = _summary(findings, kinds, suspects, sorted(victims - set(suspects)), p2p)
-    steps: list[NextStep] = [P2P_STEP] if p2p else []
-    seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
-    for f in findings:
-        if f.severity == "info":
-            continue
-        if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
-            continue
-        for s in f.next_steps:
-            if (s.tool, s.skill_section) not in seen_steps:
-                seen_steps.add((s.tool, s.skill_section))
-                steps.append(s)
+    steps = _conclusion_steps(findings, suspects, p2p)
     return Conclusion(
         suspect_ranks=suspects,
         victim_ranks=sorted(victims - set(suspects)),

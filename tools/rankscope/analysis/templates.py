@@ -12,7 +12,8 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -375,13 +376,30 @@ def _split_mismatch(groups: list[Group], suspects: set[int]) -> tuple[Group, Gro
     return groups[-1], groups[0]
 
 
+@dataclass
+class _Ctx:
+    """What every per-verdict chooser reads."""
+
+    report: StacksReport
+    ws: int
+    suspects: set[int]
+    groups: list[Group]
+    reasons: list[str]
+    notes: list[str]
+    shape_params: dict[str, ParamValue]
+
+    def choice(self, template: str, params: dict[str, ParamValue]) -> TemplateChoice:
+        return TemplateChoice(
+            template=template,
+            params=params,
+            reasons=self.reasons + self.notes,
+            from_kind=self.report.verdict.kind,
+        )
+
+
 def choose_from_stacks(report: StacksReport) -> TemplateChoice:
     """Pick a template from a hang verdict: mismatched collectives, divergent ranks, missing ranks."""
     verdict = report.verdict
-    ws = _world_size(report)
-    suspects = set(verdict.suspect_ranks)
-    groups = [g for g in report.groups if g.ranks]
-    reasons = [f"verdict {verdict.kind}: {verdict.summary}"]
     notes: list[str] = []
     shape = _shape_from_locals(report)
     shape_params: dict[str, ParamValue] = {}
@@ -393,94 +411,20 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
             "the report carries no tensor shape (py-spy shows a tensor as <Tensor at 0x...>); the template's small "
             "default is used: override it with --set shape=... (MCP: params) if the shape matters"
         )
-    if verdict.kind == "mismatched_collectives":
-        odd, main = _split_mismatch(groups, suspects)
-        if any(_is_dtensor(g) for g in groups):
-            reasons.append(
-                f"rank(s) {main.ranks} wait inside DTensor redistribution while rank(s) {odd.ranks} went on: "
-                "the ranks disagree on the placements they redistribute from, so only some of them communicate"
-            )
-            return TemplateChoice(
-                template="dtensor_placement_mismatch",
-                params={"world_size": ws, "odd_rank": min(odd.ranks)},
-                reasons=reasons + notes,
-                from_kind=verdict.kind,
-            )
-        main_op, odd_op = _op(main.op) or "all_reduce", _op(odd.op) or "barrier"
-        if main.op and _op(main.op) is None:
-            reasons.append(f"op {main.op!r} has no template of its own; all_reduce stands in for it")
-        params: dict[str, ParamValue] = {"world_size": ws, **shape_params}
-        fn = _site_function(main)
-        if fn:
-            params["function_name"] = fn
-        if main_op != odd_op:
-            params.update({"op": main_op, "next_op": odd_op, "skip_rank": min(odd.ranks)})
-            reasons.append(
-                f"ranks {main.ranks} wait in {main_op} while rank(s) {odd.ranks} already wait in {odd_op}: "
-                f"rank {min(odd.ranks)} skipped the {main_op} the others entered"
-            )
-            return TemplateChoice(
-                template="skip_collective", params=params, reasons=reasons + notes, from_kind=verdict.kind
-            )
-        params.update(
-            {
-                "op": main_op,
-                "next_op": "barrier" if main_op != "barrier" else "all_reduce",
-                "skip_rank": min(odd.ranks),
-            }
-        )
-        reasons.append(
-            f"every rank waits in {main_op} but at different call sites ({main.call_site} vs {odd.call_site}): "
-            f"rank {min(odd.ranks)} skipped one call and went on to the next one"
-        )
-        return TemplateChoice(
-            template="skip_collective", params=params, reasons=reasons + notes, from_kind=verdict.kind
-        )
-    if verdict.kind == "divergent_ranks":
-        waiting = [g for g in groups if g.op is not None]
-        idle = [g for g in groups if g.op is None]
-        busy = waiting[0] if waiting else None
-        op = _op(busy.op) if busy else None
-        params = {
-            "world_size": ws,
-            "busy_rank": min(busy.ranks) if busy else 0,
-            "op": op or "all_gather",
-            **shape_params,
-        }
-        where = ", ".join(f"rank(s) {g.ranks} at {g.call_site}" for g in idle) or "the suspect ranks"
-        reasons.append(
-            f"rank(s) {busy.ranks if busy else '?'} wait in {op or 'a collective'} while {where} are in none: "
-            "work done by some ranks only (rank-0-only checkpoint/eval/logging) calls a collective the others never reach"
-        )
-        return TemplateChoice(
-            template="rank_conditional_collective",
-            params=params,
-            reasons=reasons + notes,
-            from_kind=verdict.kind,
-        )
-    if verdict.kind == "missing_ranks":
-        reasons.append(
-            "some ranks of the world are gone while the others wait: the classic cause is a rank that ran out of batches "
-            "and left the loop early (uneven data across ranks)"
-        )
-        return TemplateChoice(
-            template="uneven_batches",
-            params={"world_size": ws},
-            reasons=reasons + notes,
-            from_kind=verdict.kind,
-        )
-    p2p = [g for g in groups if g.op in P2P_DIRECTION]
-    if verdict.kind == "all_in_same_collective" and p2p:
-        reasons.append(
-            f"every rank waits in {p2p[0].op} at {p2p[0].call_site}: with every rank in a blocking {p2p[0].op}, none is "
-            "on the other side of its exchange (a send/recv ordering deadlock)"
-        )
-        return TemplateChoice(
-            template="send_recv_order",
-            params={"world_size": ws, **shape_params},
-            reasons=reasons + notes,
-            from_kind=verdict.kind,
-        )
+    ctx = _Ctx(
+        report=report,
+        ws=_world_size(report),
+        suspects=set(verdict.suspect_ranks),
+        groups=[g for g in report.groups if g.ranks],
+        reasons=[f"verdict {verdict.kind}: {verdict.summary}"],
+        notes=notes,
+        shape_params=shape_params,
+    )
+    chooser = _CHOOSERS.get(verdict.kind)
+    if chooser is not None:
+        chosen = chooser(ctx)
+        if chosen is not None:
+            return chosen
     fix = {
         "all_in_same_collective": "every rank waits in the same call, so the program is consistent: look at the network, "
         "another host or a slow GPU (`rankscope env`, NCCL_DEBUG=INFO) instead of a repro",
@@ -491,6 +435,88 @@ def choose_from_stacks(report: StacksReport) -> TemplateChoice:
     raise InvalidInput(
         f"no repro template reproduces a {verdict.kind!r} verdict.", fix=fix[0].upper() + fix[1:] + "."
     )
+
+
+def _from_mismatch(ctx: _Ctx) -> TemplateChoice:
+    odd, main = _split_mismatch(ctx.groups, ctx.suspects)
+    if any(_is_dtensor(g) for g in ctx.groups):
+        ctx.reasons.append(
+            f"rank(s) {main.ranks} wait inside DTensor redistribution while rank(s) {odd.ranks} went on: "
+            "the ranks disagree on the placements they redistribute from, so only some of them communicate"
+        )
+        return ctx.choice("dtensor_placement_mismatch", {"world_size": ctx.ws, "odd_rank": min(odd.ranks)})
+    main_op, odd_op = _op(main.op) or "all_reduce", _op(odd.op) or "barrier"
+    if main.op and _op(main.op) is None:
+        ctx.reasons.append(f"op {main.op!r} has no template of its own; all_reduce stands in for it")
+    params: dict[str, ParamValue] = {"world_size": ctx.ws, **ctx.shape_params}
+    fn = _site_function(main)
+    if fn:
+        params["function_name"] = fn
+    if main_op != odd_op:
+        params.update({"op": main_op, "next_op": odd_op, "skip_rank": min(odd.ranks)})
+        ctx.reasons.append(
+            f"ranks {main.ranks} wait in {main_op} while rank(s) {odd.ranks} already wait in {odd_op}: "
+            f"rank {min(odd.ranks)} skipped the {main_op} the others entered"
+        )
+        return ctx.choice("skip_collective", params)
+    params.update(
+        {
+            "op": main_op,
+            "next_op": "barrier" if main_op != "barrier" else "all_reduce",
+            "skip_rank": min(odd.ranks),
+        }
+    )
+    ctx.reasons.append(
+        f"every rank waits in {main_op} but at different call sites ({main.call_site} vs {odd.call_site}): "
+        f"rank {min(odd.ranks)} skipped one call and went on to the next one"
+    )
+    return ctx.choice("skip_collective", params)
+
+
+def _from_divergent(ctx: _Ctx) -> TemplateChoice:
+    waiting = [g for g in ctx.groups if g.op is not None]
+    idle = [g for g in ctx.groups if g.op is None]
+    busy = waiting[0] if waiting else None
+    op = _op(busy.op) if busy else None
+    params: dict[str, ParamValue] = {
+        "world_size": ctx.ws,
+        "busy_rank": min(busy.ranks) if busy else 0,
+        "op": op or "all_gather",
+        **ctx.shape_params,
+    }
+    where = ", ".join(f"rank(s) {g.ranks} at {g.call_site}" for g in idle) or "the suspect ranks"
+    ctx.reasons.append(
+        f"rank(s) {busy.ranks if busy else '?'} wait in {op or 'a collective'} while {where} are in none: "
+        "work done by some ranks only (rank-0-only checkpoint/eval/logging) calls a collective the others never reach"
+    )
+    return ctx.choice("rank_conditional_collective", params)
+
+
+def _from_missing(ctx: _Ctx) -> TemplateChoice:
+    ctx.reasons.append(
+        "some ranks of the world are gone while the others wait: the classic cause is a rank that ran out of batches "
+        "and left the loop early (uneven data across ranks)"
+    )
+    return ctx.choice("uneven_batches", {"world_size": ctx.ws})
+
+
+def _from_all_in_same(ctx: _Ctx) -> TemplateChoice | None:
+    p2p = [g for g in ctx.groups if g.op in P2P_DIRECTION]
+    if not p2p:
+        return None
+    ctx.reasons.append(
+        f"every rank waits in {p2p[0].op} at {p2p[0].call_site}: with every rank in a blocking {p2p[0].op}, none is "
+        "on the other side of its exchange (a send/recv ordering deadlock)"
+    )
+    return ctx.choice("send_recv_order", {"world_size": ctx.ws, **ctx.shape_params})
+
+
+_CHOOSERS: dict[str, Callable[[_Ctx], TemplateChoice | None]] = {
+    "mismatched_collectives": _from_mismatch,
+    "divergent_ranks": _from_divergent,
+    "missing_ranks": _from_missing,
+    "all_in_same_collective": _from_all_in_same,
+}
 
 
 # finding kind -> (template, why); the first finding with a template wins, in this priority order.

@@ -82,49 +82,8 @@ class StacksCommand(Command):
             metavar="N",
             help="only these ranks (repeatable)",
         )
-        saved = parser.add_argument_group("saved stacks (the job is gone)")
-        saved.add_argument(
-            "--from",
-            dest="from_paths",
-            nargs="+",
-            metavar="PATH",
-            help="analyse saved stacks instead of a live job: py-spy dumps (text or --json, one file per rank "
-            "named rank3/rank_3/stacks_rank_3...), faulthandler output, or a torchrun log with [rankN]: prefixes",
-        )
-        saved.add_argument(
-            "--backend",
-            choices=("auto", "nccl", "gloo"),
-            default="auto",
-            help="the job's backend when the files do not show it (auto: read it from native frames)",
-        )
-        remote = parser.add_argument_group("several hosts")
-        remote.add_argument(
-            "--hosts",
-            help="comma-separated hosts to collect from (runs `rankscope stacks --local --json` there)",
-        )
-        remote.add_argument(
-            "--via",
-            choices=("ssh", *REMOTE_VIAS),
-            default="ssh",
-            help="how to reach the hosts: ssh (needs --hosts); srun, kubectl and debug-server find the "
-            "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
-            "when --hosts is left out; debug-server takes --hosts MASTER_ADDR:PORT",
-        )
-        remote.add_argument(
-            "--job",
-            help="this host: the job id to inspect when several run here (rankscope ps lists them); with --via: "
-            "the SLURM job id (srun) or pod selector (kubectl)",
-        )
-        remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
-        remote.add_argument(
-            "--rankscope-cmd",
-            default="rankscope",
-            metavar="CMD",
-            help="how to run rankscope on the other hosts (default: rankscope; e.g. /opt/venv/bin/rankscope)",
-        )
-        remote.add_argument(
-            "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
-        )
+        _add_saved_arguments(parser)
+        _add_remote_arguments(parser)
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -175,6 +134,55 @@ class StacksCommand(Command):
             )
         emit(report, as_json, _render)
         return 0
+
+
+def _add_saved_arguments(parser: argparse.ArgumentParser) -> None:
+    saved = parser.add_argument_group("saved stacks (the job is gone)")
+    saved.add_argument(
+        "--from",
+        dest="from_paths",
+        nargs="+",
+        metavar="PATH",
+        help="analyse saved stacks instead of a live job: py-spy dumps (text or --json, one file per rank "
+        "named rank3/rank_3/stacks_rank_3...), faulthandler output, or a torchrun log with [rankN]: prefixes",
+    )
+    saved.add_argument(
+        "--backend",
+        choices=("auto", "nccl", "gloo"),
+        default="auto",
+        help="the job's backend when the files do not show it (auto: read it from native frames)",
+    )
+
+
+def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    remote = parser.add_argument_group("several hosts")
+    remote.add_argument(
+        "--hosts",
+        help="comma-separated hosts to collect from (runs `rankscope stacks --local --json` there)",
+    )
+    remote.add_argument(
+        "--via",
+        choices=("ssh", *REMOTE_VIAS),
+        default="ssh",
+        help="how to reach the hosts: ssh (needs --hosts); srun, kubectl and debug-server find the "
+        "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
+        "when --hosts is left out; debug-server takes --hosts MASTER_ADDR:PORT",
+    )
+    remote.add_argument(
+        "--job",
+        help="this host: the job id to inspect when several run here (rankscope ps lists them); with --via: "
+        "the SLURM job id (srun) or pod selector (kubectl)",
+    )
+    remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
+    remote.add_argument(
+        "--rankscope-cmd",
+        default="rankscope",
+        metavar="CMD",
+        help="how to run rankscope on the other hosts (default: rankscope; e.g. /opt/venv/bin/rankscope)",
+    )
+    remote.add_argument(
+        "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
+    )
 
 
 def _remote(**kwargs: Any) -> StacksReport:

@@ -7,9 +7,10 @@ and bound the answer so a 64-rank job does not flood the agent's context.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
 
 from rankscope import api
 from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, progress
@@ -38,62 +39,59 @@ async def list_jobs(pid: int | None = None, ctx: Context[Any, Any] | None = None
     return report
 
 
+def _arg(description: str) -> Any:
+    return Field(description=description)
+
+
 @guard
 async def dump_stacks(
-    pid: int | None = None,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    full_ranks: list[int] | None = None,
-    ranks: list[int] | None = None,
-    hosts: list[str] | None = None,
-    via: Via = "ssh",
-    job: str | None = None,
-    namespace: str | None = None,
-    timeout: float = 20.0,
-    counters: bool = True,
-    flight_recorder: bool = True,
-    from_paths: list[str] | None = None,
-    backend: Literal["auto", "nccl", "gloo"] = "auto",
-    job_id: str | None = None,
+    pid: Annotated[
+        int | None, _arg("A rank or launcher pid from list_jobs; default: the only job here.")
+    ] = None,
+    native: Annotated[
+        bool, _arg("Include C/C++ frames (NCCL, gloo, CUDA): decides GPU waits. Slower.")
+    ] = False,
+    locals: Annotated[bool, _arg("Include local variables (redacted). Slower.")] = False,
+    nonblocking: Annotated[
+        bool, _arg("Do not pause the ranks while sampling (less consistent stacks).")
+    ] = False,
+    full_ranks: Annotated[list[int] | None, _arg("Return the full stacks of these ranks.")] = None,
+    ranks: Annotated[
+        list[int] | None, _arg("Capture only these ranks of this host; the verdict covers them.")
+    ] = None,
+    hosts: Annotated[
+        list[str] | None, _arg("Capture every node at once: node names or Slurm hostlists.")
+    ] = None,
+    via: Annotated[Via, _arg("How to reach other hosts: ssh, srun, kubectl or debug-server.")] = "ssh",
+    job: Annotated[str | None, _arg("Slurm job id (via=srun) or Kubernetes job (via=kubectl).")] = None,
+    namespace: Annotated[str | None, _arg("Kubernetes namespace (via=kubectl).")] = None,
+    timeout: Annotated[float, _arg("Seconds per rank.")] = 20.0,
+    counters: Annotated[
+        bool, _arg("When unsure, read progress counters (step, epoch) in one more pass.")
+    ] = True,
+    flight_recorder: Annotated[
+        bool, _arg("Analyse this run's flight-recorder dumps with the stacks.")
+    ] = True,
+    from_paths: Annotated[
+        list[str] | None, _arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
+    ] = None,
+    backend: Annotated[
+        Literal["auto", "nccl", "gloo"], _arg("The backend of saved stacks when the files do not show it.")
+    ] = "auto",
+    job_id: Annotated[
+        str | None, _arg("Which job of this host (list_jobs ids) when several run here.")
+    ] = None,
     ctx: Context[Any, Any] | None = None,
 ) -> StacksReport:
-    """Capture the Python (and optionally native) stack of every rank of a job and say which ranks are stuck where.
+    """Capture the stack of every rank of a job (or read saved ones) and name the rank and line at fault.
 
-    Read verdict.kind first: mismatched_collectives (ranks wait in different
-    collectives), divergent_ranks (some ranks left the common path),
-    missing_ranks (a rank exited or was not found), all_in_same_collective
-    (everyone waits in the same call: look at the network, a peer on another
-    host, or a slow rank), no_collective (not a communication hang), or
-    inconclusive. verdict.suspect_ranks names the culprits and next_steps says
-    what to do. The answer is bounded to about 16 KB: groups of ranks with one
-    representative stack each; pass full_ranks=[...] to get the full stacks of
-    those ranks. ranks: capture only these ranks (this host; the verdict then
-    covers them alone), e.g. the suspects of a previous answer with
-    native=True. pid: a rank or launcher pid from list_jobs (default: the only
-    job on this host). native: include C/C++ frames (NCCL, gloo). locals:
-    include local variables (redacted; slower). Ranks blocked in a send/recv
-    are read a second time for their peer (stacks[].peer), so a send/recv
-    deadlock is named as a cycle of waits; their locals are not returned unless
-    locals=True. nonblocking: do not pause the
-    ranks while sampling (less consistent stacks, for latency-sensitive jobs).
-    hosts: capture the ranks of every node at once, one verdict for the whole
-    job: via 'ssh' (hosts required), 'srun' (inside the Slurm allocation; job:
-    the Slurm job id; hosts default to its nodes), 'kubectl' (job: the
-    Kubernetes job whose pods to use, namespace: its namespace) or
-    'debug-server' (PyTorch's debug server on every rank, found through the
-    job's TCPStore: hosts=['MASTER_ADDR:PORT'], default MASTER_ADDR:MASTER_PORT
-    of this environment; no ssh needed). timeout: seconds per rank.
-    On NCCL read stacks[].wait: 'gpu' means the CPU waits for the GPU, queued
-    behind the stuck collective, not stuck where it stands. counters: when the
-    first verdict is not sure, read progress counters (step, epoch) in one more
-    pass (integers only). flight_recorder: analyse the recorder dumps this run
-    already wrote, with the stacks. Trust verdict.confidence.
-    from_paths: analyse saved stacks instead (the job is gone): py-spy dumps
-    (text or JSON, one file per rank), faulthandler output, or a torchrun log
-    with [rankN]: prefixes; backend: 'nccl' or 'gloo' when the files do not
-    show it. Unreadable files are listed in errors; the rest is analysed.
-    job_id: which job of this host (list_jobs gives the ids) when several run here.
+    Read verdict.kind, suspect_ranks, confidence, summary, then next_steps. Kinds:
+    mismatched_collectives (ranks in different collectives), divergent_ranks (some ranks left
+    the common path), missing_ranks (exited, or on another host), all_in_same_collective
+    (the ranks agree: look elsewhere; all in send/recv is an ordering deadlock),
+    no_collective (not a communication hang), inconclusive. On NCCL, stacks[].wait 'gpu'
+    means the CPU waits for the GPU, queued behind the stuck collective. The answer is
+    bounded: one representative stack per group; full_ranks gives whole stacks.
     """
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
     api.check_stacks_call(

@@ -257,15 +257,7 @@ def analyze_snapshot(
     )
     trace = traces[main] if main < len(traces) else []
     rp = _replay_trace(trace, windows, namer)
-    ooms = [
-        OomEvent(
-            requested_bytes=e["size"],
-            device_free_bytes=int(e["device_free"]) if e.get("device_free") is not None else None,
-            stream=e.get("stream"),
-            site=namer.site(e["frames"]) if e.get("frames") else None,
-        )
-        for e in rp.oom_entries
-    ]
+    ooms = [_oom_event(e, namer) for e in rp.oom_entries]
     sites, stacks, live_frames = _live_sites(st.active, block_extra or block_extra_fallback, namer)
     # frames recorded: on any live block, or on any allocation of the trace (usually the first)
     has_frames = any(e.get("frames") for e in trace if e["action"] == "alloc") or live_frames
@@ -306,6 +298,15 @@ def analyze_snapshot(
         other_sites_bytes=sum(v[0] for _, v in rest),
         leak_suspects=_leak_suspects(rp.samples, namer, trace, min_leak_bytes)[:top],
         has_frames=has_frames,
+    )
+
+
+def _oom_event(e: Mapping[str, Any], namer: SiteNamer) -> OomEvent:
+    return OomEvent(
+        requested_bytes=e["size"],
+        device_free_bytes=int(e["device_free"]) if e.get("device_free") is not None else None,
+        stream=e.get("stream"),
+        site=namer.site(e["frames"]) if e.get("frames") else None,
     )
 
 

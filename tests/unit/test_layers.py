@@ -131,3 +131,17 @@ def test_the_facades_lazy_exports_and_type_names_agree() -> None:
                     a.asname or a.name for n in node.body if isinstance(n, ast.ImportFrom) for a in n.names
                 }
         assert exports and exports == typed, rel
+
+
+def test_no_function_is_over_80_lines() -> None:
+    """Small pieces, each readable at once (docstrings count)."""
+    import ast
+
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, long

@@ -110,23 +110,36 @@ async def dump_stacks(
         report = await in_thread(
             api.stacks_from_files, from_paths, backend=None if backend == "auto" else backend
         )
-    elif remote:
-        where = (f"{len(hosts)} host(s)" if hosts else "the job's hosts") + f" via {via}"
-        await progress(ctx, 0, 3, f"finding the job's ranks on {where}")
-        await progress(ctx, 1, 3, f"capturing stacks on {where}")
-        report = await in_thread(
-            _remote, options, hosts=hosts, via=via, job=job, namespace=namespace, pid=pid
-        )
     else:
-        await progress(ctx, 0, 3, "finding the job's ranks on this host")
-        await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
-        report = await in_thread(_local, options, pid=pid, ranks=ranks, job_id=job_id)
+        where = dict(hosts=hosts, via=via, job=job, namespace=namespace, pid=pid) if remote else None
+        report = await _capture(ctx, options, where, pid=pid, ranks=ranks, job_id=job_id)
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
     from rankscope.analysis.bound import bound_report
 
     bounded = bound_report(report, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
     await progress(ctx, 3, 3, f"verdict: {bounded.verdict.kind}")
     return bounded
+
+
+async def _capture(
+    ctx: Context[Any, Any] | None,
+    options: api.DumpOptions,
+    where: dict[str, Any] | None,
+    *,
+    pid: int | None,
+    ranks: list[int] | None,
+    job_id: str | None,
+) -> StacksReport:
+    """A live capture, on this host or (``where``) on the job's hosts, with its progress steps."""
+    if where is not None:
+        hosts = where["hosts"]
+        place = (f"{len(hosts)} host(s)" if hosts else "the job's hosts") + f" via {where['via']}"
+        await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
+        await progress(ctx, 1, 3, f"capturing stacks on {place}")
+        return await in_thread(_remote, options, **where)
+    await progress(ctx, 0, 3, "finding the job's ranks on this host")
+    await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
+    return await in_thread(_local, options, pid=pid, ranks=ranks, job_id=job_id)
 
 
 def _local(

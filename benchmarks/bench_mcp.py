@@ -168,7 +168,7 @@ def bench_startup(runs: int) -> dict[str, Any]:
 def synthetic_job(world: int = 64) -> tuple[Any, list[Any], list[list[dict[str, Any]]]]:
     """A 64-rank job from real captured dumps: (Job, RankStacks, raw py-spy JSON per rank)."""
     from rankscope.models.core import Job, RankProcess, RankStack
-    from rankscope.pyspy import parse_dump
+    from rankscope.runtime.pyspy import parse_dump
 
     data = json.loads(CAPTURED.read_text())
     by_rank = {r["rank"]: r for r in data["ranks"]}

@@ -38,7 +38,7 @@ from tests.unit.test_stacks_analysis import synthetic  # noqa: E402
 from rankscope.analysis.bound import bound_report  # noqa: E402
 from rankscope.analysis.stacks import analyze  # noqa: E402
 from rankscope.discovery import find_job  # noqa: E402
-from rankscope.pyspy import find_pyspy  # noqa: E402
+from rankscope.runtime.pyspy import find_pyspy  # noqa: E402
 
 RANKSCOPE = str(Path(sys.executable).parent / "rankscope")
 

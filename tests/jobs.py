@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rankscope.proctree import descendants, reap_tree
+from rankscope.runtime.proctree import descendants, reap_tree
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 

@@ -17,7 +17,7 @@ from rankscope.analysis.runs import bound_run_report, parse_failures
 from rankscope.errors import InvalidInput, TorchMissing
 from rankscope.launch import run_job
 from rankscope.models.run import CollapsedLine, RankOutput, RunReport
-from rankscope.proctree import descendants, reap_tree
+from rankscope.runtime.proctree import descendants, reap_tree
 from tests.jobs import PROGRAMS, wait_for
 from tests.paths import DATA as DATA_ROOT
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rankscope.proctree import _alive, descendants, reap_tree
+from rankscope.runtime.proctree import _alive, descendants, reap_tree
 from tests.jobs import wait_for
 
 TREE = """

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rankscope.errors import PySpyNotFound
-from rankscope.pyspy import DumpFailed, check_pyspy, classify_error, dump, find_pyspy, pyspy_version
+from rankscope.runtime.pyspy import DumpFailed, check_pyspy, classify_error, dump, find_pyspy, pyspy_version
 
 WAITER = """
 import sys, threading
@@ -117,7 +117,7 @@ def test_permission_denied_for_another_user(waiter: subprocess.Popen[str], pyspy
     """py-spy run as 'nobody' against our process: a real ptrace refusal."""
     assert os.geteuid() == 0, "this test needs root to drop to another user"
     code = (
-        "from rankscope.pyspy import dump, DumpFailed\n"
+        "from rankscope.runtime.pyspy import dump, DumpFailed\n"
         f"try:\n    dump({waiter.pid}, timeout=30)\n"
         "except DumpFailed as e:\n    print(e.kind)\n    print(e.fix)\n"
     )

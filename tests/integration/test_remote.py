@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from rankscope import api
-from rankscope.proctree import reap_tree
 from rankscope.remote import (
     dump_stacks_remote,
 )
+from rankscope.runtime.proctree import reap_tree
 from tests.jobs import JobFactory, RunningJob, free_port, wait_for
 
 BIN = Path(sys.executable).parent

@@ -20,8 +20,8 @@ from rankscope import cli
 from rankscope.analysis.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
 from rankscope.models.core import StacksReport
-from rankscope.proctree import descendants
-from rankscope.pyspy import check_pyspy
+from rankscope.runtime.proctree import descendants
+from rankscope.runtime.pyspy import check_pyspy
 from rankscope.stacks import capture_job, counter_pass
 from tests.jobs import JobFactory, RunningJob, wait_for
 

@@ -18,8 +18,9 @@ PKG = Path(rankscope.__file__).parent
 
 PURE_TOP = {"errors", "options", "validate", "lazy", "__init__"}
 """Top-level modules of the pure core (besides the analysis/ and models/ packages)."""
-RUNTIME = {"runtime", "procfs", "proctree", "subproc", "pyspy", "redact", "resources"}
-"""Infrastructure: /proc, process trees, bounded subprocesses, py-spy, redaction, bundled files."""
+RUNTIME = {"runtime", "resources"}
+"""Infrastructure: runtime/ (/proc, process trees, bounded subprocesses, py-spy, redaction) and the
+bundled files."""
 FACES = {"cli", "__main__", "mcp", "mcp_server", "commands", "mcp_tools"}
 FACADE = {"api"}
 
@@ -113,7 +114,7 @@ def test_the_layer_map_knows_every_module() -> None:
     """A new top-level package must be placed on purpose: every module lands in a known layer."""
     layers = {layer(m) for m in _modules()}
     assert layers == {"pure", "runtime", "shell", "facade", "face"}
-    assert layer("analysis.stacks") == "pure" and layer("stacks") == "shell" and layer("procfs") == "runtime"
+    assert layer("analysis.stacks") == "pure" and layer("stacks") == "shell" and layer("runtime.procfs") == "runtime"
 
 
 def test_the_facades_lazy_exports_and_type_names_agree() -> None:

@@ -11,7 +11,7 @@ from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.analysis.stacks import analyze
 from rankscope.flight import read_dumps
 from rankscope.models.core import Backend, Job, RankStack, StacksReport
-from rankscope.pyspy import parse_dump
+from rankscope.runtime.pyspy import parse_dump
 from tests.paths import DATA
 
 NCCL = DATA / "stacks" / "nccl"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankscope.redact import MASK, Redactor, is_secret_name, redact_text
+from rankscope.runtime.redact import MASK, Redactor, is_secret_name, redact_text
 
 
 def test_secret_names() -> None:
@@ -127,7 +127,7 @@ def test_ordinary_locals_pass_unchanged() -> None:
 
 def test_redact_model_walks_every_string_of_an_answer() -> None:
     from rankscope.models.core import Frame, Job, LocalVar, RankStack, StacksReport, ThreadStack, Verdict
-    from rankscope.redact import redact_model
+    from rankscope.runtime.redact import redact_model
 
     secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
     frame = Frame(

@@ -30,7 +30,7 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
-from rankscope.pyspy import parse_dump
+from rankscope.runtime.pyspy import parse_dump
 from rankscope.stacks import _spawn_index, _with_source_op
 from tests.paths import DATA as DATA_ROOT
 

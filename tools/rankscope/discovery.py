@@ -23,13 +23,13 @@ import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from rankscope import procfs
 from rankscope.analysis.backend import job_backend_of, rank_backend
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Backend, Job, JobList, LauncherKind, MissingRank, ProcState, RankProcess
-from rankscope.procfs import proc_state, read_cmdline, read_environ, read_stat
-from rankscope.redact import Redactor
+from rankscope.runtime import procfs
+from rankscope.runtime.procfs import proc_state, read_cmdline, read_environ, read_stat
+from rankscope.runtime.redact import Redactor
 
 SPAWN_MARKER = "from multiprocessing.spawn import spawn_main"
 

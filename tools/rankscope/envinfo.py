@@ -30,7 +30,6 @@ import struct
 import sys
 from pathlib import Path
 
-from rankscope import procfs, subproc
 from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
 from rankscope.discovery import find_job, list_jobs
@@ -47,8 +46,9 @@ from rankscope.models.env import (
     ShmInfo,
     TorchInfo,
 )
-from rankscope.proctree import children_map
-from rankscope.redact import Redactor
+from rankscope.runtime import procfs, subproc
+from rankscope.runtime.proctree import children_map
+from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.env")
 

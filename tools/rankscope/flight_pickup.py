@@ -20,11 +20,11 @@ import stat
 import time
 from pathlib import Path
 
-from rankscope import procfs
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.flight import read_dumps
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
+from rankscope.runtime import procfs
 
 log = logging.getLogger("rankscope.flight_pickup")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import shutil
 
-from rankscope import procfs, subproc
 from rankscope.analysis.gpu_busy import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus, rank_utilisation
 from rankscope.models.core import Job
+from rankscope.runtime import procfs, subproc
 
 log = logging.getLogger("rankscope.gpu_read")
 

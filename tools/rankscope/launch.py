@@ -22,7 +22,7 @@ is declared hung however busy it is. Then rankscope captures stacks and the verd
 through ``rankscope.api.dump_stacks(pid=<torchrun pid>)`` and reaps the tree.
 
 torchrun starts each worker in its own session, so rankscope reaps by process
-tree (``rankscope.proctree.reap_tree``) and sweeps any process of the tree
+tree (``rankscope.runtime.proctree.reap_tree``) and sweeps any process of the tree
 that outlived it (identified by pid *and* start time, never by name).
 """
 
@@ -47,14 +47,14 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from rankscope import procfs
 from rankscope.analysis.collapse import collapse_rank_lines
 from rankscope.analysis.runs import bound_run_report, parse_failures, run_next_steps, run_summary
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
-from rankscope.proctree import children_map, descendants, reap_tree
-from rankscope.redact import Redactor
+from rankscope.runtime import procfs
+from rankscope.runtime.proctree import children_map, descendants, reap_tree
+from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.launch")
 

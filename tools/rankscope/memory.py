@@ -31,15 +31,15 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rankscope import procfs, subproc
 from rankscope.analysis import memory as am
 from rankscope.discovery import find_job
 from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
 from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
 from rankscope.models.probe import PlacementReport, PlacementsReport
-from rankscope.proctree import children_map, descendants
-from rankscope.redact import Redactor
+from rankscope.runtime import procfs, subproc
+from rankscope.runtime.proctree import children_map, descendants
+from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.memory")
 

@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from rankscope import subproc
 from rankscope.analysis.hostlist import expand_hostlist, split_top
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.errors import InvalidInput
@@ -43,7 +42,8 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
-from rankscope.redact import Redactor
+from rankscope.runtime import subproc
+from rankscope.runtime.redact import Redactor
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server", "local"]
 """``debug-server`` talks HTTP to the ranks' own PyTorch debug servers (no ssh);

@@ -44,8 +44,8 @@ from rankscope.models.repro import (
     VerifyResult,
 )
 from rankscope.models.run import RunReport
-from rankscope.redact import Redactor
 from rankscope.resources import templates_dir
+from rankscope.runtime.redact import Redactor
 
 META_PREFIX = "# rankscope-repro: "
 SYMPTOM_MARK = "rankscope-repro: SYMPTOM "

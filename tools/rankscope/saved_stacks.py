@@ -18,7 +18,7 @@ from rankscope.analysis import stack_files as sf
 from rankscope.analysis.stacks import analyze
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Backend, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
-from rankscope.pyspy import parse_dump
+from rankscope.runtime.pyspy import parse_dump
 from rankscope.stacks import source_lines
 
 MAX_FILE_BYTES = 64 * 1024 * 1024

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rankscope import discovery, pyspy
+from rankscope import discovery
 from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.counters import int_locals
 from rankscope.analysis.frames import is_user_frame
@@ -39,7 +39,8 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
-from rankscope.redact import Redactor
+from rankscope.runtime import pyspy
+from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.stacks")
 

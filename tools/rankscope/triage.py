@@ -21,7 +21,7 @@ from typing import BinaryIO
 from rankscope.analysis.logs import SHELL_NEEDLES, LogScanner, conclude
 from rankscope.errors import InvalidInput
 from rankscope.models.logs import FailureRecord, LogSource, TriageReport
-from rankscope.redact import Redactor
+from rankscope.runtime.redact import Redactor
 
 CHUNK = 4 * 1024 * 1024
 MAX_LINE = 1024 * 1024

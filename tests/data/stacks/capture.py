@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.jobs import JobFactory, wait_for  # noqa: E402
 
-from rankscope import discovery, pyspy  # noqa: E402
+from rankscope import discovery  # noqa: E402
+from rankscope.runtime import pyspy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from pydantic import BaseModel
 
-from rankscope.redact import redact_model
 from rankscope.render.next_steps import (
     render_next_steps as render_next_steps,  # one renderer for every command
 )
+from rankscope.runtime.redact import redact_model
 
 if TYPE_CHECKING:
     pass

@@ -44,7 +44,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from rankscope.errors import PermissionDenied, ProcessNotFound, RankscopeError, ToolTimeout
-from rankscope.redact import redact_model
+from rankscope.runtime.redact import redact_model
 
 log = logging.getLogger("rankscope.mcp")
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 
-from rankscope import procfs
+from rankscope.runtime import procfs
 
 # Re-exported: callers that only need the parent link import it from here.
 parent_of = procfs.parent_of

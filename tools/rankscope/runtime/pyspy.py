@@ -23,7 +23,7 @@ from typing import Any
 
 from rankscope.errors import DumpFailed, PySpyNotFound
 from rankscope.models.core import Frame, LocalVar, ThreadStack
-from rankscope.procfs import is_alive
+from rankscope.runtime.procfs import is_alive
 
 MIN_VERSION = (0, 3, 14)
 

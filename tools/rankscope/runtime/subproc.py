@@ -2,11 +2,11 @@
 
 rankscope must never hang on a tool it calls, and never leave one behind: the
 command runs in its own session with a timeout, and on timeout its whole
-process tree is reaped (``rankscope.proctree.reap_tree``: by parent links from
+process tree is reaped (``rankscope.runtime.proctree.reap_tree``: by parent links from
 the pid started here, never by name). Output is decoded leniently, since a
 remote host or a driver tool may print bytes that are not UTF-8.
 
-py-spy has its own runner (``rankscope.pyspy``): its failures need py-spy
+py-spy has its own runner (``rankscope.runtime.pyspy``): its failures need py-spy
 specific classification.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rankscope.proctree import reap_tree
+from rankscope.runtime.proctree import reap_tree
 
 REAP_GRACE = 1.0  # seconds a timed-out command gets between SIGTERM and SIGKILL
 DRAIN_TIMEOUT = 2.0  # seconds to collect what a reaped command had printed

@@ -114,7 +114,11 @@ def test_the_layer_map_knows_every_module() -> None:
     """A new top-level package must be placed on purpose: every module lands in a known layer."""
     layers = {layer(m) for m in _modules()}
     assert layers == {"pure", "runtime", "shell", "facade", "face"}
-    assert layer("analysis.stacks") == "pure" and layer("stacks") == "shell" and layer("runtime.procfs") == "runtime"
+    assert (
+        layer("analysis.stacks") == "pure"
+        and layer("stacks") == "shell"
+        and layer("runtime.procfs") == "runtime"
+    )
 
 
 def test_the_facades_lazy_exports_and_type_names_agree() -> None:

@@ -47,12 +47,12 @@ elif mode == "pickle.load, gc paused":
         data = pickle.load(fh)
     detail = f"{len(data['device_traces'][0])} trace entries"
 elif mode == "rankscope":
-    from rankscope.memory import analyze_snapshot_files
+    from rankscope.capabilities.memory import analyze_snapshot_files
     r = analyze_snapshot_files([path], top=10)
     s = r.snapshots[0]
     detail = f"peak {s.peak_allocated_bytes >> 20} MiB, {len(s.top_sites)} sites, {len(s.leak_suspects)} leak suspects"
 elif mode == "rankscope, by phase":
-    from rankscope import memory as m
+    from rankscope.capabilities import memory as m
     from rankscope.analysis import memory as am
     be, ff = m._torch_helpers()
     with m.gc_paused():

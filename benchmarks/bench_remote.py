@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from rankscope.analysis.stacks import analyze
+from rankscope.capabilities.remote import dump_stacks_remote, merge_reports, parse_report
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
-from rankscope.remote import dump_stacks_remote, merge_reports, parse_report
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 

@@ -37,7 +37,7 @@ from tests.unit.test_stacks_analysis import synthetic  # noqa: E402
 
 from rankscope.analysis.bound import bound_report  # noqa: E402
 from rankscope.analysis.stacks import analyze  # noqa: E402
-from rankscope.discovery import find_job  # noqa: E402
+from rankscope.capabilities.discovery import find_job  # noqa: E402
 from rankscope.runtime.pyspy import find_pyspy  # noqa: E402
 
 RANKSCOPE = str(Path(sys.executable).parent / "rankscope")
@@ -74,7 +74,7 @@ def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, rep
     in-process ``dump_stacks`` is what an agent pays through ``rankscope mcp``, where the
     server has imported everything once.
     """
-    from rankscope.stacks import dump_stacks
+    from rankscope.capabilities.stacks import dump_stacks
 
     pairs: list[Pair] = []
     seq8 = [[pyspy, "dump", "--json", "--pid", str(pids[r])] for r in range(8)]

@@ -55,7 +55,7 @@ def generate(path: Path, mb: int, ranks: int = 8) -> int:
 
 RANKSCOPE = """
 import json, resource, sys, time
-from rankscope.triage import triage_logs
+from rankscope.capabilities.triage import triage_logs
 t = time.perf_counter()
 r = triage_logs([sys.argv[1]])
 dt = time.perf_counter() - t

@@ -16,8 +16,8 @@ import pytest
 
 from rankscope import cli
 from rankscope.analysis.stacks import analyze
-from rankscope.discovery import find_job, proc_state
-from rankscope.stacks import capture_job
+from rankscope.capabilities.discovery import find_job, proc_state
+from rankscope.capabilities.stacks import capture_job
 from tests.jobs import JobFactory, RunningJob, wait_for
 
 RANKSCOPE = Path(sys.executable).parent / "rankscope"
@@ -142,7 +142,7 @@ def test_permission_denied_real_cli_subprocess(fake_job: RunningJob) -> None:
 def test_hang_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import rankscope.commands.ps, rankscope.commands.stacks, rankscope.stacks, rankscope.discovery\n"
+        "import rankscope.commands.ps, rankscope.commands.stacks, rankscope.capabilities.stacks, rankscope.capabilities.discovery\n"
         "import rankscope.analysis.stacks, rankscope.analysis.bound, rankscope.analysis.render_stacks\n"
         "print('torch' in sys.modules)\n"
     )

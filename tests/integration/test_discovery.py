@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from rankscope.discovery import ProcInfo, build_jobs, find_job, list_jobs, proc_state
+from rankscope.capabilities.discovery import ProcInfo, build_jobs, find_job, list_jobs, proc_state
 from rankscope.errors import NotADistributedJob, ProcessNotFound
 from rankscope.models.core import Job
 from tests.jobs import JobFactory, RunningJob, wait_for

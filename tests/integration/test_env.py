@@ -6,8 +6,8 @@ import io
 import json
 from contextlib import redirect_stdout
 
+from rankscope.capabilities.envinfo import collect_env
 from rankscope.cli import main
-from rankscope.envinfo import collect_env
 from tests.jobs import JobFactory, free_port
 
 SECRETS = {

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rankscope.flight_pickup import dump_path, find_dumps, pick_up
+from rankscope.capabilities.flight_pickup import dump_path, find_dumps, pick_up
 from rankscope.models.core import Job, RankProcess
 from tests.paths import DATA
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.gpu_read import gpu_utilisation
+from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.models.core import Job, RankProcess
 
 

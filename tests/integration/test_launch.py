@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rankscope.analysis.runs import bound_run_report, parse_failures
+from rankscope.capabilities.launch import run_job
 from rankscope.errors import InvalidInput, TorchMissing
-from rankscope.launch import run_job
 from rankscope.models.run import CollapsedLine, RankOutput, RunReport
 from rankscope.runtime.proctree import descendants, reap_tree
 from tests.jobs import PROGRAMS, wait_for

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rankscope.memory import SnapshotUnreadable, load_snapshot
+from rankscope.capabilities.memory import SnapshotUnreadable, load_snapshot
 from tests.jobs import run_cli
 from tests.unit.test_memory_snapshots import fragmented
 

@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rankscope.placements import inspect_placements
+from rankscope.capabilities.placements import inspect_placements
 from tests.jobs import run_cli
 from tests.paths import DATA as DATA_ROOT
 

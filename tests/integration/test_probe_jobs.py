@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from rankscope.compare import compare_dir
-from rankscope.placements import inspect_placements
+from rankscope.capabilities.compare import compare_dir
+from rankscope.capabilities.placements import inspect_placements
 from tests.jobs import JobFactory, wait_for
 
 pytestmark = pytest.mark.slow

@@ -81,7 +81,7 @@ def test_dump_with_locals_and_native(waiter: subprocess.Popen[str], pyspy_works:
     assert frame.locals is not None
     args = {v.name: v.repr for v in frame.locals if v.arg}
     assert args["count"] == "3"
-    assert "api_token" in args  # raw here: rankscope.stacks redacts before anything leaves
+    assert "api_token" in args  # raw here: rankscope.capabilities.stacks redacts before anything leaves
     assert any(f.native for f in main.frames)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from rankscope import api
-from rankscope.remote import (
+from rankscope.capabilities.remote import (
     dump_stacks_remote,
 )
 from rankscope.runtime.proctree import reap_tree

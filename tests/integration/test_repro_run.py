@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rankscope.capabilities.repro import list_templates, render_repro, repro_from_report, verify_repro
 from rankscope.models.repro import VerifyResult
-from rankscope.repro import list_templates, render_repro, repro_from_report, verify_repro
 from tests.jobs import JobFactory, wait_for
 from tests.paths import DATA as DATA_ROOT
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from rankscope.capabilities.repro import render_repro
 from rankscope.errors import InvalidInput
-from rankscope.repro import render_repro
 from tests.paths import DATA as DATA_ROOT
 
 DATA = DATA_ROOT / "repro"
@@ -64,8 +64,8 @@ def test_render_writes_an_executable_script(tmp_path: Path) -> None:
 
 def test_importing_the_faces_does_not_import_torch() -> None:
     code = (
-        "import sys; import rankscope.repro, rankscope.commands.repro, rankscope.mcp_tools.repro, "
-        "rankscope.analysis.templates; rankscope.repro.render_repro('skip_collective'); "
+        "import sys; import rankscope.capabilities.repro, rankscope.commands.repro, rankscope.mcp_tools.repro, "
+        "rankscope.analysis.templates; rankscope.capabilities.repro.render_repro('skip_collective'); "
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
+from rankscope.capabilities.saved_stacks import stacks_from_files
 from rankscope.errors import InvalidInput
-from rankscope.saved_stacks import stacks_from_files
 from tests.integration.test_stacks_live import run_cli
 from tests.paths import DATA
 

@@ -19,10 +19,10 @@ import pytest
 from rankscope import cli
 from rankscope.analysis.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
+from rankscope.capabilities.stacks import capture_job, counter_pass
 from rankscope.models.core import StacksReport
 from rankscope.runtime.proctree import descendants
 from rankscope.runtime.pyspy import check_pyspy
-from rankscope.stacks import capture_job, counter_pass
 from tests.jobs import JobFactory, RunningJob, wait_for
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rankscope.capabilities.triage import triage_logs
 from rankscope.models.logs import TriageReport
-from rankscope.triage import triage_logs
 from tests.jobs import JobFactory, RunningJob, free_port, torchrun_argv, wait_for
 
 MODES = ("timeout", "exit_early", "unused_params", "dl_worker_kill", "sigkill")

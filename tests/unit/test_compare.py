@@ -12,8 +12,8 @@ import pytest
 import torch
 from mcp import Client
 
+from rankscope.capabilities.compare import compare_dir
 from rankscope.cli import main
-from rankscope.compare import compare_dir
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
 from tests.paths import DATA as DATA_ROOT

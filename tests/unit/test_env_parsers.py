@@ -9,7 +9,7 @@ from rankscope.analysis.gpu_parsers import (
     parse_topology,
     parse_xid_lines,
 )
-from rankscope.envinfo import parse_limits
+from rankscope.capabilities.envinfo import parse_limits
 from rankscope.models.env import GpuInfo, NetInterface, NodeInfo, RankEnv, ShmInfo
 from tests.paths import DATA as DATA_ROOT
 

@@ -18,9 +18,9 @@ import pytest
 
 from rankscope import api
 from rankscope.analysis.flight import LoadedDump, analyze
+from rankscope.capabilities.flight import analyze_flight_recorder
 from rankscope.cli import main as cli_main
 from rankscope.errors import InvalidInput
-from rankscope.flight import analyze_flight_recorder
 from rankscope.models.core import Job, StacksReport, Verdict
 from rankscope.models.flight import FlightReport
 from tests.paths import DATA as DATA_ROOT

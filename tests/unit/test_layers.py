@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
 (resources for the skill's files); they never reach a capability shell except through api."""
 
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
-    ("install", "mcp_server"),  # mcp-config builds the server once to warm its schema cache
+    ("capabilities.install", "mcp_server"),  # mcp-config builds the server once to warm its schema cache
 }
 
 

@@ -20,9 +20,9 @@ from rankscope.analysis.memory import (
     parse_nvidia_smi_apps,
     rank_from_filename,
 )
+from rankscope.capabilities.memory import SnapshotUnreadable, load_snapshot
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server
-from rankscope.memory import SnapshotUnreadable, load_snapshot
 from tests.snapshot_builder import GiB, MiB, SnapshotBuilder, user_frames
 
 TRAIN = "/work/job/train.py"

@@ -9,7 +9,7 @@ import pytest
 
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.analysis.stacks import analyze
-from rankscope.flight import read_dumps
+from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Backend, Job, RankStack, StacksReport
 from rankscope.runtime.pyspy import parse_dump
 from tests.paths import DATA

@@ -163,7 +163,7 @@ def test_every_emitted_skill_section_resolves_to_a_heading() -> None:
         for m in re.finditer(r"^#{1,6}\s+(.*)$", playbook, flags=re.MULTILINE)
     }
     emitted: set[str] = set()
-    for module in ("analysis/fingerprints.py", "compare.py"):
+    for module in ("analysis/fingerprints.py", "capabilities/compare.py"):
         source = (root / "tools" / "rankscope" / module).read_text()
         emitted |= set(re.findall(r"(?:wrong-results\.md|\{pb\})#([a-z-]+)", source))
     assert {"missing-broadcast", "batchnorm", "nan-on-one-rank", "offline"} <= emitted

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.errors import InvalidInput
-from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
-from rankscope.remote import (
+from rankscope.capabilities.remote import (
     classify_failure,
     dump_stacks_remote,
     expand_hostlist,
@@ -29,6 +27,8 @@ from rankscope.remote import (
     ssh_argv,
     stacks_argv,
 )
+from rankscope.errors import InvalidInput
+from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
 
 
 def _report(host: str, ranks: list[int], world: int, op: str | None = "all_reduce") -> StacksReport:

@@ -15,11 +15,11 @@ import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
 from rankscope.analysis.templates import choose_from_findings, choose_from_stacks, literal, parse_catalog
+from rankscope.capabilities.repro import catalog, list_templates, read_meta, render_repro, repro_from_report
 from rankscope.cli import main
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding, StacksReport
 from rankscope.models.repro import ParamSpec, TemplateSpec
-from rankscope.repro import catalog, list_templates, read_meta, render_repro, repro_from_report
 from rankscope.resources import templates_dir
 from tests.paths import DATA as DATA_ROOT
 

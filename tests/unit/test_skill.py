@@ -18,7 +18,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from rankscope.install import install_skill
+from rankscope.capabilities.install import install_skill
 from rankscope.mcp_server import build_server
 from rankscope.models.core import VerdictKind
 from rankscope.resources import bundle_root, playbooks_dir, skill_md

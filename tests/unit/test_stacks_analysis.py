@@ -20,6 +20,7 @@ from rankscope.analysis.stacks import (
     p2p_peer,
     recognise_op,
 )
+from rankscope.capabilities.stacks import _spawn_index, _with_source_op
 from rankscope.models.core import (
     Frame,
     Job,
@@ -31,7 +32,6 @@ from rankscope.models.core import (
     ThreadStack,
 )
 from rankscope.runtime.pyspy import parse_dump
-from rankscope.stacks import _spawn_index, _with_source_op
 from tests.paths import DATA as DATA_ROOT
 
 DATA = DATA_ROOT / "stacks"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rankscope.analysis.logs import LogScanner, conclude, parse_size
+from rankscope.capabilities.triage import rank_hint, triage_logs
 from rankscope.cli import main
 from rankscope.errors import InvalidInput
-from rankscope.triage import rank_hint, triage_logs
 from tests.paths import DATA as DATA_ROOT
 from tests.paths import ROOT
 
@@ -167,7 +167,7 @@ def test_redaction_and_bounded_findings() -> None:
 
 def test_prefilter_never_skips_a_line_a_rule_wants() -> None:
     from rankscope.analysis.logs import SHELL_NEEDLES
-    from rankscope.triage import PREFILTER
+    from rankscope.capabilities.triage import PREFILTER
 
     assert len(PREFILTER) < len(SHELL_NEEDLES)
     for needle in SHELL_NEEDLES:

@@ -14,32 +14,32 @@ from rankscope.lazy import lazy_getattr
 
 EXPORTS: dict[str, str] = {
     # hangs (discovery + stacks + launch)
-    "list_jobs": "rankscope.discovery",
-    "find_job": "rankscope.discovery",
-    "dump_stacks": "rankscope.stacks",
-    "run_job": "rankscope.launch",
-    "run_all_ranks": "rankscope.launch",
+    "list_jobs": "rankscope.capabilities.discovery",
+    "find_job": "rankscope.capabilities.discovery",
+    "dump_stacks": "rankscope.capabilities.stacks",
+    "run_job": "rankscope.capabilities.launch",
+    "run_all_ranks": "rankscope.capabilities.launch",
     # environment and logs
-    "collect_env": "rankscope.envinfo",
-    "triage_logs": "rankscope.triage",
+    "collect_env": "rankscope.capabilities.envinfo",
+    "triage_logs": "rankscope.capabilities.triage",
     # cross-rank consistency and placements (offline side of rankscope.probe)
-    "compare_dir": "rankscope.compare",
-    "inspect_placements": "rankscope.placements",
+    "compare_dir": "rankscope.capabilities.compare",
+    "inspect_placements": "rankscope.capabilities.placements",
     # minimal repros
-    "list_templates": "rankscope.repro",
-    "render_repro": "rankscope.repro",
-    "repro_from_report": "rankscope.repro",
-    "verify_repro": "rankscope.repro",
+    "list_templates": "rankscope.capabilities.repro",
+    "render_repro": "rankscope.capabilities.repro",
+    "repro_from_report": "rankscope.capabilities.repro",
+    "verify_repro": "rankscope.capabilities.repro",
     # beyond one host / after the fact
-    "dump_stacks_remote": "rankscope.remote",
-    "analyze_flight_recorder": "rankscope.flight",
-    "stacks_from_files": "rankscope.saved_stacks",
+    "dump_stacks_remote": "rankscope.capabilities.remote",
+    "analyze_flight_recorder": "rankscope.capabilities.flight",
+    "stacks_from_files": "rankscope.capabilities.saved_stacks",
     # memory
-    "inspect_memory": "rankscope.memory",
-    "memory_budget": "rankscope.memory",
+    "inspect_memory": "rankscope.capabilities.memory",
+    "memory_budget": "rankscope.capabilities.memory",
     # the skill
-    "install_skill": "rankscope.install",
-    "mcp_config": "rankscope.install",
+    "install_skill": "rankscope.capabilities.install",
+    "mcp_config": "rankscope.capabilities.install",
     # options and the argument checks both faces share
     "DumpOptions": "rankscope.options",
     "check_pid": "rankscope.validate",
@@ -49,27 +49,27 @@ EXPORTS: dict[str, str] = {
 __all__ = sorted(EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rankscope.compare import compare_dir as compare_dir
-    from rankscope.discovery import find_job as find_job
-    from rankscope.discovery import list_jobs as list_jobs
-    from rankscope.envinfo import collect_env as collect_env
-    from rankscope.flight import analyze_flight_recorder as analyze_flight_recorder
-    from rankscope.install import install_skill as install_skill
-    from rankscope.install import mcp_config as mcp_config
-    from rankscope.launch import run_all_ranks as run_all_ranks
-    from rankscope.launch import run_job as run_job
-    from rankscope.memory import inspect_memory as inspect_memory
-    from rankscope.memory import memory_budget as memory_budget
+    from rankscope.capabilities.compare import compare_dir as compare_dir
+    from rankscope.capabilities.discovery import find_job as find_job
+    from rankscope.capabilities.discovery import list_jobs as list_jobs
+    from rankscope.capabilities.envinfo import collect_env as collect_env
+    from rankscope.capabilities.flight import analyze_flight_recorder as analyze_flight_recorder
+    from rankscope.capabilities.install import install_skill as install_skill
+    from rankscope.capabilities.install import mcp_config as mcp_config
+    from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
+    from rankscope.capabilities.launch import run_job as run_job
+    from rankscope.capabilities.memory import inspect_memory as inspect_memory
+    from rankscope.capabilities.memory import memory_budget as memory_budget
+    from rankscope.capabilities.placements import inspect_placements as inspect_placements
+    from rankscope.capabilities.remote import dump_stacks_remote as dump_stacks_remote
+    from rankscope.capabilities.repro import list_templates as list_templates
+    from rankscope.capabilities.repro import render_repro as render_repro
+    from rankscope.capabilities.repro import repro_from_report as repro_from_report
+    from rankscope.capabilities.repro import verify_repro as verify_repro
+    from rankscope.capabilities.saved_stacks import stacks_from_files as stacks_from_files
+    from rankscope.capabilities.stacks import dump_stacks as dump_stacks
+    from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions
-    from rankscope.placements import inspect_placements as inspect_placements
-    from rankscope.remote import dump_stacks_remote as dump_stacks_remote
-    from rankscope.repro import list_templates as list_templates
-    from rankscope.repro import render_repro as render_repro
-    from rankscope.repro import repro_from_report as repro_from_report
-    from rankscope.repro import verify_repro as verify_repro
-    from rankscope.saved_stacks import stacks_from_files as stacks_from_files
-    from rankscope.stacks import dump_stacks as dump_stacks
-    from rankscope.triage import triage_logs as triage_logs
     from rankscope.validate import check_pid as check_pid
     from rankscope.validate import check_stacks_call as check_stacks_call
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.jobs import JobFactory, wait_for  # noqa: E402
 
-from rankscope import discovery  # noqa: E402
+from rankscope.capabilities import discovery  # noqa: E402
 from rankscope.runtime import pyspy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,7 @@ that lags, stays silent, runs out of memory or is killed is the suspect.
 torchrun's "first observed failure" is only evidence: the first rank to fail is
 often a victim that timed out first.
 
-No I/O here: the shell (``rankscope.triage``) reads files and passes lines.
+No I/O here: the shell (``rankscope.capabilities.triage``) reads files and passes lines.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, p
 from rankscope.models.core import JobList, StacksReport
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server"]
-"""How dump_stacks reaches ranks on other nodes (see rankscope.remote)."""
+"""How dump_stacks reaches ranks on other nodes (see rankscope.capabilities.remote)."""
 
 MAX_ANSWER_BYTES = 16_000
 """Upper bound of a default dump_stacks answer, in bytes of JSON."""

@@ -2,7 +2,7 @@
 
 Everything here takes data (an unpickled ``_dump_snapshot`` dict, parsed
 /proc text, a placement list) and returns models. No files, no /proc, no
-subprocesses, no torch import: the shell in ``rankscope.memory`` does I/O and
+subprocesses, no torch import: the shell in ``rankscope.capabilities.memory`` does I/O and
 may pass in torch's own ``_memory_viz`` helpers (``block_extra``,
 ``frame_filter``) so that rankscope reads snapshots exactly as PyTorch's
 viewer does; the fallbacks below mirror them for hosts without torch.

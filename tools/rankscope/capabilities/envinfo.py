@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
-from rankscope.discovery import find_job, list_jobs
+from rankscope.capabilities.discovery import find_job, list_jobs
 from rankscope.errors import ProcessNotFound, RankscopeError
 from rankscope.models.core import Job
 from rankscope.models.env import (

@@ -21,8 +21,6 @@ from jinja2 import FileSystemLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ValidationError
 
-from rankscope import launch
-from rankscope import triage as log_triage
 from rankscope.analysis.templates import (
     choose_from_findings,
     choose_from_stacks,
@@ -31,6 +29,8 @@ from rankscope.analysis.templates import (
     render_context,
     validate_params,
 )
+from rankscope.capabilities import launch
+from rankscope.capabilities import triage as log_triage
 from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import Finding, NextStep, StacksReport
 from rankscope.models.repro import (

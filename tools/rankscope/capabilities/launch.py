@@ -56,7 +56,7 @@ from rankscope.runtime import procfs
 from rankscope.runtime.proctree import children_map, descendants, reap_tree
 from rankscope.runtime.redact import Redactor
 
-log = logging.getLogger("rankscope.launch")
+log = logging.getLogger("rankscope.capabilities.launch")
 
 POLL_INTERVAL = 0.2
 """Seconds between two looks at the output files and the ranks' CPU time."""
@@ -318,7 +318,9 @@ def _sweep(seen: dict[int, int]) -> list[int]:
 
 def _capture_stacks(pid: int, timeout: float) -> tuple[StacksReport | None, str | None]:
     """Stacks and verdict of the hung job, or why they could not be taken (never raises)."""
-    from rankscope.stacks import dump_stacks  # lazily: the stacks shell is needed only for a hang
+    from rankscope.capabilities.stacks import (
+        dump_stacks,  # lazily: the stacks shell is needed only for a hang
+    )
 
     try:
         return dump_stacks(pid, timeout=timeout), None

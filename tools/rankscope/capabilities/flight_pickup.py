@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 from rankscope.analysis.flight import analyze as analyze_flight
-from rankscope.flight import read_dumps
+from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
 from rankscope.runtime import procfs
 
-log = logging.getLogger("rankscope.flight_pickup")
+log = logging.getLogger("rankscope.capabilities.flight_pickup")
 
 DEFAULT_NAME = "comm_lib_trace_rank_"
 START_SLACK_S = 5.0

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from rankscope.analysis import stack_files as sf
 from rankscope.analysis.stacks import analyze
+from rankscope.capabilities.stacks import source_lines
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Backend, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
 from rankscope.runtime.pyspy import parse_dump
-from rankscope.stacks import source_lines
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 """A stacks file or log larger than this is not read (a log that size is read with triage_logs)."""

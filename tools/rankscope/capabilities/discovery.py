@@ -9,7 +9,7 @@ How a process is recognised as a rank, in order:
   started as ``python -c "from multiprocessing.spawn import spawn_main; ..."`` whose parent
   has torch loaded. Their rank is the spawn index. ``start_processes`` starts the children
   one after another in index order, so the index is read from the start order (start time,
-  then pid) here; ``rankscope.stacks`` confirms it from the ``i`` argument of
+  then pid) here; ``rankscope.capabilities.stacks`` confirms it from the ``i`` argument of
   ``torch.multiprocessing.spawn._wrap`` in the child's stack.
 
 A candidate with a candidate ancestor is not a rank but a child of that rank (a DataLoader
@@ -233,7 +233,7 @@ def _make_job(
         _rank_process(c, host, launcher, redactor, procs, per_rank)
         for c in sorted(members, key=lambda c: (c.rank is None, c.rank or 0, c.info.pid))
     ]
-    # mp.spawn: nprocs is known only to the parent; rankscope.stacks reads it from its stack.
+    # mp.spawn: nprocs is known only to the parent; rankscope.capabilities.stacks reads it from its stack.
     found = {r.rank for r in rank_procs if r.rank is not None}
     missing = sorted(set(range(world)) - found) if world else []
     classified = classify_missing(members, missing) if launcher == "torchrun" else []

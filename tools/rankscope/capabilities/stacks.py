@@ -19,15 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rankscope import discovery
 from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.counters import int_locals
 from rankscope.analysis.frames import is_user_frame
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
+from rankscope.capabilities import discovery
+from rankscope.capabilities.flight_pickup import pick_up
+from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
-from rankscope.flight_pickup import pick_up
-from rankscope.gpu_read import gpu_utilisation
 from rankscope.models.core import (
     Frame,
     Job,
@@ -42,7 +42,7 @@ from rankscope.models.core import (
 from rankscope.runtime import pyspy
 from rankscope.runtime.redact import Redactor
 
-log = logging.getLogger("rankscope.stacks")
+log = logging.getLogger("rankscope.capabilities.stacks")
 
 
 MAX_DUMPS = 32

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.analysis import memory as am
-from rankscope.discovery import find_job
+from rankscope.capabilities.discovery import find_job
 from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
 from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
@@ -41,7 +41,7 @@ from rankscope.runtime import procfs, subproc
 from rankscope.runtime.proctree import children_map, descendants
 from rankscope.runtime.redact import Redactor
 
-log = logging.getLogger("rankscope.memory")
+log = logging.getLogger("rankscope.capabilities.memory")
 
 NVIDIA_SMI_TIMEOUT = 10.0
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pk")

@@ -14,7 +14,7 @@ from rankscope.analysis.gpu_busy import APPS_QUERY, GPU_QUERY, parse_apps, parse
 from rankscope.models.core import Job
 from rankscope.runtime import procfs, subproc
 
-log = logging.getLogger("rankscope.gpu_read")
+log = logging.getLogger("rankscope.capabilities.gpu_read")
 
 SMI_TIMEOUT = 10.0
 

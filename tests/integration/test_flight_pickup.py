@@ -11,6 +11,8 @@ from pathlib import Path
 
 from rankscope.capabilities.flight_pickup import dump_path, find_dumps, pick_up
 from rankscope.models.core import Job, RankProcess
+from rankscope.runtime.procfs import read_environ
+from tests.jobs import wait_for
 from tests.paths import DATA
 
 DUMPS = DATA / "flight" / "nccl_dtype"
@@ -35,7 +37,12 @@ def test_picks_up_this_runs_dumps_and_ignores_older_ones(tmp_path: Path) -> None
     ]
     try:
         for rank in (0, 2, 3):  # written after the ranks started: this run's
-            shutil.copy(DUMPS / f"nccl_trace_rank_{rank}", tmp_path / f"fr_{rank}")
+            fresh = tmp_path / f"fr_{rank}"
+            shutil.copy(DUMPS / f"nccl_trace_rank_{rank}", fresh)
+            now = time.time() + 1.0  # clearly after every rank's start, however loaded the machine
+            os.utime(fresh, (now, now))
+        for p in procs:  # every rank's environment is readable before it is looked up
+            wait_for(lambda p=p: "TORCH_FR_DUMP_TEMP_FILE" in (read_environ(p.pid) or {}), 30, "environ")
         job = Job(
             job_id="j",
             world_size=4,

@@ -143,7 +143,7 @@ def test_hang_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
         "import rankscope.commands.ps, rankscope.commands.stacks, rankscope.capabilities.stacks, rankscope.capabilities.discovery\n"
-        "import rankscope.analysis.stacks, rankscope.analysis.bound, rankscope.analysis.render_stacks\n"
+        "import rankscope.analysis.stacks, rankscope.analysis.bound, rankscope.render.stacks\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from rankscope.capabilities.install import MANIFEST, LocalEditsFound, install_skill, mcp_config
-from rankscope.commands.mcp import render_mcp_config
+from rankscope.render.mcp_config import render_mcp_config
 from rankscope.errors import InvalidInput
 from rankscope.models.install import McpClient
 from rankscope.resources import bundle_root

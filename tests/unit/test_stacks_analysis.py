@@ -11,7 +11,6 @@ import pytest
 
 from rankscope.analysis.bound import bound_report
 from rankscope.analysis.ranges import rank_ranges
-from rankscope.analysis.render_stacks import render_stacks
 from rankscope.analysis.stacks import (
     analyze,
     find_call_site,
@@ -31,6 +30,7 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
+from rankscope.render.stacks import render_stacks
 from rankscope.runtime.pyspy import parse_dump
 from tests.paths import DATA as DATA_ROOT
 

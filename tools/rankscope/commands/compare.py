@@ -3,38 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 
-from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
-from rankscope.models.probe import ConsistencyReport
-
-MAX_LISTED = 20
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.6g}"
-
-
-def render_consistency(report: ConsistencyReport) -> Iterator[str]:
-    yield ("CONSISTENT: " if report.consistent else "INCONSISTENT: ") + report.summary
-    for d in report.divergent[:MAX_LISTED]:
-        tie = " (tie: no majority)" if d.tie else ""
-        where = f" [{d.shard_key}]" if d.shard_key and d.shard_key != "replicated" else ""
-        yield f"  {d.name}{where}: ranks {d.ranks} differ from {d.reference_ranks}{tie} ({d.reason})"
-        for v in d.values:
-            diff = f" max|diff|={_fmt(v.max_abs_diff)}" if v.max_abs_diff is not None else ""
-            yield f"      rank {v.rank}: shape={v.shape} dtype={v.dtype} sum={_fmt(v.sum)} absmax={_fmt(v.abs_max)}{diff}"
-    if len(report.divergent) > MAX_LISTED:
-        yield f"  ... {len(report.divergent) - MAX_LISTED} more divergent tensors (--json lists all)"
-    for n in report.nonfinite[:MAX_LISTED]:
-        yield f"  NaN/Inf: {n.name} on rank {n.rank} (nan={n.nan}, inf={n.inf})"
-    for k in report.missing_keys[:MAX_LISTED]:
-        yield f"  only on ranks {k.present_on}: {k.name} (missing on {k.missing_on})"
-    for name in report.partial[:MAX_LISTED]:
-        yield f"  Partial (unreduced) DTensor: {name}"
-    for p in report.problems:
-        yield f"problem: {p}"
-    yield from render_next_steps(report.next_steps)
+from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.render.consistency import render_consistency
 
 
 class CompareCommand(Command):

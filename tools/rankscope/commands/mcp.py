@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
 from typing import cast
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.models.install import McpClient, McpConfig
+from rankscope.models.install import McpClient
+from rankscope.render.mcp_config import render_mcp_config
 
 CLIENTS: tuple[str, ...] = ("claude-code", "claude-desktop", "cursor", "vscode")
 
@@ -30,20 +30,6 @@ class McpCommand(Command):
 
         serve()
         return 0
-
-
-def render_mcp_config(cfg: McpConfig) -> Iterator[str]:
-    if cfg.command_line:
-        yield "# Register with Claude Code:"
-        yield cfg.command_line
-        yield ""
-        yield "# Or put this in .mcp.json:"
-    else:
-        yield f"# Put this in {cfg.config_file}"
-        yield f"# (merge it under the existing {cfg.top_level_key!r} key if the file exists):"
-    yield json.dumps(cfg.snippet, indent=2)
-    for note in cfg.notes:
-        yield f"# {note}"
 
 
 class McpConfigCommand(Command):

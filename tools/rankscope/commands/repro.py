@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
 from typing import Any
 
-from rankscope.commands.base import Command, add_json_flag, emit, render_next_steps
+from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.errors import InvalidInput
-from rankscope.models.repro import RenderedRepro, TemplateList, VerifyResult
+from rankscope.render.repro import _render_verify, render_list, render_repro_text
 
 EXIT_NOT_REPRODUCED = 1
 """`--verify` exit status when the answer is not the expected one (not reproduced / not clean)."""
@@ -24,44 +23,6 @@ def parse_sets(items: list[str]) -> dict[str, str | int | float | bool]:
             raise InvalidInput(f"--set {item!r} is not key=value.", fix="Write it like --set world_size=4.")
         out[key.strip()] = value.strip()
     return out
-
-
-def render_list(report: TemplateList) -> Iterator[str]:
-    width = max((len(t.name) for t in report.templates), default=10)
-    for t in report.templates:
-        cuda = "  [needs CUDA]" if t.requires_cuda else ""
-        yield f"{t.name:<{width}}  {t.symptom_source}:{t.symptom:<24} {t.title}{cuda}"
-    yield ""
-    yield report.hint
-
-
-def render_verify_lines(v: VerifyResult) -> Iterator[str]:
-    yield f"verify: {v.answer.upper()} ({'as expected' if v.ok else 'NOT as expected'})"
-    yield f"  {v.summary}"
-    for line in v.evidence:
-        yield f"  - {line}"
-    yield from render_next_steps(v.next_steps, indent="  ")
-
-
-def render_repro_text(r: RenderedRepro) -> Iterator[str]:
-    fixed = " (fixed)" if r.fixed else ""
-    yield f"{r.template}{fixed}: {r.title}; symptom {r.symptom_source}:{r.symptom}" + (
-        "; needs CUDA" if r.requires_cuda else ""
-    )
-    for reason in r.reasons:
-        yield f"  why: {reason}"
-    yield "  params: " + ", ".join(f"{k}={v!r}" for k, v in r.params.items())
-    if r.path:
-        yield f"  wrote {r.path}"
-        for cmd in r.run_commands:
-            yield f"  run: {cmd}"
-    yield f"  playbook: {r.skill_section}"
-    if r.verify is not None:
-        yield from render_verify_lines(r.verify)
-
-
-def _render_verify(result: VerifyResult) -> Iterator[str]:
-    return render_verify_lines(result)
 
 
 def _add_verify_options(p: argparse.ArgumentParser) -> None:

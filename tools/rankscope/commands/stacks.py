@@ -18,7 +18,7 @@ from rankscope.models.core import StacksReport
 
 
 def _render(model: StacksReport) -> Iterator[str]:
-    from rankscope.analysis.render_stacks import render_stacks  # only when printing for a person
+    from rankscope.render.stacks import render_stacks  # only when printing for a person
 
     return render_stacks(model)
 

@@ -1,0 +1,41 @@
+"""Lines for a person: the text view of `rankscope triage` (typed on its model; pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rankscope.models.logs import TriageReport
+from rankscope.render.next_steps import render_next_steps
+
+
+def render_triage(r: TriageReport) -> Iterator[str]:
+    """Human view: summary and suspects first, then one block per finding."""
+    read = ", ".join(
+        f"{s.path}" + (f" (rank {s.rank_hint})" if s.rank_hint is not None else "") for s in r.sources
+    )
+    yield f"Read: {read}  [{r.stats.get('lines', 0)} lines, {r.stats.get('bytes', 0)} bytes]"
+    for s in r.sources:
+        if s.skipped:
+            yield f"  skipped {s.path}: {s.skipped}"
+    yield ""
+    yield f"Summary: {r.summary}"
+    yield f"Suspect ranks: {', '.join(map(str, r.suspect_ranks)) or '-'}    Victims: {', '.join(map(str, r.victim_ranks)) or '-'}"
+    for e in r.evidence:
+        yield f"  - {e}"
+    if r.findings:
+        yield ""
+        yield f"Findings ({', '.join(f'{k}: {n}' for k, n in r.kinds.items())}):"
+    for f in r.findings:
+        ranks = f"ranks {','.join(map(str, f.ranks))}" if f.ranks else "no rank"
+        where = f"{f.source}:{','.join(map(str, f.line_numbers[:4]))}" if f.source else ""
+        yield f"[{f.severity.upper()}] {f.kind} ({ranks}) {f.message}  @ {where}"
+        facts = {k: v for k, v in f.facts.items() if k != "failures"}
+        if facts:
+            yield "    facts: " + ", ".join(f"{k}={v}" for k, v in facts.items())
+        for line in f.excerpt.splitlines()[:2]:
+            yield f"    | {line[:200]}"
+        if f.fix:
+            yield f"    fix: {f.fix}"
+    if r.truncated:
+        yield f"... {r.dropped_findings} more findings left out (use --max-findings)."
+    yield from render_next_steps(r.next_steps)

@@ -18,9 +18,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from rankscope.capabilities.install import MANIFEST, LocalEditsFound, install_skill, mcp_config
-from rankscope.render.mcp_config import render_mcp_config
 from rankscope.errors import InvalidInput
 from rankscope.models.install import McpClient
+from rankscope.render.mcp_config import render_mcp_config
 from rankscope.resources import bundle_root
 from tests.paths import ROOT
 

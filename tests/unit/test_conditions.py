@@ -122,3 +122,32 @@ def test_divergence_frame_in_library_code_is_named() -> None:
         "rank 1 leaves ranks 0,2 in Trainer.fit (mylib/trainer.py): at line 68, they at line 67" in v.summary
     )
     assert "later in the same function" in v.summary
+
+
+def test_repro_choice_tells_an_extra_collective_under_a_rank_condition_the_right_way_round() -> None:
+    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.templates import choose_from_stacks
+    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+
+    c10d = "/sp/torch/distributed/distributed_c10d.py"
+
+    def stack(rank: int, op: str, line: int) -> RankStack:
+        frames = [Frame(function=op, file=c10d, line=3000), Frame(function="main", file=TRAIN, line=line)]
+        return RankStack(
+            rank=rank,
+            pid=10 + rank,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+
+    code = "def main():\n    for step in range(3):\n        if rank == 1:\n            dist.barrier()\n        dist.all_reduce(t)\n"
+    report = analyze(
+        Job(job_id="j", world_size=2, backend="gloo"),
+        [stack(0, "all_reduce", 5), stack(1, "barrier", 4)],
+        [],
+        source=src(code),
+    )
+    choice = choose_from_stacks(report)
+    assert choice.template == "skip_collective" and choice.params["skip_rank"] == 1
+    assert any("entered an extra barrier under a rank condition" in r for r in choice.reasons)
+    assert not any("skipped the all_reduce" in r for r in choice.reasons)

@@ -454,10 +454,19 @@ def _from_mismatch(ctx: _Ctx) -> TemplateChoice:
         params["function_name"] = fn
     if main_op != odd_op:
         params.update({"op": main_op, "next_op": odd_op, "skip_rank": min(odd.ranks)})
-        ctx.reasons.append(
-            f"ranks {main.ranks} wait in {main_op} while rank(s) {odd.ranks} already wait in {odd_op}: "
-            f"rank {min(odd.ranks)} skipped the {main_op} the others entered"
-        )
+        guard = _guard_of(ctx, odd)
+        if guard:
+            ctx.reasons.append(
+                f"rank(s) {odd.ranks} entered an extra {odd_op} under a rank condition ({guard}) while ranks "
+                f"{main.ranks} went on to {main_op}: the template reproduces the same split (the odd rank waits in "
+                f"{odd_op}, the others in {main_op}); the fix is to call {odd_op} on every rank or on none"
+            )
+        else:
+            ctx.reasons.append(
+                f"ranks {main.ranks} wait in {main_op} while rank(s) {odd.ranks} already wait in {odd_op}: "
+                f"rank {min(odd.ranks)} skipped the {main_op} the others entered (or entered an extra {odd_op}: "
+                "read the condition above its call site)"
+            )
         return ctx.choice("skip_collective", params)
     params.update(
         {
@@ -471,6 +480,15 @@ def _from_mismatch(ctx: _Ctx) -> TemplateChoice:
         f"rank {min(odd.ranks)} skipped one call and went on to the next one"
     )
     return ctx.choice("skip_collective", params)
+
+
+def _guard_of(ctx: _Ctx, group: Group) -> str | None:
+    """The rank condition the verdict quoted above this group's collective, if any."""
+    needle = f"guards the {group.op} at"
+    for line in ctx.report.verdict.evidence:
+        if needle in line and "`if" in line:
+            return line.split(": ", 1)[-1]
+    return None
 
 
 def _from_divergent(ctx: _Ctx) -> TemplateChoice:

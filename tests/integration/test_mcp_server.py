@@ -257,8 +257,14 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     ranks = job.rank_pids()
 
     async def session(c: Client) -> dict[str, Any]:
-        listed = await c.call_tool("list_jobs", {"pid": job.pid})
+        listed = await c.call_tool("list_jobs", {"pid": job.pid, "details": True})
         assert not listed.is_error, listed.content
+        brief = await c.call_tool("list_jobs", {"pid": job.pid})
+        assert not brief.is_error, brief.content
+        (short,) = (brief.structured_content or {})["jobs"]
+        assert len(short["ranks"]) == 1 and any(
+            "2 rank process(es) here: ranks 0-1" in n for n in short["notes"]
+        )
         seen: list[tuple[float, float | None, str | None]] = []
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.ranges import rank_ranges
-from rankscope.models.core import Frame, Group, RankProcess, RankStack, StacksReport
+from rankscope.models.core import Frame, Group, JobList, RankProcess, RankStack, StacksReport
 
 _FRAME_STEPS = (16, 8, 4, 2)
 _MAX_ERRORS = 20
@@ -135,3 +135,23 @@ def bound_report(
             return out
     # Still too big (thousands of distinct groups): drop the display groups, keep the op groups.
     return out.model_copy(update={"stack_groups": [], "hint": hint + " Whole-stack groups were left out."})
+
+
+def brief_jobs(jobs: JobList) -> JobList:
+    """One short entry per job: its id, launchers, world size, backend, missing ranks, and one rank
+    in full; the others summed up in a note (``details=True`` lists them all)."""
+    out = []
+    for job in jobs.jobs:
+        ranks = sorted(r.rank for r in job.ranks if r.rank is not None)
+        pids = sorted(r.pid for r in job.ranks)
+        first = [_slim_rank(job.ranks[0])] if job.ranks else []
+        note = (
+            f"{len(job.ranks)} rank process(es) here: ranks {rank_ranges(ranks) or '?'}, pids {rank_ranges(pids)}; "
+            "list_jobs(details=true) lists each"
+        )
+        out.append(
+            job.model_copy(
+                update={"ranks": first, "notes": [*job.notes, note] if len(job.ranks) > 1 else job.notes}
+            )
+        )
+    return jobs.model_copy(update={"jobs": out})

@@ -23,8 +23,18 @@ MAX_ANSWER_BYTES = 16_000
 """Upper bound of a default dump_stacks answer, in bytes of JSON."""
 
 
+def _arg(description: str) -> Any:
+    return Field(description=description)
+
+
 @guard
-async def list_jobs(pid: int | None = None, ctx: Context[Any, Any] | None = None) -> JobList:
+async def list_jobs(
+    pid: Annotated[int | None, _arg("A rank or launcher pid: describe only its job.")] = None,
+    details: Annotated[
+        bool, _arg("List every rank process of each job (default: one rank and a count).")
+    ] = False,
+    ctx: Context[Any, Any] | None = None,
+) -> JobList:
     """List the distributed PyTorch jobs running on this host: launcher, world size, and every rank's pid, state and rank number.
 
     Call it first in an incident to find the job. With pid (a rank or its
@@ -36,11 +46,11 @@ async def list_jobs(pid: int | None = None, ctx: Context[Any, Any] | None = None
     await progress(ctx, 0, 1, "scanning /proc for distributed jobs")
     report = await in_thread(api.list_jobs, pid)
     await progress(ctx, 1, 1, f"found {len(report.jobs)} job(s)")
-    return report
+    if details:
+        return report
+    from rankscope.analysis.bound import brief_jobs
 
-
-def _arg(description: str) -> Any:
-    return Field(description=description)
+    return brief_jobs(report)
 
 
 @guard

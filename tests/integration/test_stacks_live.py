@@ -263,3 +263,17 @@ def test_even_split_is_decided_by_the_rank_condition_above_the_call(
     assert (
         '`if a.mode == "mismatch" and rank == a.odd:` guards the barrier at hang_collectives.py:' in v.summary
     )
+
+
+def test_rank_left_waiting_in_a_subgroup_is_not_named_the_culprit(jobs: JobFactory, pyspy_works: str) -> None:
+    """Rank 3 skips its pair's all_reduce and waits in the global barrier; rank 2 is left in the pair's."""
+    job = jobs.torchrun("hang_subgroup.py", nproc=4)
+    job.wait_ready(timeout=READY_S)
+    report = settle(
+        job.pid, lambda r: r.verdict.kind == "mismatched_collectives" and "subgroup" in r.verdict.summary
+    )
+    v = report.verdict
+    assert v.suspect_ranks == [] and v.confidence == "low"
+    assert "rank 2 waits in all_reduce" in v.summary and "on a subgroup" in v.summary
+    assert {s.rank: s.subgroup for s in report.stacks}[2] is True
+    assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)

@@ -93,6 +93,27 @@ def _int_value(local: LocalVar) -> int | None:
     return int(text) if _INT.fullmatch(text) else None
 
 
+_C10D = "torch/distributed/distributed_c10d.py"
+_WORLD_DEFAULT = frozenset({"barrier", "monitored_barrier"})
+"""c10d calls whose ``group`` defaults to GroupMember.WORLD (a ProcessGroup, not None): their
+``group`` argument cannot tell the default group from a subgroup (torch 2.13 signatures)."""
+
+
+def on_subgroup(frames: Iterable[Frame]) -> bool | None:
+    """Whether the c10d call a thread waits in runs on a subgroup: its ``group`` argument is a
+    ProcessGroup rather than None (the default group). None when no c10d frame has locals."""
+    for frame in frames:
+        if frame.native or not frame.file.replace("\\", "/").endswith(_C10D) or not frame.locals:
+            continue
+        group = next((v.repr for v in frame.locals if v.name == "group"), None)
+        if group is None:
+            continue
+        if group.strip() in ("None", ""):
+            return False
+        return None if frame.function in _WORLD_DEFAULT else True
+    return None
+
+
 @dataclass(frozen=True)
 class CounterSplit:
     """Ranks whose counter differs from the majority's, and the sentence that says so."""

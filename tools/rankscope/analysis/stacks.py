@@ -20,7 +20,7 @@ from rankscope.analysis.collectives import (
     classify_python_frame,
     frame_key,
 )
-from rankscope.analysis.counters import int_locals
+from rankscope.analysis.counters import int_locals, on_subgroup
 from rankscope.analysis.frames import (
     GONE_STATES,
     STUCK_STATES,
@@ -283,6 +283,7 @@ def annotate(
         user_site=short_site(site) if site is not None else None,
     )
     counters = stack.counters or int_locals(thread.frames)
+    subgroup = stack.subgroup if stack.subgroup is not None else on_subgroup(thread.frames)
     return stack.model_copy(
         update={
             "op": op,
@@ -292,6 +293,7 @@ def annotate(
             "wait": wait,
             "wait_evidence": wait_evidence,
             "counters": counters,
+            "subgroup": subgroup,
         }
     )
 

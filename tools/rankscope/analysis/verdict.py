@@ -507,6 +507,9 @@ def rule_mismatched(f: Facts) -> Verdict | None:
     if sizes[largest] == 1:
         majority = next(g for g in f.op_groups if len(g.ranks) == largest)
         minority = [g for g in f.op_groups if g is not majority]
+        left = _left_in_subgroup(f, majority, minority)
+        if left is not None:
+            return left
         suspects = sorted(r for g in minority for r in g.ranks)
         confidence = "high"
         summary = (
@@ -551,6 +554,49 @@ def rule_mismatched(f: Facts) -> Verdict | None:
             _step(
                 "Write a minimal repro of the mismatch to verify the fix.",
                 "generate_repro",
+                "mismatched-collectives",
+            ),
+        ],
+    )
+
+
+def _left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Verdict | None:
+    """The minority waits in a collective on a subgroup while the others went on: it is left waiting.
+
+    A subgroup collective completes only when every member calls it; a member that skipped it
+    went on to the next collective with the majority. The minority is the victim, the culprit is
+    among the majority, and the stacks do not show which members the group has.
+    """
+    by_rank = {s.rank: s for s in f.live}
+    waiting = [r for g in minority for r in g.ranks]
+    if not waiting or not all(by_rank.get(r) is not None and by_rank[r].subgroup for r in waiting):
+        return None
+    if any(by_rank.get(r) is not None and by_rank[r].subgroup for r in majority.ranks):
+        return None
+    who = ranks_phrase(waiting)
+    summary = (
+        f"{'; '.join(_describe(g) for g in minority)} on a subgroup while {_describe(majority)}: a subgroup "
+        f"collective completes only when every member of that group calls it, so {who} "
+        f"{'are' if len(waiting) > 1 else 'is'} left waiting by a member of its group that went on with "
+        f"{ranks_phrase(majority.ranks)} (or {who} called a collective its group does not): the stacks do not "
+        "show the group's members, so they name no culprit"
+    )
+    return Verdict(
+        kind="mismatched_collectives",
+        suspect_ranks=[],
+        confidence="low",
+        summary=summary,
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                f"Find the members of {who}'s group where it is built (new_group / DeviceMesh), then which of them "
+                "skipped the collective: a rank- or data-dependent branch around it.",
+                None,
+                "mismatched-collectives",
+            ),
+            _step(
+                "Read the flight recorder: its entries name each collective's process group and members.",
+                "analyze_flight_recorder",
                 "mismatched-collectives",
             ),
         ],

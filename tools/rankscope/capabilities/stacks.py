@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
-from rankscope.analysis.counters import int_locals
+from rankscope.analysis.counters import int_locals, on_subgroup
 from rankscope.analysis.frames import is_user_frame
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
@@ -388,24 +388,33 @@ def capture_job(
 
 
 def counter_pass(
-    stacks: list[RankStack], procs: list[RankProcess], exe: str, timeout: float, nonblocking: bool
+    stacks: list[RankStack],
+    procs: list[RankProcess],
+    exe: str,
+    timeout: float,
+    nonblocking: bool,
+    only: set[int] | None = None,
 ) -> list[RankStack]:
-    """``stacks`` with each live rank's progress counters, read in one more pass with locals.
+    """``stacks`` with each live rank's progress counters and whether its collective runs on a
+    subgroup, read in one more pass with locals.
 
-    Only integers are kept (:func:`int_locals`); every other local is dropped here and never
-    reaches the report. A rank whose Python stack changed between the passes moved on: its
+    Only integers (:func:`int_locals`) and that one fact (:func:`on_subgroup`) are kept; every
+    other local is dropped here and never reaches the report. A rank whose Python stack changed between the passes moved on: its
     counters would not belong to the stack analysed, so it gets none.
     """
     by_pid = {p.pid: p for p in procs}
     todo = [
         _Dump(pid=s.pid, rank=by_pid[s.pid], locals=True, nonblocking=nonblocking, state=s.state)
         for s in stacks
-        if s.threads and s.pid in by_pid and s.state not in ("stopped", "tracing_stop", "zombie", "dead")
+        if s.threads
+        and s.pid in by_pid
+        and s.state not in ("stopped", "tracing_stop", "zombie", "dead")
+        and (only is None or s.rank in only)
     ]
     if not todo:
         return stacks
     _run_dumps(todo, exe, False, timeout, lambda: None)
-    counters: dict[int, dict[str, int]] = {}
+    read: dict[int, dict[str, object]] = {}
     for d in todo:
         if d.threads is None:
             continue
@@ -414,8 +423,8 @@ def counter_pass(
         ]
         after = _main_frames(d.threads)
         if [(f.function, f.file) for f in after if not f.native] == before:
-            counters[d.pid] = int_locals(after)
-    return [s.model_copy(update={"counters": counters[s.pid]}) if counters.get(s.pid) else s for s in stacks]
+            read[d.pid] = {"counters": int_locals(after), "subgroup": on_subgroup(after)}
+    return [s.model_copy(update=read[s.pid]) if s.pid in read else s for s in stacks]
 
 
 def _stack_of(stacks: list[RankStack], pid: int) -> RankStack:
@@ -478,14 +487,18 @@ def dump_stacks(
     job = job.model_copy(update={"notes": notes})
     source = source_lines(stacks)
     report = analyze(job, stacks, errors, flight, source=source)
-    if counters and not locals and report.verdict.confidence != "high":
-        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking)
+    unsure = report.verdict.confidence != "high"
+    if counters and not locals and (unsure or report.verdict.kind == "mismatched_collectives"):
+        # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
+        only = None if unsure else set(report.verdict.suspect_ranks)
+        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only)
         if any(s.counters for s in stacks):
             job = job.model_copy(
                 update={
                     "notes": [*notes, "progress counters read in a second pass with locals (integers only)"]
                 }
             )
+        if any(s.counters or s.subgroup is not None for s in stacks):
             report = analyze(job, stacks, errors, flight, source=source)
     return report
 

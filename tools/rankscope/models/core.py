@@ -238,6 +238,11 @@ class RankStack(Model):
         default_factory=dict,
         description="Integer locals (step, epoch, i, ...) of the job's frames, keyed 'file:function:name'.",
     )
+    subgroup: bool | None = Field(
+        default=None,
+        description="True when the collective it waits in runs on a process group other than the default one "
+        "(read from the call's `group` argument; None when locals were not read).",
+    )
     gpu_util: int | None = Field(
         default=None,
         description="Utilisation % of this rank's GPU (nvidia-smi) when read; ~100 spins, ~0 idles.",

@@ -142,8 +142,20 @@ def test_resources_serve_skill_md_and_every_playbook() -> None:
     ]
     assert sorted(listed) == sorted(expected)
     assert "rankscope://skill/hangs.md" in listed
-    assert texts["rankscope://skill/SKILL.md"] == skill_md().read_text(encoding="utf-8")
+    original = skill_md().read_text(encoding="utf-8")
+    served = texts["rankscope://skill/SKILL.md"]
+    # links resolve beside SKILL.md: skill/hangs.md -> hangs.md -> rankscope://skill/hangs.md
+    assert "](skill/hangs.md" in original and "](skill/" not in served and "](hangs.md" in served
+    assert served.replace("](", "](skill/").count("](skill/") >= original.count("](skill/")
     assert "## Mismatched collectives" in texts["rankscope://skill/hangs.md"]
+
+
+def test_playbook_links_with_a_section_resolve() -> None:
+    async def read(c: Client) -> str:
+        res = await c.read_resource("rankscope://skill/hangs.md#nccl-hangs")
+        return getattr(res.contents[0], "text", "")
+
+    assert "## NCCL hangs" in with_client(read)
 
 
 def test_prompts_for_the_main_procedures() -> None:

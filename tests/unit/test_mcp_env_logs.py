@@ -26,7 +26,7 @@ def test_triage_logs_and_collect_env_over_mcp() -> None:
     tools, (triage, pasted, missing, env, bad_pid) = _call(
         [
             ("triage_logs", {"paths": [str(LOGS / "nccl_watchdog_lagging_rank.log")]}),
-            ("triage_logs", {"paths": [], "text": (LOGS / "cuda_oom.log").read_text()}),
+            ("triage_logs", {"text": (LOGS / "cuda_oom.log").read_text()}),
             ("triage_logs", {"paths": [str(LOGS / "nope.log")]}),
             ("collect_env", {"include_torch": False}),
             ("collect_env", {"pid": 999999999, "include_torch": False}),

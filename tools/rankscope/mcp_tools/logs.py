@@ -10,7 +10,9 @@ from rankscope.models.logs import TriageReport
 
 
 @guard
-async def triage_logs(paths: list[str], text: str | None = None, max_findings: int = 50) -> TriageReport:
+async def triage_logs(
+    paths: list[str] | None = None, text: str | None = None, max_findings: int = 50
+) -> TriageReport:
     """Triage the logs of a failed distributed PyTorch job: files, directories of per-rank logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), torchelastic error.json.
 
     Returns findings (collective_timeout, peer_closed, cuda_oom,
@@ -19,7 +21,7 @@ async def triage_logs(paths: list[str], text: str | None = None, max_findings: i
     a closed peer or waited in a collective are listed separately). Pass
     `text` to triage pasted log text instead.
     """
-    return await in_thread(api.triage_logs, paths, text=text, max_findings=max_findings)
+    return await in_thread(api.triage_logs, list(paths or []), text=text, max_findings=max_findings)
 
 
 def register(server: MCPServer) -> None:

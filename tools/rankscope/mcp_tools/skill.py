@@ -10,10 +10,11 @@ that starts the agent on the right first tool.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.resources import FileResource
+from mcp.server.mcpserver.resources import FileResource, TextResource
 
 from rankscope.errors import RankscopeError
 from rankscope.resources import playbooks_dir, skill_md
@@ -62,16 +63,57 @@ def _register_resources(server: MCPServer) -> None:
             if is_root
             else f"Playbook loaded on demand from SKILL.md: {title}."
         )
+        if is_root:
+            # SKILL.md links its playbooks as skill/<name>.md; served at rankscope://skill/SKILL.md those
+            # links must read <name>.md to resolve to rankscope://skill/<name>.md
+            server.add_resource(
+                TextResource(
+                    uri=URI_PREFIX + path.name,
+                    name=path.name,
+                    title=title,
+                    description=description,
+                    mime_type="text/markdown",
+                    text=_links_beside(path.read_text(encoding="utf-8")),
+                )
+            )
+            continue
         server.add_resource(
             FileResource(
                 uri=URI_PREFIX + path.name,
-                name=path.name if is_root else f"skill/{path.name}",
+                name=f"skill/{path.name}",
                 title=title,
                 description=description,
                 mime_type="text/markdown",
                 path=path.resolve(),
             )
         )
+    _register_section_template(server)
+
+
+def _links_beside(text: str) -> str:
+    """``](skill/hangs.md#x)`` -> ``](hangs.md#x)``: the playbooks sit beside SKILL.md as resources."""
+    return re.sub(r"\]\(skill/([\w.-]+\.md)", r"](\1", text)
+
+
+def _register_section_template(server: MCPServer) -> None:
+    """``rankscope://skill/hangs.md#nccl-hangs``: a link with a section reads the whole playbook (the
+    plain ``rankscope://skill/hangs.md`` is a resource of its own)."""
+
+    @server.resource(
+        URI_PREFIX + "{name}{#section}",
+        name="skill-section",
+        title="A playbook addressed with its #section (the whole playbook is read)",
+        mime_type="text/markdown",
+    )
+    def read_playbook(name: str, section: str) -> str:
+        base = name
+        folder = playbooks_dir()
+        path = folder / base
+        if base == "SKILL.md":
+            return _links_beside(skill_md().read_text(encoding="utf-8"))
+        if "/" in base or not base.endswith(".md") or not path.is_file():
+            raise ValueError(f"no playbook {base!r}: read rankscope://skill/SKILL.md for the list")
+        return path.read_text(encoding="utf-8")
 
 
 def diagnose_hang(pid: str = "") -> str:

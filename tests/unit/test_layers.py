@@ -43,11 +43,11 @@ ALLOWED: dict[str, set[str]] = {
     "pure": {"pure"},
     "runtime": {"pure", "runtime"},
     "shell": {"pure", "runtime", "shell"},
-    "facade": {"pure", "shell"},
-    "face": {"pure", "facade", "face", "runtime"},
+    "facade": {"pure", "runtime", "shell"},
+    "face": {"pure", "facade", "face"},
 }
-"""What each layer may import. Faces may use runtime infrastructure that holds no capability
-(resources for the skill's files); they never reach a capability shell except through api."""
+"""What each layer may import. Faces reach everything through api: the capabilities, the
+redaction every answer passes, the bundled skill files."""
 
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
     ("capabilities.install", "mcp_server"),  # mcp-config builds the server once to warm its schema cache

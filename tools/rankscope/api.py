@@ -44,6 +44,11 @@ EXPORTS: dict[str, str] = {
     "DumpOptions": "rankscope.options",
     "check_pid": "rankscope.validate",
     "check_stacks_call": "rankscope.validate",
+    # the one redaction every answer passes on its way out (CLI printer, MCP tool wrapper)
+    "redact_model": "rankscope.runtime.redact",
+    # the bundled skill files (MCP resources)
+    "skill_md": "rankscope.resources",
+    "playbooks_dir": "rankscope.resources",
 }
 
 __all__ = sorted(EXPORTS)
@@ -70,6 +75,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
     from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions
+    from rankscope.resources import playbooks_dir as playbooks_dir
+    from rankscope.resources import skill_md as skill_md
+    from rankscope.runtime.redact import redact_model as redact_model
     from rankscope.validate import check_pid as check_pid
     from rankscope.validate import check_stacks_call as check_stacks_call
 

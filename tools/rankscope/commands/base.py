@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from pydantic import BaseModel
 
+from rankscope import api
 from rankscope.render.next_steps import (
     render_next_steps as render_next_steps,  # one renderer for every command
 )
-from rankscope.runtime.redact import redact_model
 
 if TYPE_CHECKING:
     pass
@@ -57,7 +57,7 @@ def emit(
     Every answer passes :func:`redact_model` here: whatever leaves by the CLI is redacted.
     """
     out = out or sys.stdout
-    model = redact_model(model)
+    model = api.redact_model(model)
     if as_json or render is None:
         out.write(model.model_dump_json(indent=2))
         out.write("\n")

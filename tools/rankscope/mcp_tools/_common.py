@@ -43,8 +43,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
+from rankscope import api
 from rankscope.errors import PermissionDenied, ProcessNotFound, RankscopeError, ToolTimeout
-from rankscope.runtime.redact import redact_model
 
 log = logging.getLogger("rankscope.mcp")
 
@@ -95,7 +95,7 @@ _TRANSLATED: tuple[type[BaseException], ...] = (
 
 def _redacted(result: Any) -> Any:
     """Every answer leaves through here redacted (text block and structured content alike)."""
-    return redact_model(result) if isinstance(result, BaseModel) else result
+    return api.redact_model(result) if isinstance(result, BaseModel) else result
 
 
 def guard(fn: F) -> F:

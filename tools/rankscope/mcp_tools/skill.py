@@ -16,8 +16,8 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.resources import FileResource, TextResource
 
+from rankscope import api
 from rankscope.errors import RankscopeError
-from rankscope.resources import playbooks_dir, skill_md
 
 log = logging.getLogger("rankscope.mcp")
 
@@ -43,8 +43,8 @@ def _first_heading(path: Path) -> str | None:
 def skill_files() -> list[Path]:
     """SKILL.md followed by every playbook in skill/, sorted; empty when the files are missing."""
     try:
-        files = [skill_md()]
-        folder = playbooks_dir()
+        files = [api.skill_md()]
+        folder = api.playbooks_dir()
     except RankscopeError as exc:
         log.warning("skill resources unavailable: %s", exc)
         return []
@@ -107,10 +107,10 @@ def _register_section_template(server: MCPServer) -> None:
     )
     def read_playbook(name: str, section: str) -> str:
         base = name
-        folder = playbooks_dir()
+        folder = api.playbooks_dir()
         path = folder / base
         if base == "SKILL.md":
-            return _links_beside(skill_md().read_text(encoding="utf-8"))
+            return _links_beside(api.skill_md().read_text(encoding="utf-8"))
         if "/" in base or not base.endswith(".md") or not path.is_file():
             raise ValueError(f"no playbook {base!r}: read rankscope://skill/SKILL.md for the list")
         return path.read_text(encoding="utf-8")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rankscope.analysis.conditions import guard_of
-from rankscope.models.core import CallSite
+from rankscope.models.core import CallSite, Frame, RankStack, ThreadStack
 
 TRAIN = "/job/train.py"
 
@@ -36,6 +36,26 @@ def main():
 """
 
 
+EXTRA_BARRIER = """\
+def main():
+    for step in range(3):
+        if rank == 1:
+            dist.barrier()
+        dist.all_reduce(t)
+"""
+
+
+def c10d_stack(rank: int, op: str, line: int) -> RankStack:
+    """A rank waiting in a c10d ``op`` called from ``main`` at ``line`` of train.py."""
+    frames = [
+        Frame(function=op, file="/sp/torch/distributed/distributed_c10d.py", line=3000),
+        Frame(function="main", file=TRAIN, line=line),
+    ]
+    return RankStack(
+        rank=rank, pid=10 + rank, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)]
+    )
+
+
 def test_rank_condition_is_quoted() -> None:
     g = guard_of(site(5), src(CODE))
     assert g is not None and g.kind == "rank" and g.line == 4 and g.text == "if dist.get_rank() == 0:"
@@ -64,23 +84,11 @@ def test_no_guard_for_a_plain_call_or_an_unrelated_condition() -> None:
 
 def test_even_split_decided_by_a_rank_condition_and_left_open_without_source() -> None:
     from rankscope.analysis.stacks import analyze
-    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+    from rankscope.models.core import Job
 
-    c10d = "/sp/torch/distributed/distributed_c10d.py"
-
-    def stack(rank: int, op: str, line: int) -> RankStack:
-        frames = [Frame(function=op, file=c10d, line=3000), Frame(function="main", file=TRAIN, line=line)]
-        return RankStack(
-            rank=rank,
-            pid=10 + rank,
-            host="h",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
-        )
-
-    code = "def main():\n    for step in range(3):\n        if rank == 1:\n            dist.barrier()\n        dist.all_reduce(t)\n"
-    stacks = [stack(0, "all_reduce", 5), stack(1, "barrier", 4)]
+    stacks = [c10d_stack(0, "all_reduce", 5), c10d_stack(1, "barrier", 4)]
     job = Job(job_id="j", world_size=2, backend="gloo")
-    v = analyze(job, stacks, [], source=src(code)).verdict
+    v = analyze(job, stacks, [], source=src(EXTRA_BARRIER)).verdict
     assert v.kind == "mismatched_collectives" and v.suspect_ranks == [1] and v.confidence == "medium"
     assert "train.py:3 `if rank == 1:` guards the barrier at train.py:4" in v.summary
     open_split = analyze(job, stacks, []).verdict
@@ -127,25 +135,13 @@ def test_divergence_frame_in_library_code_is_named() -> None:
 def test_repro_choice_tells_an_extra_collective_under_a_rank_condition_the_right_way_round() -> None:
     from rankscope.analysis.stacks import analyze
     from rankscope.analysis.templates import choose_from_stacks
-    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+    from rankscope.models.core import Job
 
-    c10d = "/sp/torch/distributed/distributed_c10d.py"
-
-    def stack(rank: int, op: str, line: int) -> RankStack:
-        frames = [Frame(function=op, file=c10d, line=3000), Frame(function="main", file=TRAIN, line=line)]
-        return RankStack(
-            rank=rank,
-            pid=10 + rank,
-            host="h",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
-        )
-
-    code = "def main():\n    for step in range(3):\n        if rank == 1:\n            dist.barrier()\n        dist.all_reduce(t)\n"
     report = analyze(
         Job(job_id="j", world_size=2, backend="gloo"),
-        [stack(0, "all_reduce", 5), stack(1, "barrier", 4)],
+        [c10d_stack(0, "all_reduce", 5), c10d_stack(1, "barrier", 4)],
         [],
-        source=src(code),
+        source=src(EXTRA_BARRIER),
     )
     choice = choose_from_stacks(report)
     assert choice.template == "skip_collective" and choice.params["skip_rank"] == 1

@@ -3,16 +3,14 @@ by its build.py): a rank that waits for the GPU is never blamed for where its CP
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.analysis.stacks import analyze
 from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Backend, Job, RankStack, StacksReport
-from rankscope.runtime.pyspy import parse_dump
 from tests.paths import DATA
+from tests.unit.test_stacks_analysis import load as load_capture
 
 NCCL = DATA / "stacks" / "nccl"
 
@@ -20,8 +18,7 @@ NCCL = DATA / "stacks" / "nccl"
 def load(
     case: str, backend: Backend | str | None = "as saved"
 ) -> tuple[Job, list[RankStack], dict[tuple[str, int], str]]:
-    raw = json.loads((NCCL / f"{case}.json").read_text())
-    job = Job.model_validate(raw["job"])
+    job, stacks, raw = load_capture(f"nccl/{case}")
     if backend != "as saved":
         job = job.model_copy(
             update={
@@ -29,16 +26,6 @@ def load(
                 "ranks": [r.model_copy(update={"backend": backend}) for r in job.ranks],
             }
         )
-    stacks = [
-        RankStack(
-            rank=r["rank"],
-            pid=r["pid"],
-            host=r["host"],
-            state=r["state"],
-            threads=parse_dump(r["pyspy"], r["pid"]),
-        )
-        for r in raw["ranks"]
-    ]
     source = {(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1])): v for k, v in raw["source"].items()}
     return job, stacks, source
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from rankscope.analysis.backend import ProcessSigns, job_backend_of, rank_backend
@@ -123,6 +125,19 @@ def test_user_line_with_python_frames_below_it_is_not_where_the_cpu_waits() -> N
     assert out.wait == "other"
 
 
+def gpu_waiting_ranks(n: int, extra: Callable[[int], dict[str, object]]) -> list[RankStack]:
+    """``n`` ranks all waiting for the GPU at the same line, each with its own ``extra`` fields."""
+    frames = [nat("cudaStreamSynchronize"), pyf("main", line=47)]
+    base = RankStack(
+        rank=0,
+        pid=100,
+        host="h",
+        state="running",
+        threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+    )
+    return [base.model_copy(update={"rank": r, "pid": 100 + r, **extra(r)}) for r in range(n)]
+
+
 # -- counters -----------------------------------------------------------------------------------
 
 
@@ -167,18 +182,7 @@ def test_unnamed_integer_split_is_only_medium() -> None:
 
 
 def test_weak_counter_split_is_a_low_lead_when_nothing_else_decides() -> None:
-    frames = [nat("cudaStreamSynchronize"), pyf("main", line=47)]
-    stacks = [
-        RankStack(
-            rank=r,
-            pid=100 + r,
-            host="h",
-            state="running",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
-            counters={"train.py:main:num_tokens": 5 if r == 2 else 7},
-        )
-        for r in range(4)
-    ]
+    stacks = gpu_waiting_ranks(4, lambda r: {"counters": {"train.py:main:num_tokens": 5 if r == 2 else 7}})
     v = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, []).verdict
     assert v.suspect_ranks == [2] and v.confidence == "low" and "weak" in v.summary
 
@@ -253,18 +257,7 @@ def test_rank_utilisation_by_pid_then_by_device_file() -> None:
 
 
 def test_idle_gpu_among_spinning_ones_names_its_rank_on_nccl() -> None:
-    frames = [nat("cudaStreamSynchronize"), pyf("main", line=47)]
-    stacks = [
-        RankStack(
-            rank=r,
-            pid=100 + r,
-            host="h",
-            state="running",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
-            gpu_util=3 if r == 2 else 100,
-        )
-        for r in range(4)
-    ]
+    stacks = gpu_waiting_ranks(4, lambda r: {"gpu_util": 3 if r == 2 else 100})
     v = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, []).verdict
     assert v.suspect_ranks == [2] and v.confidence == "medium"
     assert "GPU utilisation" in v.summary and "never launched" in v.summary

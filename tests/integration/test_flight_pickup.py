@@ -7,8 +7,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from rankscope.capabilities import flight_pickup
 from rankscope.capabilities.flight_pickup import dump_path, find_dumps, pick_up
 from rankscope.models.core import Job, RankProcess
 from rankscope.runtime.procfs import read_environ
@@ -26,46 +32,46 @@ def test_dump_path_follows_torch_rules() -> None:
     assert dump_path(1, {}) == Path("/tmp/.cache/torch/comm_lib_trace_rank_1")
 
 
-def test_picks_up_this_runs_dumps_and_ignores_older_ones(tmp_path: Path) -> None:
-    stale = tmp_path / "fr_1"
-    shutil.copy(DUMPS / "nccl_trace_rank_1", stale)
-    old = time.time() - 3600
-    os.utime(stale, (old, old))
-    env = {**os.environ, "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env) for _ in range(4)
-    ]
+SLEEPER = ["-c", "import time; time.sleep(60)"]
+
+
+@contextmanager
+def ranks_with(env: dict[str, str], n: int = 1, argv: list[str] = SLEEPER) -> Iterator[Job]:
+    """``n`` live processes carrying ``env`` (the ranks of a job), killed and reaped on the way out."""
+    procs = [subprocess.Popen([sys.executable, *argv], env={**os.environ, **env}) for _ in range(n)]
     try:
-        for rank in (0, 2, 3):  # written after the ranks started: this run's
-            fresh = tmp_path / f"fr_{rank}"
-            shutil.copy(DUMPS / f"nccl_trace_rank_{rank}", fresh)
-            now = time.time() + 1.0  # clearly after every rank's start, however loaded the machine
-            os.utime(fresh, (now, now))
-        for p in procs:  # every rank's environment is readable before it is looked up
-            wait_for(lambda p=p: "TORCH_FR_DUMP_TEMP_FILE" in (read_environ(p.pid) or {}), 30, "environ")
-        job = Job(
+        yield Job(
             job_id="j",
-            world_size=4,
+            world_size=n,
             ranks=[RankProcess(rank=r, pid=p.pid, host="h") for r, p in enumerate(procs)],
         )
-        assert sorted(p.name for p in find_dumps(job)) == ["fr_0", "fr_2", "fr_3"]
-        report = pick_up(job)
-        assert report is not None and report.ranks == [0, 2, 3]
     finally:
         for p in procs:
             p.kill()
             p.wait(timeout=10)
 
 
+def test_picks_up_this_runs_dumps_and_ignores_older_ones(tmp_path: Path) -> None:
+    stale = tmp_path / "fr_1"
+    shutil.copy(DUMPS / "nccl_trace_rank_1", stale)
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    with ranks_with({"TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}, n=4) as job:
+        for rank in (0, 2, 3):  # written after the ranks started: this run's
+            fresh = tmp_path / f"fr_{rank}"
+            shutil.copy(DUMPS / f"nccl_trace_rank_{rank}", fresh)
+            now = time.time() + 1.0  # clearly after every rank's start, however loaded the machine
+            os.utime(fresh, (now, now))
+        for r in job.ranks:  # every rank's environment is readable before it is looked up
+            wait_for(lambda r=r: "TORCH_FR_DUMP_TEMP_FILE" in (read_environ(r.pid) or {}), 30, "environ")
+        assert sorted(p.name for p in find_dumps(job)) == ["fr_0", "fr_2", "fr_3"]
+        report = pick_up(job)
+        assert report is not None and report.ranks == [0, 2, 3]
+
+
 def test_no_dumps_no_report(tmp_path: Path) -> None:
-    env = {**os.environ, "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
-    try:
-        job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=proc.pid, host="h")])
+    with ranks_with({"TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}) as job:
         assert pick_up(job) is None
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 FAKE_MONITOR = r"""
@@ -89,31 +95,20 @@ while True:
 def test_a_rank_that_opened_a_debug_pipe_is_asked_for_a_dump(tmp_path: Path) -> None:
     stem, fr = str(tmp_path / "pipe_"), str(tmp_path / "fr_")
     ready = tmp_path / "ready"
-    env = {**os.environ, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": stem, "TORCH_FR_DUMP_TEMP_FILE": fr}
-    src = str(DUMPS / "nccl_trace_rank_0")
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_MONITOR, stem, src, fr, str(ready)], env=env)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=proc.pid, host="h")])
+    env = {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": stem, "TORCH_FR_DUMP_TEMP_FILE": fr}
+    argv = ["-c", FAKE_MONITOR, stem, str(DUMPS / "nccl_trace_rank_0"), fr, str(ready)]
+    with ranks_with(env, argv=argv) as job:
+        wait_for(ready.exists, 30, "the fake monitor's pipe")
         assert find_dumps(job) == []  # nothing written yet
         report = pick_up(job)
         assert report is not None and report.ranks == [0]
         assert pick_up(job, ask=False) is not None  # now it is there to pick up
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
-def test_no_pipe_no_wait(tmp_path: Path) -> None:
-    env = {**os.environ, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "none_")}
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
-    try:
-        job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=proc.pid, host="h")])
-        t0 = time.monotonic()
+def test_no_pipe_no_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"waited {seconds} s with no pipe to ask through")
+
+    monkeypatch.setattr(flight_pickup, "time", SimpleNamespace(sleep=no_sleep, monotonic=time.monotonic))
+    with ranks_with({"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "none_")}) as job:
         assert pick_up(job) is None
-        assert time.monotonic() - t0 < 2
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)

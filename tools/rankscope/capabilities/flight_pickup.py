@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from rankscope.analysis.flight import analyze as analyze_flight
@@ -58,12 +59,17 @@ def _fresh(proc: RankProcess, env: dict[str, str]) -> Path | None:
     return path
 
 
-def find_dumps(job: Job) -> list[Path]:
+def _environs(job: Job) -> dict[int, dict[str, str]]:
+    """Each rank's environment, read once for both the pickup and the request (pid -> env)."""
+    return {proc.pid: procfs.read_environ(proc.pid) or {} for proc in job.ranks}
+
+
+def find_dumps(job: Job, environs: Mapping[int, dict[str, str]] | None = None) -> list[Path]:
     """This run's recorder dumps on this host, one per rank at most."""
+    envs = environs if environs is not None else _environs(job)
     found: list[Path] = []
     for proc in job.ranks:
-        env = procfs.read_environ(proc.pid) or {}
-        path = _fresh(proc, env)
+        path = _fresh(proc, envs.get(proc.pid, {}))
         if path is not None:
             found.append(path)
     return found
@@ -90,42 +96,61 @@ def _ask(pipe: Path) -> bool:
     return True
 
 
-def request_dumps(job: Job, have: list[Path], wait_s: float = PIPE_WAIT_S) -> list[Path]:
-    """Ask the ranks that opened a debug pipe and wrote no dump yet for one; the dumps they wrote."""
-    asked: dict[Path, float] = {}
+def _stamp(path: Path) -> tuple[float, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime, st.st_size
+
+
+def request_dumps(
+    job: Job,
+    have: list[Path],
+    wait_s: float = PIPE_WAIT_S,
+    environs: Mapping[int, dict[str, str]] | None = None,
+) -> list[Path]:
+    """Ask the ranks that opened a debug pipe and wrote no dump yet for one; the dumps they wrote.
+
+    A dump counts once it is new (its mtime or size changed since the request), not empty, and
+    the same on two polls in a row: the writer has finished.
+    """
+    envs = environs if environs is not None else _environs(job)
+    asked: dict[Path, tuple[float, int] | None] = {}
     for proc in job.ranks:
-        env = procfs.read_environ(proc.pid) or {}
+        env = envs.get(proc.pid, {})
         stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
         if not stem or proc.rank is None:
             continue
         target = dump_path(proc.rank, env)
         if target in have:
             continue
-        before = target.stat().st_mtime if target.exists() else 0.0
+        before = _stamp(target)
         if _ask(Path(f"{stem}{proc.rank}.pipe")):
             asked[target] = before
     got: list[Path] = []
+    seen: dict[Path, tuple[float, int] | None] = dict(asked)
     deadline = time.monotonic() + wait_s
     while asked and time.monotonic() < deadline:
+        time.sleep(0.2)
         for target, before in list(asked.items()):
-            if target.exists() and target.stat().st_mtime > before and target.stat().st_size > 0:
+            now = _stamp(target)
+            if now is not None and now != before and now[1] > 0 and now == seen[target]:
                 got.append(target)
                 del asked[target]
-        if asked:
-            time.sleep(0.2)
+            seen[target] = now
     for target in asked:
         log.info("asked for a flight-recorder dump at %s: none came within %.0f s", target, wait_s)
-    if got:
-        time.sleep(0.2)  # the writer may still be flushing the last bytes
     return got
 
 
 def pick_up(job: Job, *, ask: bool = True) -> FlightReport | None:
     """The analysis of the dumps the job's ranks wrote in this run (and, with ``ask``, of the ones
     asked for through the job's own debug pipes), or None when there are none."""
-    paths = find_dumps(job)
+    environs = _environs(job)
+    paths = find_dumps(job, environs)
     if ask:
-        paths += request_dumps(job, paths)
+        paths += request_dumps(job, paths, environs=environs)
     if not paths:
         return None
     dumps, errors = read_dumps([os.fspath(p) for p in paths])

@@ -13,16 +13,18 @@ torch 2.13 and NCCL sources and checked on live processes:
 - ``libnccl`` / ``libtorch_cuda`` mapped alone prove only a CUDA build of torch, not NCCL.
 - ``TORCH_NCCL_*`` / ``NCCL_*`` in the environment given at exec: a hint, never proof.
 
-This module is pure: the runtime layer reads /proc and hands over the text.
+This module is pure: the runtime layer reads /proc and hands over the text; native frames,
+when a dump has them, say the same thing for a job whose /proc was not read.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rankscope.models.core import Backend
+from rankscope.models.core import Backend, Job, RankStack
 
 NCCL_THREADS = ("pt_nccl_watchdg", "pt_nccl_heartbt")
 GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
@@ -98,4 +100,32 @@ def job_backend_of(per_rank: Mapping[int, tuple[Backend, list[str]]]) -> tuple[B
     return backend, evidence
 
 
-__all__ = ["GLOO_THREADS", "NCCL_THREADS", "ProcessSigns", "job_backend_of", "rank_backend"]
+_NCCL_NATIVE = re.compile(
+    r"ProcessGroupNCCL|libnccl|\bnccl[A-Z]|libcudart|libcuda\.so|\bcuda[A-Z]|\bcu[A-Z][a-z]+[A-Z]"
+)
+
+
+def job_backend(job: Job, stacks: Iterable[RankStack]) -> Backend | None:
+    """The job's backend: what the shell read from /proc, else what native frames show
+    (ProcessGroupNCCL, libnccl, CUDA calls; ProcessGroupGloo, gloo::)."""
+    if job.backend not in (None, "unknown"):
+        return job.backend
+    seen: set[str] = set()
+    for stack in stacks:
+        if stack.backend not in (None, "unknown"):
+            seen.add(str(stack.backend))
+            continue
+        for thread in stack.threads:
+            for frame in thread.frames:
+                if not frame.native:
+                    continue
+                if _NCCL_NATIVE.search(frame.function) or _NCCL_NATIVE.search(frame.file):
+                    seen.add("nccl")
+                elif "ProcessGroupGloo" in frame.function or "gloo::" in frame.function:
+                    seen.add("gloo")
+    if not seen:
+        return job.backend
+    return "mixed" if len(seen) > 1 else ("nccl" if "nccl" in seen else "gloo")
+
+
+__all__ = ["GLOO_THREADS", "NCCL_THREADS", "ProcessSigns", "job_backend", "job_backend_of", "rank_backend"]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
+from rankscope.analysis.backend import job_backend
 from rankscope.analysis.bound import bound_report
 from rankscope.analysis.collectives import (
     BACKWARD_FRAMES,
@@ -33,6 +34,7 @@ from rankscope.analysis.frames import (
 )
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges
+from rankscope.analysis.verdict import BACKWARD_OP as VERDICT_BACKWARD_OP
 from rankscope.analysis.verdict import decide, facts
 from rankscope.analysis.waits import GPU_LIKE, classify_wait
 from rankscope.models.core import (
@@ -53,12 +55,9 @@ MAX_GROUP_FRAMES = 60
 
 
 DDP_BACKWARD_OP = "ddp.gradient_all_reduce"
-BACKWARD_OP = "autograd.backward"
+BACKWARD_OP = VERDICT_BACKWARD_OP
 """A rank inside backward with no communication frame seen: with DDP, the gradient
 all-reduce waits in C++ at the end of backward, invisible to Python frames."""
-
-
-_PLAYBOOK = "skill/hangs.md"
 
 
 def _ddp_in_use(stacks: list[RankStack]) -> str | None:
@@ -312,33 +311,6 @@ def _innermost_user_line(
     if (python[0].file, python[0].line) != (site.file, site.line):
         return None
     return source.get((site.file, site.line))
-
-
-def job_backend(job: Job, stacks: Iterable[RankStack]) -> Backend | None:
-    """The job's backend: what the shell read from /proc, else what native frames show."""
-    if job.backend not in (None, "unknown"):
-        return job.backend
-    seen: set[str] = set()
-    for stack in stacks:
-        if stack.backend not in (None, "unknown"):
-            seen.add(str(stack.backend))
-            continue
-        for thread in stack.threads:
-            for frame in thread.frames:
-                if not frame.native:
-                    continue
-                if _NCCL_NATIVE.search(frame.function) or _NCCL_NATIVE.search(frame.file):
-                    seen.add("nccl")
-                elif "ProcessGroupGloo" in frame.function or "gloo::" in frame.function:
-                    seen.add("gloo")
-    if not seen:
-        return job.backend
-    return "mixed" if len(seen) > 1 else ("nccl" if "nccl" in seen else "gloo")
-
-
-_NCCL_NATIVE = re.compile(
-    r"ProcessGroupNCCL|libnccl|\bnccl[A-Z]|libcudart|libcuda\.so|\bcuda[A-Z]|\bcu[A-Z][a-z]+[A-Z]"
-)
 
 
 # -- grouping ------------------------------------------------------------------------------------

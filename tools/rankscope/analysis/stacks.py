@@ -34,8 +34,7 @@ from rankscope.analysis.frames import (
 )
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges
-from rankscope.analysis.verdict import BACKWARD_OP as VERDICT_BACKWARD_OP
-from rankscope.analysis.verdict import decide, facts
+from rankscope.analysis.verdict import BACKWARD_OP, decide, facts
 from rankscope.analysis.waits import GPU_LIKE, classify_wait
 from rankscope.models.core import (
     Backend,
@@ -55,9 +54,9 @@ MAX_GROUP_FRAMES = 60
 
 
 DDP_BACKWARD_OP = "ddp.gradient_all_reduce"
-BACKWARD_OP = VERDICT_BACKWARD_OP
 """A rank inside backward with no communication frame seen: with DDP, the gradient
-all-reduce waits in C++ at the end of backward, invisible to Python frames."""
+all-reduce waits in C++ at the end of backward, invisible to Python frames (BACKWARD_OP,
+from the verdict, when DDP is not known to be in use)."""
 
 
 def _ddp_in_use(stacks: list[RankStack]) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rankscope.analysis.flight import LoadedDump, Matcher, analyze
+from rankscope.capabilities.files import expand_paths
 from rankscope.errors import InvalidInput
 from rankscope.models.core import RankError, StacksReport
 from rankscope.models.flight import FlightReport
@@ -47,22 +48,12 @@ def _rank_from_name(path: Path) -> int | None:
 
 
 def _expand(paths: list[str]) -> list[Path]:
-    files: list[Path] = []
-    for raw in paths:
-        p = Path(raw).expanduser()
-        if p.is_dir():
-            for child in sorted(p.rglob("*")):
-                if child.is_file() and not _SKIP.search(child.name):
-                    files.append(child)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise InvalidInput(
-                f"{raw}: no such file or directory",
-                "Pass the directory the dumps were written to (TORCH_FR_DUMP_TEMP_FILE's directory, or the "
-                "dump_dir given to enable_flight_recorder), or the dump files themselves.",
-            )
-    return list(dict.fromkeys(files))
+    return expand_paths(
+        paths,
+        lambda child: not _SKIP.search(child.name),
+        "Pass the directory the dumps were written to (TORCH_FR_DUMP_TEMP_FILE's directory, or the "
+        "dump_dir given to enable_flight_recorder), or the dump files themselves.",
+    )
 
 
 def _load(path: Path) -> tuple[Literal["pickle", "json"], dict[str, Any]]:

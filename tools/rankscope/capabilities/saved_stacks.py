@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rankscope.analysis import stack_files as sf
 from rankscope.analysis.stacks import analyze
+from rankscope.capabilities.files import expand_paths
 from rankscope.capabilities.stacks import source_lines
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Backend, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
@@ -35,17 +36,9 @@ _FIX_RANK = (
 
 
 def _expand(paths: list[str]) -> list[Path]:
-    files: list[Path] = []
-    for raw in paths:
-        p = Path(raw).expanduser()
-        if p.is_dir():
-            files.extend(c for c in sorted(p.rglob("*")) if c.is_file() and not c.name.startswith("."))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise InvalidInput(
-                f"{raw}: no such file or directory", "Pass the saved stack files or their folder."
-            )
+    files = expand_paths(
+        paths, lambda child: not child.name.startswith("."), "Pass the saved stack files or their folder."
+    )
     if not files:
         raise InvalidInput(
             f"no files under {', '.join(paths)}", "Pass the saved stack files or their folder."
@@ -55,7 +48,7 @@ def _expand(paths: list[str]) -> list[Path]:
             f"{len(files)} files under {', '.join(paths)}: more than {MAX_FILES}",
             "Pass the folder of one incident's stacks, not a whole log tree.",
         )
-    return list(dict.fromkeys(files))
+    return files
 
 
 def _error(path: Path, kind: str, message: str, fix: str, rank: int | None = None) -> RankError:

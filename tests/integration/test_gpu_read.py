@@ -13,13 +13,12 @@ from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.models.core import Job, RankProcess
 
 
-def _fake_smi(tmp: Path, apps: str, sleep: float = 0.0) -> Path:
+def _fake_smi(tmp: Path, apps: str) -> Path:
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
     smi.write_text(
         "#!/bin/sh\n"
-        f"sleep {sleep}\n"
         'case "$1" in\n'
         '  --query-gpu=*) printf "0, GPU-aaa, 100\\n1, GPU-bbb, 0\\n" ;;\n'
         f'  --query-compute-apps=*) printf "{apps}" ;;\n'

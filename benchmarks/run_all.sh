@@ -8,6 +8,7 @@ PY=.venv/bin/python
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 $PY benchmarks/bench_stacks.py --repeats 3 --out benchmarks/results/stacks.md
 $PY benchmarks/bench_mcp.py --out benchmarks/results/mcp.md
+$PY benchmarks/bench_answers.py                # writes benchmarks/results/answers.md
 $PY benchmarks/bench_triage.py --mb 200 --out benchmarks/results/triage.md
 $PY benchmarks/bench_redact.py --out benchmarks/results/redact.md
 $PY benchmarks/bench_consistency.py            # writes benchmarks/results/consistency.md

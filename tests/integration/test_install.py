@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 from typing import cast
@@ -216,26 +217,85 @@ def test_the_registered_command_starts_a_working_server() -> None:
 # -- the wheel -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the wheel from a copy of the source (other builds may run in the checkout)."""
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "setup.py", "SKILL.md", "README.md", "LICENSE"):
-        if (ROOT / name).is_file():
-            shutil.copy2(ROOT / name, src / name)
-    if not (src / "README.md").exists():
-        (src / "README.md").write_text("rankscope\n")  # pyproject names it; the package does not need it
+def _source_copy(dest: Path) -> Path:
+    """A copy of the source tree (other builds may run in the checkout), as git would check it out."""
+    for name in (
+        "pyproject.toml",
+        "setup.py",
+        "SKILL.md",
+        "README.md",
+        "LICENSE",
+        "MANIFEST.in",
+        "ARCHITECTURE.md",
+    ):
+        shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_bundle", "*.egg-info")
     for name in ("tools", "skill", "repro_templates"):
-        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+        shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+    return dest
+
+
+def _run(*cmd: str, cwd: Path | None = None) -> None:
+    done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist, as `python -m build` makes it first (offline: the build backend is installed)."""
+    src = _source_copy(tmp_path_factory.mktemp("src"))
+    out = tmp_path_factory.mktemp("dist")
+    _run(sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(out), str(src))
+    (found,) = out.glob("rankscope-*.tar.gz")
+    return found
+
+
+@pytest.fixture(scope="module", params=["pip wheel", "wheel from sdist"])
+def wheel(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel both ways a release is built: from the tree, and from the sdist (`python -m build`)."""
     out = tmp_path_factory.mktemp("wheelhouse")
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(src)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
+    if request.param == "pip wheel":
+        src = _source_copy(tmp_path_factory.mktemp("src"))
+        _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(src))  # fmt: skip
+    else:
+        sdist = request.getfixturevalue("sdist")
+        unpacked = tmp_path_factory.mktemp("unpacked")
+        with tarfile.open(sdist) as tf:
+            tf.extractall(unpacked, filter="data")
+        (tree,) = unpacked.iterdir()
+        _run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(tree))
     (whl,) = out.glob("rankscope-*.whl")
     return whl
+
+
+def test_sdist_carries_the_skill_templates_and_license(sdist: Path) -> None:
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    assert {
+        "LICENSE",
+        "SKILL.md",
+        "setup.py",
+        "MANIFEST.in",
+        "skill/hangs.md",
+        "repro_templates/catalog.json",
+    } <= names
+    assert {f"skill/{p.name}" for p in (ROOT / "skill").glob("*.md")} <= names
+
+
+def test_project_metadata_names_the_license_urls_and_classifiers(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = zf.read(meta_name).decode()
+        assert any(n.endswith("LICENSE") and ".dist-info/" in n for n in zf.namelist())
+    assert "Project-URL: Source" in meta and "Project-URL: Documentation" in meta
+    assert "Classifier: Topic :: Software Development :: Debuggers" in meta
+    assert "License-Expression: Apache-2.0" in meta
+    torch_required = [
+        line
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist: torch") and "extra ==" not in line
+    ]
+    assert torch_required == []  # users bring their own torch; only the test extra names it
 
 
 def test_wheel_carries_skill_playbooks_and_templates(wheel: Path) -> None:
@@ -268,7 +328,7 @@ def test_wheel_in_a_fresh_venv_installs_the_skill_and_serves_mcp(wheel: Path, tm
             [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    (site / "_deps_from_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "_deps_from_test_env.pth").write_text(str(_deps_without_torch(tmp_path / "deps")) + "\n")
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home")}
     exe = str(venv / "bin" / "rankscope")
 
@@ -291,10 +351,44 @@ def test_wheel_in_a_fresh_venv_installs_the_skill_and_serves_mcp(wheel: Path, tm
     assert {f["path"] for f in report["files"]} == set(in_wheel)
     assert (dest / "skill" / "hangs.md").read_bytes() == in_wheel["skill/hangs.md"]
 
+    no_torch = subprocess.run(
+        [str(py), "-c", "import torch"], capture_output=True, timeout=60, env=env, cwd="/"
+    )
+    assert no_torch.returncode != 0  # rankscope installs and serves without torch
+
     config = cli("mcp-config", "--client", "claude-code", "--json", exe=exe, env=env)
     assert json.loads(config.stdout)["command"] == exe
-    names = stdio_tools(exe, ["mcp"], env=env)
+    names, resources = stdio_tools_and_resources(exe, ["mcp"], env=env)
     assert {"list_jobs", "dump_stacks"} <= set(names)
+    assert {"rankscope://skill/SKILL.md", "rankscope://skill/hangs.md"} <= set(resources)
+
+
+_TORCH_PARTS = ("torch", "functorch", "torchgen", "nvidia", "triton")
+
+
+def _deps_without_torch(dest: Path) -> Path:
+    """The test environment's packages, torch left out: links in a folder a .pth names (offline)."""
+    dest.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name.split("-")[0].split(".")[0] in _TORCH_PARTS or entry.suffix == ".pth":
+            continue
+        (dest / entry.name).symlink_to(entry)
+    return dest
+
+
+def stdio_tools_and_resources(
+    command: str, args: list[str], env: dict[str, str] | None = None
+) -> tuple[list[str], list[str]]:
+    params = StdioServerParameters(command=command, args=args, env=env, cwd="/")
+
+    async def main() -> tuple[list[str], list[str]]:
+        with anyio.fail_after(120):
+            async with Client(params) as client:
+                tools = [t.name for t in (await client.list_tools()).tools]
+                resources = [str(r.uri) for r in (await client.list_resources()).resources]
+                return tools, resources
+
+    return anyio.run(main)
 
 
 @pytest.mark.parametrize("client", ["claude-code", "claude-desktop", "cursor", "vscode"])
@@ -307,3 +401,49 @@ def test_mcp_config_stdout_is_only_the_json(client: str) -> None:
     data = json.loads(done.stdout)
     assert "rankscope" in json.dumps(data)
     assert "#" in done.stderr
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_mcp_config_over_ssh_for_a_client_on_another_machine(client: str) -> None:
+    cfg = mcp_config(
+        cast(McpClient, client), ssh="me@gpu01.example.com", remote_cmd="/opt/my env/bin/rankscope"
+    )
+    assert cfg.server_name == "rankscope-gpu01-example-com" and cfg.command == "ssh"
+    assert cfg.args[:1] == ["-T"] and "BatchMode=yes" in cfg.args
+    assert cfg.args[-2:] == ["me@gpu01.example.com", "'/opt/my env/bin/rankscope' mcp"]
+    (entry,) = next(iter(cfg.snippet.values())).values()
+    assert entry["command"] == "ssh" and entry["args"] == cfg.args
+    if client == "claude-code":
+        assert cfg.command_line is not None
+        assert cfg.command_line.startswith("claude mcp add rankscope-gpu01-example-com -- ssh -T ")
+    assert any("BatchMode=yes me@gpu01.example.com true" in n for n in cfg.notes)
+    out = cli("mcp-config", "--client", client, "--ssh", "gpu01")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)  # still only JSON on stdout
+    assert "--remote-cmd" in out.stderr  # rankscope must be on the remote PATH, or named
+
+
+def test_mcp_config_over_ssh_refuses_what_ssh_would_read_as_an_option() -> None:
+    with pytest.raises(InvalidInput, match="not a host name"):
+        mcp_config("cursor", ssh="-oProxyCommand=touch /tmp/x")
+    with pytest.raises(InvalidInput, match="needs --ssh"):
+        mcp_config("cursor", remote_cmd="/usr/bin/rankscope")
+
+
+def test_the_ssh_registration_starts_a_working_server(tmp_path: Path) -> None:
+    """The registered argv, run with a stand-in ssh that runs the remote command here."""
+    fake = tmp_path / "bin" / "ssh"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor last; do :; done\nexec /bin/sh -c "$last"\n')
+    fake.chmod(0o755)
+    cfg = mcp_config("vscode", ssh="gpu01", remote_cmd=RANKSCOPE)
+    names = stdio_tools(str(fake), cfg.args, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert {"list_jobs", "dump_stacks"} <= set(names)
+
+
+def test_install_skill_dir_warns_when_the_folder_is_not_named_for_the_skill(tmp_path: Path) -> None:
+    out = cli("install-skill", "--dir", str(tmp_path / "my-skills"))
+    assert out.returncode == 0, out.stderr
+    assert "named 'rankscope' but its folder is 'my-skills'" in out.stdout + out.stderr
+    report = install_skill(dir=str(tmp_path / "rankscope"))
+    assert not any("its folder is" in n for n in report.notes)

@@ -121,6 +121,7 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "from_paths",
         "backend",
         "job_id",
+        "full",
     }
     assert "ctx" not in tools["list_jobs"].input_schema["properties"]
 
@@ -316,12 +317,12 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     assert "rank 1" in verdict["summary"] and "all_reduce" in verdict["summary"]
     assert any(s["skill_section"] == "skill/hangs.md#divergent-ranks" for s in verdict["next_steps"])
     # bounded: groups and verdict, no per-rank stacks unless asked, and a hint saying how to get them
-    assert out["size"] <= 16_000
+    assert out["size"] <= 4_000
     assert report["truncated"] is True and "full_ranks" in report["hint"]
-    assert [(s["rank"], s["threads"]) for s in report["stacks"]] == [
-        (1, [])
+    assert [(s["rank"], s.get("threads")) for s in report["stacks"]] == [
+        (1, None)
     ]  # the suspect, without its stack
-    ops = {g["op"] for g in report["groups"]}
+    ops = {g.get("op") for g in report["groups"]}
     assert "all_reduce" in ops
     assert [p[0] for p in out["progress"]] == [0, 1, 2, 3]
     assert out["progress"][-1][2] == "verdict: divergent_ranks"

@@ -48,5 +48,5 @@ def test_triage_logs_and_collect_env_over_mcp() -> None:
 
     assert not env.is_error, env.content
     node = env.structured_content["node"]
-    assert "no NVIDIA driver" in node["gpu_note"] and node["torch"] is None
+    assert "no NVIDIA driver" in node["gpu_note"] and node.get("torch") is None
     assert bad_pid.is_error and "Fix:" in bad_pid.content[0].text

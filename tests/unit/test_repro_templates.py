@@ -337,10 +337,10 @@ def test_cli_list_render_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "invalid parameters" in err and "Fix:" in err
     assert main(["repro", "render", "skip_collective", "--set", "nonsense"]) == 2
     assert main(["repro", "render", "skip_collective", "--verify"]) == 2
-    assert (
-        main(["repro", "from-report", str(DATA / "stacks_skip_collective.json"), "--json", "--out", str(out)])
-        == 0
-    )
+    report = str(DATA / "stacks_skip_collective.json")
+    assert main(["repro", "from-report", report, "--json", "--out", str(out)]) == 2  # out exists
+    assert "does not replace a file unless asked" in capsys.readouterr().err
+    assert main(["repro", "from-report", report, "--json", "--out", str(out), "--overwrite"]) == 0
     assert json.loads(capsys.readouterr().out)["template"] == "skip_collective"
     assert main(["repro", "verify", str(tmp_path / "nope.py")]) == 2
 

@@ -46,6 +46,8 @@ EXPORTS: dict[str, str] = {
     "check_stacks_call": "rankscope.validate",
     # the one redaction every answer passes on its way out (CLI printer, MCP tool wrapper)
     "redact_model": "rankscope.runtime.redact",
+    # the two forms of an MCP answer (text block, structured content), bounded
+    "shape_answer": "rankscope.render.answer",
     # the bundled skill files (MCP resources)
     "skill_md": "rankscope.resources",
     "playbooks_dir": "rankscope.resources",
@@ -75,6 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
     from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions
+    from rankscope.render.answer import shape_answer as shape_answer
     from rankscope.resources import playbooks_dir as playbooks_dir
     from rankscope.resources import skill_md as skill_md
     from rankscope.runtime.redact import redact_model as redact_model

@@ -31,8 +31,9 @@ TOOL_MODULES: tuple[str, ...] = (
 
 INSTRUCTIONS = (
     "rankscope diagnoses distributed PyTorch jobs (DDP, FSDP, DTensor) that hang, crash, compute "
-    "different results on different ranks, or run out of memory. Start with list_jobs, then dump_stacks "
-    "for a hang; read the verdict's kind and suspect_ranks and follow its next_steps. The skill "
+    "different results on different ranks, or run out of memory. For a hang call dump_stacks: with no "
+    "arguments it finds the only job on this host (list_jobs when several run). Its answer leads with the "
+    "verdict and ends with the next tool calls, arguments included. The skill "
     "(resource rankscope://skill/SKILL.md) holds the full decision procedure."
 )
 

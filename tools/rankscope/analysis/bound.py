@@ -8,9 +8,14 @@ come only on request (``full_ranks``).
 
 from __future__ import annotations
 
+import re
+
 from rankscope.analysis.collectives import classify_native_frame, frame_key
+from rankscope.analysis.fit import size_of
 from rankscope.analysis.ranges import rank_ranges
+from rankscope.models.compact import compact
 from rankscope.models.core import Frame, Group, JobList, RankProcess, RankStack, StacksReport
+from rankscope.models.flight import FlightReport, FrDump, FrEntry, FrMismatch, FrProcessGroup, FrRankProgress
 
 _FRAME_STEPS = (16, 8, 4, 2)
 _MAX_ERRORS = 20
@@ -32,17 +37,42 @@ def _common_outer(groups: list[Group]) -> int:
     return n
 
 
+_TORCH_OR_STDLIB = re.compile(r"/torch/|/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
+
+
+def short_path(path: str) -> str:
+    """A library file from its package on (``torch/distributed/distributed_c10d.py``); the
+    job's own files keep their full path, which the agent opens."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+def _slim_frame(frame: Frame) -> Frame:
+    update: dict[str, object] = {"locals": None, "file": short_path(frame.file)}
+    if frame.native:
+        update["module"] = None
+    return frame.model_copy(update=update)
+
+
 def _trim(frames: list[Frame], common: int, limit: int) -> list[Frame]:
     """Frames down to where this group joins the others (plus one shared frame for context).
 
-    Native frames are kept only when they carry communication meaning (c10d, gloo, NCCL).
+    Kept: the innermost Python frame (the op), every frame outside torch and the stdlib (the
+    job's code, or a library it installed), and the native frames that carry communication
+    meaning (c10d, gloo, NCCL). torch's own plumbing between them (``Module._call_impl``,
+    logging wrappers) says nothing the call site does not.
     """
     keep_until = len(frames) - common + 1 if common else len(frames)
     out: list[Frame] = []
-    for frame in frames[: max(keep_until, 1)]:
+    innermost = next((i for i, f in enumerate(frames) if not f.native), None)
+    for i, frame in enumerate(frames[: max(keep_until, 1)]):
         if frame.native and classify_native_frame(frame.function) is None:
             continue
-        out.append(frame.model_copy(update={"locals": None}) if frame.locals else frame)
+        if not frame.native and i != innermost and _TORCH_OR_STDLIB.search(frame.file.replace("\\", "/")):
+            continue
+        out.append(_slim_frame(frame))
     if len(out) > limit:
         out = [*out[: limit - 1], out[-1]]
     return out
@@ -57,8 +87,11 @@ def _stub(stack: RankStack) -> RankStack:
     return stack.model_copy(update={"threads": []})
 
 
-def _slim_rank(proc: RankProcess) -> RankProcess:
-    return proc.model_copy(update={"cmdline": proc.cmdline[:4]})
+def _slim_rank(proc: RankProcess, cmdline: int = 0) -> RankProcess:
+    """A rank named for who it is (rank, pid, host, state), with the first ``cmdline`` words."""
+    return proc.model_copy(
+        update={"cmdline": proc.cmdline[:cmdline], "python": None, "rank_source": "", "local_rank": None}
+    )
 
 
 def _new_splits(report: StacksReport) -> list[Group]:
@@ -69,7 +102,7 @@ def _new_splits(report: StacksReport) -> list[Group]:
 
 
 def bound_report(
-    report: StacksReport, max_bytes: int = 16_000, full_ranks: list[int] | None = None
+    report: StacksReport, max_bytes: int = 7_000, full_ranks: list[int] | None = None
 ) -> StacksReport:
     """The report an MCP client gets by default: groups, suspects, differing frames, bounded.
 
@@ -131,7 +164,7 @@ def bound_report(
                 "hint": hint,
             }
         )
-        if len(out.model_dump_json()) <= max_bytes:
+        if size_of(compact(out)) <= max_bytes:
             return out
     # Still too big (thousands of distinct groups): drop the display groups, keep the op groups.
     return out.model_copy(update={"stack_groups": [], "hint": hint + " Whole-stack groups were left out."})
@@ -144,7 +177,7 @@ def brief_jobs(jobs: JobList) -> JobList:
     for job in jobs.jobs:
         ranks = sorted(r.rank for r in job.ranks if r.rank is not None)
         pids = sorted(r.pid for r in job.ranks)
-        first = [_slim_rank(job.ranks[0])] if job.ranks else []
+        first = [_slim_rank(job.ranks[0], cmdline=8)] if job.ranks else []
         note = (
             f"{len(job.ranks)} rank process(es) here: ranks {rank_ranges(ranks) or '?'}, pids {rank_ranges(pids)}; "
             "list_jobs(details=true) lists each"
@@ -155,3 +188,92 @@ def brief_jobs(jobs: JobList) -> JobList:
             )
         )
     return jobs.model_copy(update={"jobs": out})
+
+
+def _entry_signature(entry: FrEntry) -> tuple[object, ...]:
+    site = entry.call_site
+    return (
+        entry.process_group, entry.op, str(entry.input_sizes), str(entry.output_sizes),
+        str(entry.input_dtypes), str(entry.output_dtypes), entry.state,
+        (site.file, site.line) if site else None,
+    )  # fmt: skip
+
+
+def _bounded_mismatch(m: FrMismatch, notes: list[str]) -> FrMismatch:
+    """One entry per distinct record (op, sizes, dtypes, state, call site); recorded stacks only for
+    the suspects' entries."""
+    kept: dict[tuple[object, ...], FrEntry] = {}
+    sharing: dict[tuple[object, ...], list[int]] = {}
+    for entry in m.entries:
+        sig = _entry_signature(entry)
+        sharing.setdefault(sig, []).append(entry.rank)
+        if sig not in kept:
+            keep_frames = entry.rank in m.suspect_ranks
+            kept[sig] = entry if keep_frames else entry.model_copy(update={"frames": []})
+    if len(kept) < len(m.entries):
+        same = [f"ranks {rank_ranges(r)} as rank {r[0]}" for r in sharing.values() if len(r) > 1]
+        notes.append(
+            f"first_mismatch.entries: one per distinct record ({'; '.join(same)}); full=true lists each rank"
+        )
+    return m.model_copy(update={"entries": list(kept.values())})
+
+
+def _bounded_progress(group: FrProcessGroup, notes: list[str]) -> list[FrRankProgress]:
+    """The ranks whose progress differs from most ranks', and one rank for the rest."""
+    if len(group.progress) <= 2:
+        return group.progress
+    keys = [(p.last_entered, p.last_completed, p.pending_op, p.pending_p2p) for p in group.progress]
+    common = max(set(keys), key=keys.count)
+    odd = [p for p, k in zip(group.progress, keys, strict=True) if k != common]
+    typical = next(p for p, k in zip(group.progress, keys, strict=True) if k == common)
+    notes.append(
+        f"process_groups[{group.name}].progress: {keys.count(common)} ranks as rank {typical.rank}, "
+        f"the {len(odd)} that differ listed; full=true lists each rank"
+    )
+    return [typical, *odd]
+
+
+def bound_flight(report: FlightReport) -> FlightReport:
+    """The flight-recorder answer without repeats: the first mismatch once (not again in its
+    process group), identical entries once, and per-rank progress only where ranks differ."""
+    notes: list[str] = []
+    first = _bounded_mismatch(report.first_mismatch, notes) if report.first_mismatch else None
+    groups = []
+    for g in report.process_groups:
+        update: dict[str, object] = {"progress": _bounded_progress(g, notes)}
+        if (
+            g.first_mismatch is not None
+            and report.first_mismatch is not None
+            and g.first_mismatch == report.first_mismatch
+        ):
+            update["first_mismatch"] = None  # it is the report's first_mismatch
+        elif g.first_mismatch is not None:
+            update["first_mismatch"] = _bounded_mismatch(g.first_mismatch, [])
+        groups.append(g.model_copy(update=update))
+    return report.model_copy(
+        update={
+            "dumps": _bounded_dumps(report, notes),
+            "first_mismatch": first,
+            "process_groups": groups,
+            "left_out": [*report.left_out, *notes],
+        }
+    )
+
+
+def _bounded_dumps(report: FlightReport, notes: list[str]) -> list[FrDump]:
+    """The first dump read, and any that needed a repair; the others counted."""
+    if len(report.dumps) <= 1:
+        return report.dumps
+    kept = [d for i, d in enumerate(report.dumps) if i == 0 or d.repaired]
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for d in kept:  # one dump per kind of repair
+        if tuple(d.repaired) not in seen or d is report.dumps[0]:
+            out.append(d)
+            seen.add(tuple(d.repaired))
+    folders = sorted({d.path.rsplit("/", 1)[0] for d in report.dumps})
+    notes.append(
+        f"dumps: {len(report.dumps)} files read (ranks {rank_ranges(sorted({d.rank for d in report.dumps}))}) "
+        f"in {', '.join(folders[:3])}{' ...' if len(folders) > 3 else ''}; {len(out)} listed; full=true lists each"
+    )
+    return out

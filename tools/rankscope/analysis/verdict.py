@@ -876,8 +876,25 @@ def decide(f: Facts) -> Verdict:
     for rule in NCCL_RULES if f.nccl else GLOO_RULES:
         verdict = rule(f)
         if verdict is not None:
-            return _tie_break(f, verdict)
-    return rule_no_collective(f)
+            return with_call_args(_tie_break(f, verdict))
+    return with_call_args(rule_no_collective(f))
+
+
+def with_call_args(verdict: Verdict) -> Verdict:
+    """Each next step that names a tool, with the arguments to call it with, so the agent's next
+    call is written out (a repro from this very answer; the suspects' stacks, native when the
+    step asks for native frames)."""
+    steps = []
+    for step in verdict.next_steps:
+        args: dict[str, object] | None = step.args
+        if args is None and step.tool == "generate_repro" and verdict.kind != "no_collective":
+            args = {"from_last_stacks": True}
+        elif args is None and step.tool == "dump_stacks":
+            args = {"native": True} if "native" in step.action else {}
+            if verdict.suspect_ranks:
+                args["full_ranks"] = verdict.suspect_ranks[:4]
+        steps.append(step.model_copy(update={"args": args or None}) if args != step.args else step)
+    return verdict.model_copy(update={"next_steps": steps})
 
 
 _OPEN_KINDS = ("inconclusive", "all_in_same_collective", "no_collective")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -262,44 +263,79 @@ def prepare_server() -> str | None:
     return None
 
 
-def mcp_config(client: McpClient) -> McpConfig:
-    """The exact registration of `rankscope mcp` for one MCP client, with absolute paths."""
+_SSH_HOST = re.compile(r"^(?!-)[A-Za-z0-9_.@:\[\]-]+$")
+
+
+def _ssh_argv(host: str, remote_cmd: str | None) -> list[str]:
+    """``ssh -T ... HOST 'rankscope mcp'``: stdio over ssh, no terminal, no password prompt."""
+    if not _SSH_HOST.match(host):
+        raise InvalidInput(
+            f"--ssh {host!r} is not a host name (letters, digits, '.', '-', '_', '@', ':'; not starting with '-').",
+            fix="Pass the GPU host as ssh knows it, e.g. --ssh gpu01 or --ssh me@gpu01.example.com.",
+        )
+    remote = shlex.join([remote_cmd or "rankscope", "mcp"])
+    return ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=30", host, remote]
+
+
+def mcp_config(client: McpClient, ssh: str | None = None, remote_cmd: str | None = None) -> McpConfig:
+    """The exact registration of `rankscope mcp` for one MCP client, with absolute paths.
+
+    With ``ssh`` the client (on a laptop) starts the server on the GPU host over ssh: the
+    server must run where the job runs, since it reads /proc and attaches py-spy there.
+    """
     if client not in _CONFIG_FILES:
         raise InvalidInput(
             f"Unknown MCP client {client!r}.",
             fix="Use one of: " + ", ".join(sorted(_CONFIG_FILES)) + ".",
         )
-    argv = [*rankscope_command(), "mcp"]
+    if remote_cmd is not None and ssh is None:
+        raise InvalidInput("--remote-cmd needs --ssh HOST.", fix="Add --ssh with the GPU host's name.")
+    argv = _ssh_argv(ssh, remote_cmd) if ssh else [*rankscope_command(), "mcp"]
+    name = f"rankscope-{re.sub(r'[^A-Za-z0-9_-]', '-', ssh.split('@')[-1])}" if ssh else "rankscope"
     command, args = argv[0], argv[1:]
     entry: dict[str, object] = {"command": command, "args": args}
-    notes: list[str] = []
-    command_line: str | None = None
+    key = "servers" if client == "vscode" else "mcpServers"
     if client == "vscode":
-        key = "servers"
         entry = {"type": "stdio", **entry}
-    else:
-        key = "mcpServers"
+    command_line = f"claude mcp add {name} -- " + shlex.join(argv) if client == "claude-code" else None
+    notes = _config_notes(client, ssh, remote_cmd)
+    return McpConfig(
+        client=client,
+        server_name=name,
+        command=command,
+        args=args,
+        command_line=command_line,
+        config_file=_CONFIG_FILES[client],
+        top_level_key=key,
+        snippet={key: {name: entry}},
+        notes=notes,
+    )
+
+
+def _config_notes(client: McpClient, ssh: str | None, remote_cmd: str | None) -> list[str]:
+    notes: list[str] = []
     if client == "claude-code":
-        command_line = "claude mcp add rankscope -- " + shlex.join(argv)
         notes.append(
             "Add `--scope user` before the name to use it in every project, `--scope project` to write .mcp.json."
         )
+    if ssh:
+        notes.append(
+            f"The client runs the server on {ssh} over ssh: the key must work without a prompt "
+            f"(try `ssh -T -o BatchMode=yes {ssh} true`), and the ssh user must be the job's user or root."
+        )
+        if remote_cmd is None:
+            notes.append(
+                "`rankscope` must be on the PATH of a non-interactive ssh session there; else pass "
+                "--remote-cmd with its absolute path (`command -v rankscope` on that host)."
+            )
+        return notes
     notes.append(
         "The server must run on the host of the job it inspects, as the job's user or root (it reads /proc and "
-        "uses ptrace through py-spy)."
+        "uses ptrace through py-spy). From a laptop, register it with --ssh GPU_HOST."
     )
     problem = prepare_server()
     if problem is not None:
         notes.append(
             f"The server could not be prepared ahead of its first start ({problem}); run `rankscope mcp` once to see why."
         )
-    return McpConfig(
-        client=client,
-        command=command,
-        args=args,
-        command_line=command_line,
-        config_file=_CONFIG_FILES[client],
-        top_level_key=key,
-        snippet={key: {"rankscope": entry}},
-        notes=notes,
-    )
+    return notes

@@ -120,8 +120,12 @@ def render_repro(
     fixed: bool = False,
     out: str | None = None,
     reasons: list[str] | None = None,
+    overwrite: bool = False,
 ) -> RenderedRepro:
-    """Render template ``name`` with validated ``params`` (the bug, or with ``fixed`` its correction); write it to ``out``."""
+    """Render template ``name`` with validated ``params`` (the bug, or with ``fixed`` its correction); write it to ``out``.
+
+    An existing ``out`` is replaced only with ``overwrite``: the path may be the user's own file.
+    """
     cat = catalog()
     spec = find_template(cat, name)
     values = validate_params(spec, params)
@@ -157,6 +161,11 @@ def render_repro(
         target = Path(out).expanduser()
         if target.is_dir():
             raise InvalidInput(f"--out {out} is a directory.", fix="Pass a file path, e.g. --out repro.py.")
+        if target.exists() and not overwrite:
+            raise InvalidInput(
+                f"{out} exists; rankscope does not replace a file unless asked.",
+                fix="Pass another path, or overwrite=true (CLI: --overwrite) to replace it.",
+            )
         if not target.parent.is_dir():
             raise InvalidInput(
                 f"the folder of --out {out} does not exist.",
@@ -242,6 +251,7 @@ def repro_from_report(
     out: str | None = None,
     fixed: bool = False,
     params: dict[str, ParamValue] | None = None,
+    overwrite: bool = False,
 ) -> RenderedRepro:
     """Pick the template from a diagnosis, fill in what the report says (ops, world size, shape), render it.
 
@@ -253,7 +263,7 @@ def repro_from_report(
     if params:
         reasons.append("overridden by the caller: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
     merged = {**choice.params, **(params or {})}
-    return render_repro(choice.template, merged, fixed=fixed, out=out, reasons=reasons)
+    return render_repro(choice.template, merged, fixed=fixed, out=out, reasons=reasons, overwrite=overwrite)
 
 
 def read_meta(script: str) -> dict[str, Any]:

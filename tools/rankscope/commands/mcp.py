@@ -45,13 +45,23 @@ class McpConfigCommand(Command):
         parser.add_argument(
             "--client", required=True, choices=CLIENTS, help="the MCP client to register with"
         )
+        parser.add_argument(
+            "--ssh",
+            metavar="HOST",
+            help="the client runs elsewhere (a laptop): start the server on HOST, the GPU host, over ssh",
+        )
+        parser.add_argument(
+            "--remote-cmd",
+            metavar="PATH",
+            help="rankscope's path on the ssh host (default: `rankscope` on its PATH)",
+        )
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from rankscope.api import mcp_config
 
         client = cast(McpClient, args.client)
-        cfg = mcp_config(client)
+        cfg = mcp_config(client, ssh=args.ssh, remote_cmd=args.remote_cmd)
         if args.json:
             emit(cfg, True)
             return 0

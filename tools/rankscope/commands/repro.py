@@ -46,6 +46,9 @@ def _add_render_options(p: argparse.ArgumentParser, set_help: str) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=set_help)
     p.add_argument("--fixed", action="store_true", help="render the corrected code instead of the bug")
     p.add_argument("--out", metavar="PATH", help="write the script here (without it, print the script)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace --out when it exists (refused otherwise)"
+    )
     p.add_argument("--verify", action="store_true", help="run it and check the symptom (needs --out)")
     _add_verify_options(p)
     add_json_flag(p)
@@ -103,10 +106,16 @@ class ReproCommand(Command):
                 "--verify needs --out: the script must exist on disk to run.", fix="Add --out repro.py."
             )
         if action == "render":
-            rendered = api.render_repro(args.template, parse_sets(args.sets), fixed=args.fixed, out=args.out)
+            rendered = api.render_repro(
+                args.template, parse_sets(args.sets), fixed=args.fixed, out=args.out, overwrite=args.overwrite
+            )
         else:
             rendered = api.repro_from_report(
-                args.report, out=args.out, fixed=args.fixed, params=parse_sets(args.sets)
+                args.report,
+                out=args.out,
+                fixed=args.fixed,
+                params=parse_sets(args.sets),
+                overwrite=args.overwrite,
             )
         if args.verify and rendered.path:
             world = rendered.params.get("world_size")

@@ -35,13 +35,13 @@ import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 
 from rankscope import api
 from rankscope.errors import PermissionDenied, ProcessNotFound, RankscopeError, ToolTimeout
@@ -59,7 +59,31 @@ READ_ONLY = ToolAnnotations(
 STARTS_PROCESSES = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
-"""Tools that launch processes (run_all_ranks, generate_repro with verify)."""
+"""Tools that launch processes (run_all_ranks)."""
+
+WRITES_FILES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+"""generate_repro: writes a script (replacing a file only with overwrite=true) and may run it."""
+
+
+class _LastAnswers:
+    """What this server answered last, for tools that continue from it (generate_repro after
+    dump_stacks), so the agent does not pass a whole report back."""
+
+    stacks: BaseModel | None = None
+
+
+LAST_ANSWERS = _LastAnswers()
+
+
+def arg(description: str) -> Any:
+    """A parameter's description in the input schema: what a model needs to fill it in."""
+    return Field(description=description)
+
+
+Full = Annotated[bool, arg("Return the whole answer, unbounded (can be large).")]
+"""Every tool takes ``full``: by default an answer is bounded (8 KB) and says what it left out."""
 
 
 def tool_error(exc: BaseException) -> ToolError:
@@ -96,6 +120,24 @@ _TRANSLATED: tuple[type[BaseException], ...] = (
 def _redacted(result: Any) -> Any:
     """Every answer leaves through here redacted (text block and structured content alike)."""
     return api.redact_model(result) if isinstance(result, BaseModel) else result
+
+
+def shaped(fn: F) -> F:
+    """What the server sends for ``fn``'s answer: a compact text block for the model and the
+    structured content its output schema describes, both bounded unless the call passed
+    ``full=true``. Applied at registration, so calling a tool function returns its model."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, BaseModel):
+            return result
+        text, data = api.shape_answer(result, full=bool(kwargs.get("full")))
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def guard(fn: F) -> F:
@@ -141,7 +183,7 @@ async def progress(ctx: Context[Any, Any] | None, done: float, total: float, mes
         log.debug("progress notification failed: %s", exc)
 
 
-SCHEMA_CACHE_FORMAT = 1
+SCHEMA_CACHE_FORMAT = 2
 
 
 def _schema_cache_file() -> Path | None:
@@ -245,6 +287,7 @@ def add_tool(
     """
     tool_name = name or fn.__name__
     model = _return_model(fn)
+    fn = shaped(fn)
     model_id = f"{model.__module__}.{model.__qualname__}" if model is not None else None
     cached = _CACHE.load().get(tool_name) if model is not None else None
     common: dict[str, Any] = {
@@ -261,10 +304,13 @@ def add_tool(
             meta.output_model = model
             meta.output_schema = cached["schema"]
             meta.wrap_output = False
+            _slim_inputs(tool)
             return
         server.remove_tool(tool_name)  # an SDK without these fields: derive the schema as usual
     server.add_tool(fn, structured_output=True, **common)
-    meta = getattr(_registered(server, tool_name), "fn_metadata", None)
+    tool = _registered(server, tool_name)
+    _slim_inputs(tool)
+    meta = getattr(tool, "fn_metadata", None)
     if (
         model is not None
         and meta is not None
@@ -272,5 +318,55 @@ def add_tool(
         and not getattr(meta, "wrap_output", True)
         and isinstance(getattr(meta, "output_schema", None), dict)
     ):
+        meta.output_schema = slim_schema(meta.output_schema, keep_descriptions=False)
         _CACHE.tools[tool_name] = {"model": model_id, "schema": meta.output_schema}
         _CACHE.dirty = True
+
+
+def _slim_inputs(tool: Any) -> None:
+    """The input schema without pydantic's generated titles ("Pid" for pid): the descriptions say it."""
+    if tool is not None and isinstance(getattr(tool, "parameters", None), dict):
+        tool.parameters = slim_schema(tool.parameters, keep_descriptions=True)
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "patternProperties")
+
+
+def slim_schema(schema: dict[str, Any], *, keep_descriptions: bool) -> dict[str, Any]:
+    """A JSON schema that validates the same documents, without what only humans read.
+
+    Every tool's output schema carries the definitions of its models; ``tools/list`` sends
+    them all at every session start. Titles are generated from field names and say nothing;
+    the field descriptions of an output schema are for people (a model reads the answer, and
+    SKILL.md explains it), so they go too, except the top-level description of the answer.
+    """
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" or (key == "description" and not keep_descriptions):
+            continue
+        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {k: _slim_sub(v, keep_descriptions) for k, v in value.items()}
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_slim_sub(v, keep_descriptions) for v in value]
+        elif key in ("items", "additionalProperties", "not") and isinstance(value, dict):
+            out[key] = slim_schema(value, keep_descriptions=keep_descriptions)
+        else:
+            out[key] = value
+    return _nullable(out)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``{"anyOf": [{"type": "integer"}, {"type": "null"}]}`` as ``{"type": ["integer", "null"]}``."""
+    options = schema.get("anyOf")
+    if not isinstance(options, list) or not all(isinstance(o, dict) and set(o) == {"type"} for o in options):
+        return schema
+    types = [o["type"] for o in options]
+    if not all(isinstance(t, str) for t in types):
+        return schema
+    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+    return {**rest, "type": types}
+
+
+def _slim_sub(value: Any, keep_descriptions: bool) -> Any:
+    return slim_schema(value, keep_descriptions=keep_descriptions) if isinstance(value, dict) else value

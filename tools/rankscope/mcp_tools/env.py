@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from mcp.server.mcpserver import MCPServer
 
 from rankscope import api
-from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread
+from rankscope.mcp_tools._common import READ_ONLY, Full, add_tool, arg, guard, in_thread
 from rankscope.models.env import EnvReport
 
 
 @guard
-async def collect_env(pid: int | None = None, include_torch: bool = True) -> EnvReport:
+async def collect_env(
+    pid: Annotated[int | None, arg("A rank or launcher pid: also read every rank's environment.")] = None,
+    include_torch: Annotated[bool, arg("Import torch here for its versions (CUDA, NCCL); slower.")] = True,
+    full: Full = False,
+) -> EnvReport:
     """Collect the environment of this node and, given the pid of a rank or launcher of a live job, of every rank: distributed variables (NCCL_*, TORCH_*, MASTER_*, ...; secrets redacted), interpreter and loaded torch version, /dev/shm, ulimits, torch/CUDA/NCCL versions, GPUs (nvidia-smi, topology, Xid errors), network and InfiniBand.
 
     Returns cross-rank differences and findings with severity and fix

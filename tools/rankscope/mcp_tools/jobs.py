@@ -10,29 +10,35 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from pydantic import Field
 
 from rankscope import api
-from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, progress
+from rankscope.mcp_tools._common import (
+    LAST_ANSWERS,
+    READ_ONLY,
+    Full,
+    add_tool,
+    arg,
+    guard,
+    in_thread,
+    progress,
+)
 from rankscope.models.core import JobList, StacksReport
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server"]
 """How dump_stacks reaches ranks on other nodes (see rankscope.capabilities.remote)."""
 
-MAX_ANSWER_BYTES = 16_000
-"""Upper bound of a default dump_stacks answer, in bytes of JSON."""
-
-
-def _arg(description: str) -> Any:
-    return Field(description=description)
+MAX_ANSWER_BYTES = 7_000
+"""Where dump_stacks starts to shorten its groups' frames (compact JSON); every answer is then
+held to 8 KB by the common answer shaping, with what it cut named in left_out."""
 
 
 @guard
 async def list_jobs(
-    pid: Annotated[int | None, _arg("A rank or launcher pid: describe only its job.")] = None,
+    pid: Annotated[int | None, arg("A rank or launcher pid: describe only its job.")] = None,
     details: Annotated[
-        bool, _arg("List every rank process of each job (default: one rank and a count).")
+        bool, arg("List every rank process of each job (default: one rank and a count).")
     ] = False,
+    full: Full = False,
     ctx: Context[Any, Any] | None = None,
 ) -> JobList:
     """List the distributed PyTorch jobs running on this host: launcher, world size, and every rank's pid, state and rank number.
@@ -46,7 +52,7 @@ async def list_jobs(
     await progress(ctx, 0, 1, "scanning /proc for distributed jobs")
     report = await in_thread(api.list_jobs, pid)
     await progress(ctx, 1, 1, f"found {len(report.jobs)} job(s)")
-    if details:
+    if details or full:
         return report
     from rankscope.analysis.bound import brief_jobs
 
@@ -56,41 +62,40 @@ async def list_jobs(
 @guard
 async def dump_stacks(
     pid: Annotated[
-        int | None, _arg("A rank or launcher pid from list_jobs; default: the only job here.")
+        int | None, arg("A rank or launcher pid from list_jobs; default: the only job here.")
     ] = None,
     native: Annotated[
-        bool, _arg("Include C/C++ frames (NCCL, gloo, CUDA): decides GPU waits. Slower.")
+        bool, arg("Include C/C++ frames (NCCL, gloo, CUDA): decides GPU waits. Slower.")
     ] = False,
-    locals: Annotated[bool, _arg("Include local variables (redacted). Slower.")] = False,
+    locals: Annotated[bool, arg("Include local variables (redacted). Slower.")] = False,
     nonblocking: Annotated[
-        bool, _arg("Do not pause the ranks while sampling (less consistent stacks).")
+        bool, arg("Do not pause the ranks while sampling (less consistent stacks).")
     ] = False,
-    full_ranks: Annotated[list[int] | None, _arg("Return the full stacks of these ranks.")] = None,
+    full_ranks: Annotated[list[int] | None, arg("Return the full stacks of these ranks.")] = None,
     ranks: Annotated[
-        list[int] | None, _arg("Capture only these ranks of this host; the verdict covers them.")
+        list[int] | None, arg("Capture only these ranks of this host; the verdict covers them.")
     ] = None,
     hosts: Annotated[
-        list[str] | None, _arg("Capture every node at once: node names or Slurm hostlists.")
+        list[str] | None, arg("Capture every node at once: node names or Slurm hostlists.")
     ] = None,
-    via: Annotated[Via, _arg("How to reach other hosts: ssh, srun, kubectl or debug-server.")] = "ssh",
-    job: Annotated[str | None, _arg("Slurm job id (via=srun) or Kubernetes job (via=kubectl).")] = None,
-    namespace: Annotated[str | None, _arg("Kubernetes namespace (via=kubectl).")] = None,
-    timeout: Annotated[float, _arg("Seconds per rank.")] = 20.0,
+    via: Annotated[Via, arg("How to reach other hosts: ssh, srun, kubectl or debug-server.")] = "ssh",
+    job: Annotated[str | None, arg("Slurm job id (via=srun) or Kubernetes job (via=kubectl).")] = None,
+    namespace: Annotated[str | None, arg("Kubernetes namespace (via=kubectl).")] = None,
+    timeout: Annotated[float, arg("Seconds per rank.")] = 20.0,
     counters: Annotated[
-        bool, _arg("When unsure, read progress counters (step, epoch) in one more pass.")
+        bool, arg("When unsure, read progress counters (step, epoch) in one more pass.")
     ] = True,
-    flight_recorder: Annotated[
-        bool, _arg("Analyse this run's flight-recorder dumps with the stacks.")
-    ] = True,
+    flight_recorder: Annotated[bool, arg("Analyse this run's flight-recorder dumps with the stacks.")] = True,
     from_paths: Annotated[
-        list[str] | None, _arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
+        list[str] | None, arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
     ] = None,
     backend: Annotated[
-        Literal["auto", "nccl", "gloo"], _arg("The backend of saved stacks when the files do not show it.")
+        Literal["auto", "nccl", "gloo"], arg("The backend of saved stacks when the files do not show it.")
     ] = "auto",
     job_id: Annotated[
-        str | None, _arg("Which job of this host (list_jobs ids) when several run here.")
+        str | None, arg("Which job of this host (list_jobs ids) when several run here.")
     ] = None,
+    full: Full = False,
     ctx: Context[Any, Any] | None = None,
 ) -> StacksReport:
     """Capture the stack of every rank of a job (or read saved ones) and name the rank and line at fault.
@@ -124,6 +129,9 @@ async def dump_stacks(
         where = dict(hosts=hosts, via=via, job=job, namespace=namespace, pid=pid) if remote else None
         report = await _capture(ctx, options, where, pid=pid, ranks=ranks, job_id=job_id)
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
+    LAST_ANSWERS.stacks = report
+    if full:
+        return report
     from rankscope.analysis.bound import bound_report
 
     bounded = bound_report(report, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)

@@ -6,36 +6,36 @@ run nvidia-smi with a timeout, unpickle plain-data snapshots).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
 from rankscope import api
 from rankscope.errors import InvalidInput
-from rankscope.mcp_tools._common import READ_ONLY, add_tool, guard, in_thread, progress
+from rankscope.mcp_tools._common import READ_ONLY, Full, add_tool, arg, guard, in_thread, progress
 from rankscope.models.memory import BudgetReport, MemoryReport
 
 
 @guard
 async def inspect_memory(
-    pid: int | None = None,
-    paths: list[str] | None = None,
-    top: int = 10,
+    pid: Annotated[int | None, arg("A rank or launcher pid of a live job (list_jobs).")] = None,
+    paths: Annotated[
+        list[str] | None, arg("CUDA memory snapshot pickles, or a directory of per-rank ones.")
+    ] = None,
+    top: Annotated[int, arg("Allocation sites listed per snapshot (1-200).")] = 10,
+    full: Full = False,
     ctx: Context[Any, Any] | None = None,
 ) -> MemoryReport:
     """Say what fills memory on each rank: a live job (pid) or CUDA memory snapshot files (paths).
 
     Call it after an OOM (log triage's cuda_oom finding) or when one rank uses
-    more memory than the others. pid (a rank or its launcher, from list_jobs):
-    per-rank GPU memory from nvidia-smi (none without NVIDIA drivers: gpu_note
+    more memory than the others. pid: per-rank GPU memory from nvidia-smi (none without NVIDIA drivers: gpu_note
     says so) and host RSS / shared memory / DataLoader-worker memory.
     paths: snapshot pickles from torch.cuda.memory._dump_snapshot or
-    rankscope.probe.record_oom_snapshots, or a directory of per-rank files:
-    peak and end totals, allocated vs reserved, fragmentation.kind
+    rankscope.probe.record_oom_snapshots: peak and end totals, allocated vs reserved, fragmentation.kind
     (fragmentation: set expandable_segments; exhaustion: hold less), the top
     allocation sites by user frame, leak suspects, and a rank far above the
-    others. Read findings first; the playbook is skill/oom.md. top bounds the
-    sites listed per snapshot. Next: memory_budget to check the sharding plan.
+    others. Read findings first; the playbook is skill/oom.md. Next: memory_budget to check the sharding plan.
     """
     if pid is not None and pid <= 0:
         raise InvalidInput(f"pid must be a positive process id, got {pid}.", fix="Pass a pid from list_jobs.")
@@ -50,25 +50,24 @@ async def inspect_memory(
 
 @guard
 async def memory_budget(
-    placement: str,
-    optimizer: str = "adam",
-    param_dtype: str = "float32",
-    grad_dtype: str | None = None,
-    optim_dtype: str = "float32",
-    gpu_memory: str | None = None,
-    world_size: int | None = None,
+    placement: Annotated[str, arg("Path of a placement report JSON or a DCP checkpoint's report.")],
+    optimizer: Annotated[
+        str, arg("adam, adamw, sgd, adagrad, ... or the number of state tensors per element.")
+    ] = "adam",
+    param_dtype: Annotated[str, arg("Parameter dtype, e.g. bfloat16.")] = "float32",
+    grad_dtype: Annotated[str | None, arg("Gradient dtype (default: the parameters').")] = None,
+    optim_dtype: Annotated[str, arg("Optimizer state dtype.")] = "float32",
+    gpu_memory: Annotated[str | None, arg("Memory per GPU, e.g. '80GiB': says whether it fits.")] = None,
+    world_size: Annotated[int | None, arg("Needed when the input does not say (DCP checkpoints).")] = None,
+    full: Full = False,
 ) -> BudgetReport:
     """Per-rank bytes of parameters, gradients and optimizer states for a sharding plan, and whether it fits.
 
-    placement: path to a placement report JSON (rankscope.probe.dump(model,
-    dir, kind='placements'), `rankscope placements CKPT --json`, or a
-    {"world_size": N, "params": [{fqn, shape, local_shape, dtype, placements,
-    unit}]} file). Compares the plan as given with DDP, FSDP with per-layer
+    The placement report: rankscope.probe.dump(model, dir, kind='placements'),
+    `rankscope placements CKPT --json`, or a {"world_size": N, "params": [{fqn,
+    shape, local_shape, dtype, placements, unit}]} file. Compares the plan as given with DDP, FSDP with per-layer
     units and FSDP wrapped at the root only; allgather_peak_bytes is the
-    largest unit unsharded. optimizer: adam, adamw, sgd, adagrad, ... or the
-    number of state tensors per element. gpu_memory: e.g. '80GiB' to get
-    fits / headroom_bytes / recommended. world_size: needed when the input
-    does not say (DCP checkpoints). Activations are not included: headroom
+    largest unit unsharded. Activations are not included: headroom
     must cover them.
     """
     return await in_thread(

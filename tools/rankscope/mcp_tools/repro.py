@@ -7,57 +7,99 @@ CLI prints with ``--json``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
 from rankscope import api
 from rankscope.errors import InvalidInput
-from rankscope.mcp_tools._common import READ_ONLY, STARTS_PROCESSES, add_tool, guard, in_thread, progress
+from rankscope.mcp_tools._common import (
+    LAST_ANSWERS,
+    READ_ONLY,
+    WRITES_FILES,
+    Full,
+    add_tool,
+    arg,
+    guard,
+    in_thread,
+    progress,
+)
 from rankscope.models.repro import RenderedRepro, TemplateList
 
 
 @guard
-async def list_repro_templates() -> TemplateList:
+async def list_repro_templates(full: Full = False) -> TemplateList:
     """List the minimal-repro templates: name, the symptom each shows (a hang verdict kind, a triage finding kind or a probe result), whether it needs CUDA, and its typed parameters with ranges and defaults.
 
-    Next: generate_repro with name=... (or from_report=... to let rankscope pick).
+    Next: generate_repro with name=... (or from_last_stacks=true to let rankscope pick).
     """
-    return await in_thread(api.list_templates)
+    listed = await in_thread(api.list_templates)
+    hint = (
+        "Render one with generate_repro(name=NAME, out='/tmp/repro.py'); fixed=true gives the corrected "
+        "code, verify=true proves it."
+    )
+    if full:
+        return listed.model_copy(update={"hint": hint})
+    brief = [
+        t.model_copy(
+            update={
+                "description": "",
+                "fixed_description": "",
+                "params": [
+                    p.model_copy(update={"help": "", "min": None, "max": None, "choices": None})
+                    for p in t.params
+                ],
+            }
+        )
+        for t in listed.templates
+    ]
+    return listed.model_copy(
+        update={
+            "templates": brief,
+            "hint": hint,
+            "left_out": [
+                "descriptions and parameter ranges: full=true (generate_repro validates parameters)"
+            ],
+        }
+    )
 
 
 @guard
 async def generate_repro(
-    name: str | None = None,
-    params: dict[str, str | int | float | bool] | None = None,
-    from_report: str | None = None,
-    fixed: bool = False,
-    out: str | None = None,
-    verify: bool = False,
-    nproc: int | None = None,
-    hang_timeout: float = 15.0,
+    name: Annotated[str | None, arg("A template name (list_repro_templates).")] = None,
+    from_last_stacks: Annotated[
+        bool, arg("Pick the template from this server's last dump_stacks answer.")
+    ] = False,
+    report: Annotated[
+        dict[str, Any] | None,
+        arg("A structured answer of dump_stacks, triage_logs or run_all_ranks, passed inline."),
+    ] = None,
+    from_report: Annotated[str | None, arg("The path of such a report saved as JSON.")] = None,
+    params: Annotated[
+        dict[str, str | int | float | bool] | None, arg("Template parameters; override what a report says.")
+    ] = None,
+    fixed: Annotated[bool, arg("Render the corrected code instead of the bug.")] = False,
+    out: Annotated[str | None, arg("Write the script to this path (needed for verify).")] = None,
+    overwrite: Annotated[bool, arg("Replace out when it exists (refused otherwise).")] = False,
+    verify: Annotated[
+        bool, arg("Run it and check that it shows the symptom (or, fixed, runs clean).")
+    ] = False,
+    nproc: Annotated[int | None, arg("Ranks for verify (default: the template's world size).")] = None,
+    hang_timeout: Annotated[float, arg("Seconds of silence that count as a hang in verify.")] = 15.0,
+    full: Full = False,
     ctx: Context[Any, Any] | None = None,
 ) -> RenderedRepro:
     """Generate a minimal repro script of a distributed failure, and optionally prove it reproduces.
 
-    Either name a template (list_repro_templates; params overrides its
-    defaults, validated and bounded) or pass from_report (params then
-    overrides what was read from the report): the path of a JSON
-    report from dump_stacks / `rankscope stacks --json`, triage_logs /
-    `rankscope triage --json` or `rankscope run --json`; rankscope then picks
-    the template and fills world size, ops and shapes from it, and says why in
-    reasons. fixed=True renders the corrected code. out: where to write the
-    script (needed for verify). verify=True runs it under rankscope run with a
-    hang timeout and answers verify.answer = reproduced / not reproduced (or,
-    fixed, clean / not clean; skipped when it needs CUDA) with the evidence.
-    The script runs as `torchrun --nproc_per_node=N repro.py` or
-    `python repro.py`; hand it over with run_commands.
+    Give one source: name (a template), from_last_stacks=true (this server's last
+    dump_stacks), report (a structured answer inline) or from_report (its file).
+    From a report rankscope picks the template, fills world size, ops and shapes,
+    and says why in reasons. verify answers verify.answer = reproduced / not
+    reproduced (fixed: clean / not clean; skipped when it needs CUDA) with the
+    evidence. The script runs as `torchrun --nproc_per_node=N repro.py`; hand it
+    over with run_commands.
     """
-    if (name is None) == (from_report is None):
-        raise InvalidInput(
-            "pass exactly one of name and from_report.",
-            fix="Call list_repro_templates for the names, or pass from_report='/path/report.json' from dump_stacks or triage_logs.",
-        )
+    source = _source(name, from_last_stacks, report, from_report)
     if verify and not out:
         raise InvalidInput(
             "verify needs out: the script must be written to disk to run.", fix="Pass out='/tmp/repro.py'."
@@ -69,10 +111,14 @@ async def generate_repro(
         )
     total = 2 if verify else 1
     await progress(ctx, 0, total, "rendering the repro")
-    if from_report is not None:
-        rendered = await in_thread(api.repro_from_report, from_report, out=out, fixed=fixed, params=params)
+    if source is not None:
+        rendered = await in_thread(
+            api.repro_from_report, source, out=out, fixed=fixed, params=params, overwrite=overwrite
+        )
     else:
-        rendered = await in_thread(api.render_repro, str(name), params, fixed=fixed, out=out)
+        rendered = await in_thread(
+            api.render_repro, str(name), params, fixed=fixed, out=out, overwrite=overwrite
+        )
     if verify and rendered.path:
         world = rendered.params.get("world_size")
         n = nproc or (world if isinstance(world, int) else 2)
@@ -85,8 +131,36 @@ async def generate_repro(
     return rendered
 
 
+def _source(
+    name: str | None, from_last_stacks: bool, report: dict[str, Any] | None, from_report: str | None
+) -> Any:
+    """The report to pick a template from (None: render ``name``); exactly one source is allowed."""
+    given = [
+        x
+        for x, on in (
+            ("name", name is not None),
+            ("from_last_stacks", from_last_stacks),
+            ("report", report is not None),
+            ("from_report", from_report is not None),
+        )
+        if on
+    ]
+    if len(given) != 1:
+        raise InvalidInput(
+            f"pass exactly one of name, from_last_stacks, report and from_report (got {', '.join(given) or 'none'}).",
+            fix="After dump_stacks pass from_last_stacks=true; or name a template from list_repro_templates.",
+        )
+    if from_last_stacks:
+        last = LAST_ANSWERS.stacks
+        if last is None:
+            raise InvalidInput(
+                "this server has not run dump_stacks yet, so there is no last answer to start from.",
+                fix="Call dump_stacks first, or pass report=<its structured answer>.",
+            )
+        return last
+    return report if report is not None else from_report
+
+
 def register(server: MCPServer) -> None:
     add_tool(server, list_repro_templates, title="List minimal-repro templates", annotations=READ_ONLY)
-    add_tool(
-        server, generate_repro, title="Generate (and verify) a minimal repro", annotations=STARTS_PROCESSES
-    )
+    add_tool(server, generate_repro, title="Generate (and verify) a minimal repro", annotations=WRITES_FILES)

@@ -7,13 +7,13 @@ thread, and returns the bounded ``RunReport``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
 from rankscope import api
 from rankscope.errors import InvalidInput
-from rankscope.mcp_tools._common import STARTS_PROCESSES, add_tool, guard, in_thread, progress
+from rankscope.mcp_tools._common import STARTS_PROCESSES, Full, add_tool, arg, guard, in_thread, progress
 from rankscope.models.run import RunReport
 
 MAX_NPROC = 64
@@ -21,11 +21,12 @@ MAX_NPROC = 64
 
 @guard
 async def run_all_ranks(
-    script: str,
-    nproc: int = 2,
-    args: list[str] | None = None,
-    timeout: float = 120.0,
-    hang_timeout: float = 30.0,
+    script: Annotated[str, arg("Path of the Python script (absolute, or relative to the server's cwd).")],
+    nproc: Annotated[int, arg("Number of ranks (1-64).")] = 2,
+    args: Annotated[list[str] | None, arg("The script's own arguments.")] = None,
+    timeout: Annotated[float, arg("Seconds for the whole run.")] = 120.0,
+    hang_timeout: Annotated[float, arg("Seconds of silence with idle ranks that count as a hang.")] = 30.0,
+    full: Full = False,
     ctx: Context[Any, Any] | None = None,
 ) -> RunReport:
     """Run a Python script on nproc ranks under torchrun on this host and return all ranks' output, collapsed.
@@ -39,8 +40,6 @@ async def run_all_ranks(
     suspect_ranks) or timeout. Ranks get RANKSCOPE_BACKEND=gloo when there is
     no GPU: write scripts with
     backend = os.environ.get("RANKSCOPE_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo").
-    script: absolute path (or relative to the server's working directory).
-    args: the script's arguments. timeout: seconds for the whole run.
     The job is always terminated before the answer returns.
     """
     if not script.strip():

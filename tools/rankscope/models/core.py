@@ -68,6 +68,9 @@ class NextStep(Model):
         default=None,
         description="Playbook section that explains it, e.g. 'skill/hangs.md#mismatched-collectives'.",
     )
+    args: dict[str, Any] | None = Field(
+        default=None, description="Arguments for the MCP tool, e.g. {'from_last_stacks': true}."
+    )
 
 
 class LocalVar(Model):
@@ -180,6 +183,10 @@ class JobList(Model):
     host: str
     jobs: list[Job] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )
 
 
 class CallSite(Model):
@@ -280,20 +287,25 @@ class Verdict(Model):
 
 
 class StacksReport(Model):
-    """Answer of `rankscope stacks` / MCP `dump_stacks`."""
+    """Answer of `rankscope stacks` / MCP `dump_stacks`. The verdict leads: a reader that stops
+    early has read the answer."""
 
+    verdict: Verdict
     job: Job
     groups: list[Group] = Field(default_factory=list, description="By (op, call site).")
     stack_groups: list[Group] = Field(
         default_factory=list, description="By whole main-thread stack, for display."
     )
-    verdict: Verdict
     stacks: list[RankStack] = Field(
         default_factory=list, description="Per-rank stacks; may be omitted in bounded answers."
     )
     errors: list[RankError] = Field(default_factory=list)
     truncated: bool = False
     hint: str | None = Field(default=None, description="How to get what a bounded answer left out.")
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )
 
 
 class Finding(Model):

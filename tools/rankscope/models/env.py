@@ -177,3 +177,7 @@ class EnvReport(Model):
     differences: list[EnvDifference] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list, description="Most severe first.")
     errors: list[str] = Field(default_factory=list)
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )

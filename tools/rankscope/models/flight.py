@@ -134,3 +134,7 @@ class FlightReport(Model):
         default_factory=list, description="Files that could not be read; the others are analysed."
     )
     notes: list[str] = Field(default_factory=list)
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )

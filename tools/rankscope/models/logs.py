@@ -70,3 +70,7 @@ class TriageReport(Model):
     )
     dropped_findings: int = 0
     stats: dict[str, Any] = Field(default_factory=dict, description="Bytes and lines read, seconds spent.")
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )

@@ -154,6 +154,10 @@ class MemoryReport(Model):
     errors: list[RankError] = Field(default_factory=list)
     truncated: bool = False
     hint: str | None = None
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )
 
 
 # ------------------------------------------------------------------------ budget
@@ -229,6 +233,10 @@ class BudgetReport(Model):
     recommended: str | None = Field(default=None, description="Plan with the most headroom that fits.")
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )
 
 
 # ------------------------------------------------------------------------- probe

@@ -144,6 +144,10 @@ class ConsistencyReport(Model):
     notes: list[str] = Field(default_factory=list)
     summary: str = ""
     next_steps: list[NextStep] = Field(default_factory=list)
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )
 
 
 class TensorPlacement(Model):
@@ -261,3 +265,7 @@ class PlacementsReport(Model):
     problems: list[str] = Field(default_factory=list)
     coverage: CoverageSummary | None = None
     summary: str = ""
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )

@@ -102,6 +102,10 @@ class TemplateList(Model):
     templates: list[TemplateInfo] = Field(default_factory=list)
     exit_codes: dict[str, int] = Field(default_factory=dict)
     hint: str = "Render one with `rankscope repro render NAME --out repro.py` (add --fixed for the corrected code, --verify to prove it)."
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )
 
 
 class TemplateChoice(Model):
@@ -160,3 +164,7 @@ class RenderedRepro(Model):
     )
     skill_section: str
     verify: VerifyResult | None = None
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )

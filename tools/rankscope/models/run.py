@@ -102,3 +102,7 @@ class RunReport(Model):
     )
     hint: str | None = Field(default=None, description="How to get what a bounded answer left out.")
     next_steps: list[NextStep] = Field(default_factory=list)
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="What this bounded answer left out, and the argument that brings it back.",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 
 from rankscope.models.core import NextStep
@@ -18,6 +19,15 @@ def render_next_steps(steps: Sequence[NextStep], *, indent: str = "") -> Iterato
     yield f"{indent}next steps:"
     for i, step in enumerate(steps, 1):
         refs = ", ".join(
-            x for x in (f"tool: {step.tool}" if step.tool else "", step.skill_section or "") if x
+            x for x in (f"tool: {tool_call(step)}" if step.tool else "", step.skill_section or "") if x
         )
         yield f"{indent}  {i}. {step.action}" + (f" [{refs}]" if refs else "")
+
+
+def tool_call(step: NextStep) -> str:
+    """``generate_repro(from_last_stacks=true)``: the call to make, arguments in JSON; the bare
+    tool name when the step has none."""
+    if not step.args:
+        return step.tool or ""
+    args = ", ".join(f"{k}={json.dumps(v)}" for k, v in step.args.items())
+    return f"{step.tool}({args})"

@@ -16,7 +16,7 @@ from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.waits import GPU_LIKE, wait_phrase
 from rankscope.models.core import Frame, Group, StacksReport
-from rankscope.render.next_steps import render_next_steps
+from rankscope.render.next_steps import render_next_steps, tool_call
 
 _STATE_NOTE = {
     "stopped": "process stopped (T): not sampled",
@@ -156,3 +156,72 @@ def _other_threads(report: StacksReport, rank: int) -> int:
         if stack.rank == rank:
             return max(len(stack.threads) - 1, 0)
     return 0
+
+
+MAX_BRIEF_FRAMES = 6
+
+
+def _brief_frames(frames: list[Frame], seen: set[str]) -> str:
+    """A group's stack on one line, innermost first: its own code and the op it waits in. A file
+    is spelled out once per answer (``seen``), then by its base name."""
+    parts = []
+    for frame in [f for f in _visible(frames) if not f.native][:MAX_BRIEF_FRAMES]:
+        text = _frame_text(frame)
+        if frame.file in seen:
+            text = text.replace(frame.file, os.path.basename(frame.file))
+        seen.add(frame.file)
+        parts.append(text)
+    return " < ".join(parts)
+
+
+def render_stacks_brief(report: StacksReport) -> Iterator[str]:
+    """The view a model reads: verdict, evidence, the groups on a line each, the next call.
+
+    Written for a reader that pays for every byte and may stop after the first lines, so the
+    verdict comes first and nothing is said twice (the human view folds frames instead).
+    """
+    verdict = report.verdict
+    suspects = set(verdict.suspect_ranks)
+    yield (
+        f"verdict: {verdict.kind}, confidence {verdict.confidence}"
+        + (f"; suspects: {ranks_phrase(verdict.suspect_ranks)}" if verdict.suspect_ranks else "")
+    )
+    yield verdict.summary
+    for item in verdict.evidence:
+        yield f"- {item}"
+    yield from _peer_lines(report)
+    job = report.job
+    here = sorted(r.rank for r in job.ranks if r.rank is not None)
+    facts = [f"world {job.world_size or '?'}", f"backend {job.backend}" if job.backend else ""]
+    facts.append(f"missing {rank_ranges(job.missing_ranks)}" if job.missing_ranks else "")
+    yield f"job {job.job_id} ({job.launcher}): " + ", ".join(x for x in facts if x)
+    if not report.truncated:
+        yield f"ranks here: {rank_ranges(here)}"
+    for note in job.notes:
+        yield f"note: {note}"
+    waits: dict[int, str | None] = {s.rank: s.wait for s in report.stacks if s.rank is not None}
+    seen: set[str] = set()
+    for group in [*report.groups, *report.stack_groups]:
+        mark = " <- suspect" if suspects & set(group.ranks) else ""
+        if group.state is not None:
+            yield f"{ranks_phrase(group.ranks)}: {_STATE_NOTE.get(group.state, group.state)}{mark}"
+            continue
+        what = f"{group.op} at " if group.op else "no collective, at "
+        kinds: set[str | None] = {waits.get(r) for r in group.ranks}
+        wait: str | None = group.wait or (next(iter(kinds)) if len(kinds) == 1 else None)
+        label = f" [{wait}]" if wait else ""
+        yield f"{ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{group.call_site or '?'}{label}{mark}"
+        if group.call_site is not None:
+            seen.add(group.call_site.file)
+        if group.frames:
+            yield f"   {_brief_frames(group.frames, seen)}"
+    for err in report.errors:
+        who = f"rank {err.rank}" if err.rank is not None else (err.host or "capture")
+        yield f"error: {who}: {err.kind}: {err.message}" + (f" Fix: {err.fix}" if err.fix else "")
+    for i, step in enumerate(verdict.next_steps, 1):
+        call = f" -> {tool_call(step)}" if step.tool else ""
+        yield f"next {i}: {step.action}{call}" + (f" [{step.skill_section}]" if step.skill_section else "")
+    if report.hint:
+        yield f"left out: {report.hint}"
+    for line in report.left_out:
+        yield f"left out: {line}"

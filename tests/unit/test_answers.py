@@ -1,0 +1,221 @@
+"""What a model reads: every answer compact, bounded, verdict first, and nothing lost unsaid.
+
+The bounds are the issue's: 4 KB (text block and structured content each) for a job of up to
+16 ranks, 8 KB at any scale and for any input; ``full=true`` gives everything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import jsonschema
+import pytest
+from mcp import Client
+
+from rankscope.analysis.bound import bound_report
+from rankscope.analysis.fit import fit, size_of
+from rankscope.analysis.stacks import analyze
+from rankscope.mcp_server import build_server
+from rankscope.models.compact import compact
+from rankscope.models.core import (
+    Finding,
+    Frame,
+    Job,
+    RankError,
+    RankProcess,
+    RankStack,
+    StacksReport,
+    ThreadStack,
+)
+from rankscope.models.logs import TriageReport
+from rankscope.render.answer import shape_answer
+from tests.paths import DATA
+from tests.unit.test_stacks_analysis import report_for
+
+CASES = sorted(p.stem for p in (DATA / "stacks").glob("*.json"))
+SMALL, ANY = 4_000, 8_000
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_captured_hang_answers_in_4_kb_verdict_first(case: str) -> None:
+    report = report_for(case)
+    assert len(report.stacks) <= 16
+    text, data = shape_answer(bound_report(report))
+    assert size_of(data) <= SMALL, (case, size_of(data))
+    assert len(text.encode()) <= SMALL, (case, len(text))
+    assert next(iter(data)) == "verdict" and text.startswith(f"verdict: {report.verdict.kind}")
+    assert StacksReport.model_validate(data).verdict == report.verdict  # a valid reading of the model
+    assert '"native": false' not in json.dumps(data)  # defaults say nothing
+
+
+def test_compact_drops_only_empty_defaults_and_reads_back_equal() -> None:
+    report = report_for("mismatch_barrier")
+    data = compact(report)
+    assert StacksReport.model_validate(data) == report
+    assert data["verdict"]["confidence"] == report.verdict.confidence
+    assert all("native" not in f for g in data["groups"] for f in g["frames"] if not f.get("native"))
+    assert size_of(data) < len(report.model_dump_json())
+
+
+def _wide_job(world: int) -> StacksReport:
+    """``world`` ranks, each stuck at its own line with a long stack and a capture error: the worst
+    case for a bounded answer (no two ranks group together)."""
+    procs, stacks, errors = [], [], []
+    for rank in range(world):
+        frames = [
+            Frame(
+                function=f"layer_{rank}_{depth}", file=f"/srv/train/model/block_{depth}.py", line=rank + depth
+            )
+            for depth in range(40)
+        ]
+        procs.append(
+            RankProcess(rank=rank, pid=10_000 + rank, host=f"node{rank // 8}", cmdline=["python"] * 30)
+        )
+        stacks.append(
+            RankStack(
+                rank=rank,
+                pid=10_000 + rank,
+                host=f"node{rank // 8}",
+                threads=[ThreadStack(thread_id=1, name="MainThread", is_main=True, frames=frames)],
+            )
+        )
+        errors.append(RankError(rank=rank, kind="timeout", message="py-spy timed out " * 20, fix="retry"))
+    job = Job(job_id="torchrun:x", world_size=world, ranks=procs)
+    return analyze(job, stacks, errors)
+
+
+@pytest.mark.parametrize("world", [16, 1024])
+def test_any_scale_stays_under_8_kb_and_says_what_it_left_out(world: int) -> None:
+    full = _wide_job(world)
+    text, data = shape_answer(bound_report(full))
+    assert size_of(data) <= ANY and len(text.encode()) <= ANY
+    said = json.dumps(data.get("left_out", [])) + str(data.get("hint"))
+    assert "full" in said  # the argument that brings the rest
+    assert "left out:" in text
+    _whole_text, whole = shape_answer(full, full=True)
+    assert size_of(whole) > ANY and len(whole["stacks"]) == world
+
+
+def test_a_huge_triage_is_cut_with_counts() -> None:
+    findings = [
+        Finding(kind="collective_timeout", ranks=[i], message=f"rank {i} timed out", excerpt="x" * 2_000)
+        for i in range(5_000)
+    ]
+    report = TriageReport(findings=findings, summary="5000 timeouts")
+    text, data = shape_answer(report)
+    assert size_of(data) <= ANY and len(text.encode()) <= ANY
+    assert any("findings: first" in line and "of 5000 kept" in line for line in data["left_out"])
+    assert TriageReport.model_validate(data).summary == "5000 timeouts"
+
+
+def test_fit_leaves_a_small_answer_alone_and_cuts_strings_last_to_a_readable_length() -> None:
+    small = {"summary": "ok", "items": [1, 2, 3]}
+    assert fit(dict(small), 1_000, "x") == small
+    big = fit({"summary": "s" * 50_000}, 2_000, "pass full=true")
+    assert size_of(big) <= 2_000 and big["summary"].endswith("characters cut]")
+    assert big["left_out"][-1] == "pass full=true"
+
+
+# -- over MCP ---------------------------------------------------------------------------------
+
+
+def _session(calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, list[Any]]:
+    async def go() -> tuple[Any, list[Any]]:
+        async with Client(build_server()) as client:
+            tools = await client.list_tools()
+            return tools, [await client.call_tool(name, args) for name, args in calls]
+
+    return anyio.run(go)
+
+
+def test_dump_stacks_then_generate_repro_from_the_last_answer(tmp_path: Any) -> None:
+    saved = str(DATA / "stacks" / "files" / "pyspy_json")
+    out = tmp_path / "repro.py"
+    out.write_text("# the user's own file\n")
+    _, (stacks, refused, written, inline, nothing) = _session(
+        [
+            ("dump_stacks", {"from_paths": [saved]}),
+            ("generate_repro", {"from_last_stacks": True, "out": str(out)}),
+            ("generate_repro", {"from_last_stacks": True, "out": str(out), "overwrite": True}),
+            ("generate_repro", {"report": {"verdict": {"kind": "x"}}}),
+            ("generate_repro", {}),
+        ]
+    )
+    assert not stacks.is_error
+    text = stacks.content[0].text
+    assert text.startswith("verdict: ") and len(text) <= SMALL
+    assert "generate_repro(from_last_stacks=true)" in text  # the next call, written out
+    assert size_of(stacks.structured_content) <= SMALL
+    assert refused.is_error and "overwrite=true" in refused.content[0].text
+    assert not written.is_error and "the user's own file" not in out.read_text()
+    assert inline.is_error and "Fix:" in inline.content[0].text
+    assert nothing.is_error and "exactly one" in nothing.content[0].text
+
+
+def test_generate_repro_takes_the_structured_answer_inline() -> None:
+    saved = str(DATA / "stacks" / "files" / "pyspy_json")
+    _, (stacks,) = _session([("dump_stacks", {"from_paths": [saved]})])
+    _, (rendered,) = _session([("generate_repro", {"report": stacks.structured_content})])
+    assert not rendered.is_error, rendered.content
+    assert rendered.structured_content["template"] and "script:" in rendered.content[0].text
+
+
+def test_every_parameter_is_described_and_tools_list_stays_small() -> None:
+    tools, _ = _session([])
+    for tool in tools.tools:
+        for name, prop in tool.input_schema.get("properties", {}).items():
+            assert prop.get("description"), f"{tool.name}.{name} has no description"
+        assert "full" in tool.input_schema["properties"], tool.name
+    by_name = {t.name: t for t in tools.tools}
+    ann = by_name["generate_repro"].annotations
+    assert ann is not None and ann.read_only_hint is False and ann.destructive_hint is True
+    listed = json.dumps([t.model_dump(mode="json", exclude_none=True) for t in tools.tools])
+    assert len(listed) < 90_000, len(listed)  # 139 KB with the schemas pydantic writes
+
+
+def test_answers_validate_against_the_slimmed_output_schemas() -> None:
+    saved = str(DATA / "stacks" / "files" / "pyspy_json")
+    tools, (stacks, triage) = _session(
+        [
+            ("dump_stacks", {"from_paths": [saved]}),
+            ("triage_logs", {"paths": [str(DATA / "logs" / "nccl_watchdog_lagging_rank.log")]}),
+        ]
+    )
+    by_name = {t.name: t for t in tools.tools}
+    jsonschema.validate(stacks.structured_content, by_name["dump_stacks"].output_schema)
+    jsonschema.validate(triage.structured_content, by_name["triage_logs"].output_schema)
+    schema = json.dumps(by_name["dump_stacks"].output_schema)
+    assert '"title"' not in schema.replace('"title": {', "")
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in (DATA / "flight").iterdir() if p.is_dir()))
+def test_flight_recorder_answers_in_4_kb_without_repeats(case: str) -> None:
+    from rankscope import api
+    from rankscope.analysis.bound import bound_flight
+
+    report = api.analyze_flight_recorder([str(DATA / "flight" / case)])
+    bounded = bound_flight(report)
+    text, data = shape_answer(bounded)
+    assert size_of(data) <= SMALL and len(text.encode()) <= SMALL, (case, size_of(data), len(text))
+    assert bounded.verdict == report.verdict
+    assert all(g.first_mismatch != report.first_mismatch for g in bounded.process_groups if g.first_mismatch)
+    if report.first_mismatch is not None and bounded.first_mismatch is not None:
+        suspects = set(report.first_mismatch.suspect_ranks) & {e.rank for e in report.first_mismatch.entries}
+        kept = {e.rank for e in bounded.first_mismatch.entries}
+        assert suspects <= kept  # the culprit's record is never the one folded away
+
+
+def test_ten_thousand_dumps_answer_in_8_kb() -> None:
+    from rankscope.models.flight import FlightReport, FrDump
+
+    dumps = [FrDump(path=f"/fr/dump_{r}", rank=r, format="pickle", entries=2_000) for r in range(10_000)]
+    report = FlightReport(
+        dumps=dumps,
+        ranks=list(range(10_000)),
+        verdict={"kind": "inconclusive", "summary": "s"},  # type: ignore[arg-type]
+    )
+    text, data = shape_answer(report)
+    assert size_of(data) <= ANY and len(text.encode()) <= ANY
+    assert any("dumps: first" in x and "of 10000 kept" in x for x in data["left_out"])

@@ -182,7 +182,7 @@ def test_mcp_config_for_every_client(client: str) -> None:
     if client == "claude-code":
         assert cfg["command_line"] == f"claude mcp add rankscope -- {RANKSCOPE} mcp"
     else:
-        assert cfg["command_line"] is None
+        assert cfg.get("command_line") is None
     # what `rankscope mcp-config` prints without --json
     text = "\n".join(render_mcp_config(mcp_config(cast(McpClient, client))))
     assert json.dumps(cfg["snippet"], indent=2) in text

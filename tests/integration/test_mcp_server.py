@@ -228,8 +228,13 @@ def test_prompts_for_the_main_procedures() -> None:
             "no Slurm allocation in the environment (SLURM_JOB_NODELIST is unset). Fix:",
         ),
         ("dump_stacks", {"hosts": ["node[01-03"]}, "unbalanced '[' in hostlist 'node[01-03' Fix:"),
-        ("dump_stacks", {"via": "telnet"}, "Input should be 'ssh', 'srun', 'kubectl' or 'debug-server'"),
-        ("dump_stacks", {"pid": "abc"}, "Error executing tool dump_stacks"),
+        (
+            "dump_stacks",
+            {"via": "telnet"},
+            "Invalid arguments for dump_stacks: via should be 'ssh', 'srun', 'kubectl' or 'debug-server' "
+            "(got 'telnet'). Fix: via: How to reach other hosts",
+        ),
+        ("dump_stacks", {"pid": "abc"}, "Invalid arguments for dump_stacks: pid should be a valid integer"),
     ],
 )
 def test_bad_arguments_are_tool_errors_with_the_fix(

@@ -94,7 +94,7 @@ def test_secrets_in_saved_locals_never_leave(tmp_path: Path) -> None:
         f"            headers: {{'Authorization': 'Bearer {secret}'}}\n"
     )
     (tmp_path / "rank0.txt").write_text(text)
-    code, out, _ = run_cli("stacks", "--from", str(tmp_path), "--json")
+    code, out, _ = run_cli("stacks", "--from", str(tmp_path), "--json", "--full")
     assert code == 0 and secret not in out and "'lr': 0.1" in out
 
     from rankscope.mcp_tools.jobs import dump_stacks

@@ -118,7 +118,10 @@ def test_mismatched_collectives_torchrun(jobs: JobFactory, pyspy_works: str) -> 
     )
     code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--rank", "2")
     data = json.loads(out)
-    assert code == 0 and [s["rank"] for s in data["stacks"]] == [2]
+    assert code == 0 and [s["rank"] for s in data["stacks"]] == [2] and data["stacks"][0]["threads"]
+    assert len(out) <= 8_000 and next(iter(data)) == "verdict"  # bounded and compact by default
+    code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--full", "--rank", "2")
+    data = json.loads(out)
     assert {"world_size", "ranks", "missing_ranks"} <= set(data["job"]) and {
         "kind",
         "suspect_ranks",
@@ -192,7 +195,7 @@ def test_all_in_same_collective_and_ranks_that_never_came(jobs: JobFactory, pysp
     assert [(s.rank, s.peer) for s in report.stacks] == [(0, 1), (1, 2), (2, 0)]
     assert "ranks 0, 1, 2 wait on each other in a cycle" in report.verdict.summary
     assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)  # not asked for
-    code, out, _ = run_cli("stacks", "--pid", str(ring.pid), "--locals", "--json")
+    code, out, _ = run_cli("stacks", "--pid", str(ring.pid), "--locals", "--json", "--full")
     assert code == 0
     ringed = StacksReport.model_validate_json(out)
     assert [(s.rank, s.peer) for s in ringed.stacks] == [(0, 1), (1, 2), (2, 0)]

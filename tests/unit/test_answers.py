@@ -219,3 +219,21 @@ def test_ten_thousand_dumps_answer_in_8_kb() -> None:
     text, data = shape_answer(report)
     assert size_of(data) <= ANY and len(text.encode()) <= ANY
     assert any("dumps: first" in x and "of 10000 kept" in x for x in data["left_out"])
+
+
+def test_wrong_arguments_get_one_line_naming_the_parameter_and_the_fix() -> None:
+    _, (bad_type, bad_list, unknown) = _session(
+        [
+            ("dump_stacks", {"pid": "abc"}),
+            ("dump_stacks", {"full_ranks": 3}),
+            ("dump_stacks", {"rank": [1]}),
+        ]
+    )
+    for res in (bad_type, bad_list, unknown):
+        text = res.content[0].text
+        assert res.is_error and "\n" not in text and "errors.pydantic.dev" not in text and "Fix:" in text
+    assert "pid should be a valid integer" in bad_type.content[0].text
+    assert "A rank or launcher pid" in bad_type.content[0].text  # what the parameter takes
+    assert "full_ranks should be a valid list (got 3)" in bad_list.content[0].text
+    assert "rank is not a parameter of dump_stacks" in unknown.content[0].text
+    assert "ranks" in unknown.content[0].text

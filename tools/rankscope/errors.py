@@ -49,7 +49,7 @@ class InvalidInput(UsageError):
 class ProcessNotFound(UsageError):
     """The pid names no running process."""
 
-    default_fix = "Run `rankscope ps` to list the distributed jobs on this host and pick a pid from there."
+    default_fix = "Run `rankscope ps` (MCP: list_jobs) to list the distributed jobs on this host and pick a pid from there."
 
 
 class NotADistributedJob(UsageError):
@@ -57,7 +57,7 @@ class NotADistributedJob(UsageError):
 
     default_fix = (
         "Pass the pid of a rank or of its launcher (torchrun, torch.multiprocessing.spawn, srun, mpirun); "
-        "`rankscope ps` lists the jobs it recognises."
+        "`rankscope ps` (MCP: list_jobs) lists the jobs it recognises."
     )
 
 
@@ -66,8 +66,9 @@ class NoJobsFound(RankscopeError):
 
     default_fix = (
         "Check that the job runs on this host and as a user you can inspect (same user or root). "
-        "On another node, use `rankscope stacks --hosts ...`; for a job that already died, use "
-        "`rankscope triage` on its logs or `rankscope fr` on flight-recorder dumps."
+        "On another node, use `rankscope stacks --hosts ...` (MCP: dump_stacks(hosts=[...])); for a job that "
+        "already died, `rankscope triage` (triage_logs) on its logs or `rankscope fr` (analyze_flight_recorder) "
+        "on flight-recorder dumps."
     )
 
 
@@ -112,7 +113,7 @@ class ExternalToolFailed(RankscopeError):
 DUMP_FIXES: dict[str, str] = {
     "permission_denied": PermissionDenied.default_fix,
     "pyspy_missing": PySpyNotFound.default_fix,
-    "process_exited": "The process exited during capture; run `rankscope ps` to see what is left of the job.",
+    "process_exited": "The process exited during capture; run `rankscope ps` (MCP: list_jobs) to see what is left of the job.",
     "timeout": "Retry with a longer --timeout, or with --nonblocking (does not pause the process); "
     "a process stuck in the kernel (state D) cannot be paused.",
     "unsupported": "py-spy reads CPython 2.3-3.13 processes only: check that the pid is a Python rank and that "

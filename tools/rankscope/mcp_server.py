@@ -10,11 +10,15 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult
+from pydantic import ValidationError
 
 from rankscope import __version__
-from rankscope.mcp_tools._common import save_schema_cache
+from rankscope.mcp_tools._common import argument_error, save_schema_cache
 
 # Adapter modules under rankscope.mcp_tools, registered in this order.
 TOOL_MODULES: tuple[str, ...] = (
@@ -38,8 +42,33 @@ INSTRUCTIONS = (
 )
 
 
+class RankscopeServer(MCPServer):
+    """The SDK's server, with arguments of the wrong type answered in one line that names the
+    parameter and what it takes (the SDK passes pydantic's multi-line report and its URL)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        props = tool.parameters.get("properties", {}) if tool is not None else {}
+        unknown = sorted(set(arguments) - set(props))
+        if tool is not None and unknown:
+            raise ToolError(
+                f"Invalid arguments for {name}: {', '.join(unknown)} is not a parameter of {name}. "
+                f"Fix: use {', '.join(sorted(props))}."
+            )
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            schema = tool.parameters if tool is not None else {}
+            raise ToolError(argument_error(name, cause, schema)) from cause
+
+
 def build_server() -> MCPServer:
-    server: MCPServer = MCPServer(name="rankscope", version=__version__, instructions=INSTRUCTIONS)
+    server: MCPServer = RankscopeServer(name="rankscope", version=__version__, instructions=INSTRUCTIONS)
     for name in TOOL_MODULES:
         importlib.import_module(f"rankscope.mcp_tools.{name}").register(server)
     save_schema_cache()  # output schemas derived on this start, for the next one

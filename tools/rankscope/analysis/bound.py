@@ -16,6 +16,7 @@ from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.compact import compact
 from rankscope.models.core import Frame, Group, JobList, RankProcess, RankStack, StacksReport
 from rankscope.models.flight import FlightReport, FrDump, FrEntry, FrMismatch, FrProcessGroup, FrRankProgress
+from rankscope.models.repro import TemplateList
 
 _FRAME_STEPS = (16, 8, 4, 2)
 _MAX_ERRORS = 20
@@ -277,3 +278,31 @@ def _bounded_dumps(report: FlightReport, notes: list[str]) -> list[FrDump]:
         f"in {', '.join(folders[:3])}{' ...' if len(folders) > 3 else ''}; {len(out)} listed; full=true lists each"
     )
     return out
+
+
+def brief_templates(listed: TemplateList) -> TemplateList:
+    """Each template by name, symptom and its own parameters with their defaults. Descriptions and
+    ranges are for choosing among close ones (``full``), generate_repro validates what it is given,
+    and the parameters every template takes are named once."""
+    if not listed.templates:
+        return listed
+    shared = set.intersection(*({p.name for p in t.params} for t in listed.templates))
+    brief = [
+        t.model_copy(
+            update={
+                "description": "",
+                "fixed_description": "",
+                "failure_class": "",
+                "params": [
+                    p.model_copy(update={"help": "", "min": None, "max": None, "choices": None})
+                    for p in t.params
+                    if p.name not in shared
+                ],
+            }
+        )
+        for t in listed.templates
+    ]
+    notes = ["descriptions and parameter ranges: full=true (CLI: --full)"]
+    if shared:
+        notes.append("parameters every template takes: " + ", ".join(sorted(shared)))
+    return listed.model_copy(update={"templates": brief, "left_out": [*listed.left_out, *notes]})

@@ -52,6 +52,15 @@ def _heaviest(data: Any, path: str, best: list[Any]) -> int:
     return size_of(data)
 
 
+def _prefix_without(items: list[Any], over: int) -> int:
+    """How many leading items to keep so that at least ``over`` bytes go (at least one kept)."""
+    removed, keep = 0, len(items)
+    while keep > 1 and removed < over:
+        keep -= 1
+        removed += size_of(items[keep]) + 1
+    return keep
+
+
 def _cuttable(value: Any) -> bool:
     return (isinstance(value, list) and len(value) > 1) or (
         isinstance(value, str) and len(value) > MIN_STRING
@@ -75,7 +84,7 @@ def fit(data: dict[str, Any], max_bytes: int, how: str) -> dict[str, Any]:
         value = parent[key]
         over = size_of(data) - budget
         if isinstance(value, list):
-            keep = max(1, min(len(value) // 2, len(value) - 1))
+            keep = _prefix_without(value, over)
             total = _original_length(notes, path, len(value))
             parent[key] = value[:keep]
             notes[path] = f"{path}: first {keep} of {total} kept"

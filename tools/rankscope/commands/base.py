@@ -39,8 +39,11 @@ class Command:
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--json", action="store_true", help="print the answer as JSON (the same model the MCP tool returns)"
+        "--json",
+        action="store_true",
+        help="print the answer as compact JSON, bounded like the MCP tool's (8 KB; left_out says what was cut)",
     )
+    parser.add_argument("--full", action="store_true", help="with --json: the whole answer, unbounded")
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,15 +54,22 @@ def emit(
     as_json: bool,
     render: Callable[[M], Iterable[str]] | None = None,
     out: TextIO | None = None,
+    full: bool = False,
 ) -> None:
     """Print a model as JSON or through a line renderer typed on that model; the only printing layer.
 
-    Every answer passes :func:`redact_model` here: whatever leaves by the CLI is redacted.
+    Every answer passes :func:`redact_model` here: whatever leaves by the CLI is redacted. JSON is
+    the MCP tool's structured content (compact, bounded, ``left_out`` saying what was cut) unless
+    ``full`` asks for the whole model.
     """
     out = out or sys.stdout
     model = api.redact_model(model)
-    if as_json or render is None:
+    if full and (as_json or render is None):
         out.write(model.model_dump_json(indent=2))
+        out.write("\n")
+        return
+    if as_json or render is None:
+        out.write(json.dumps(api.shape_answer(model)[1], separators=(",", ":"), ensure_ascii=False))
         out.write("\n")
         return
     for line in render(model):

@@ -25,7 +25,7 @@ class EnvCommand(Command):
         from rankscope import api
 
         report = api.collect_env(args.pid, include_torch=not bool(args.no_torch))
-        emit(report, bool(args.json), render_env)
+        emit(report, bool(args.json), render_env, full=args.full)
         return 0
 
 

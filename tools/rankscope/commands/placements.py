@@ -28,7 +28,7 @@ class PlacementsCommand(Command):
         from rankscope.api import inspect_placements
 
         report = inspect_placements(str(args.path))
-        emit(report, bool(args.json), render_placements)
+        emit(report, bool(args.json), render_placements, full=args.full)
         return 1 if report.problems else 0
 
 

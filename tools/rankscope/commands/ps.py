@@ -24,7 +24,12 @@ class PsCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         pid: int | None = args.pid
         as_json: bool = args.json
-        emit(api.list_jobs(pid), as_json, render_jobs)
+        jobs = api.list_jobs(pid)
+        if as_json and not args.full:
+            from rankscope.analysis.bound import brief_jobs
+
+            jobs = brief_jobs(jobs)
+        emit(jobs, as_json, render_jobs, full=args.full)
         return 0
 
 

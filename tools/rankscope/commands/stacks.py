@@ -132,7 +132,13 @@ class StacksCommand(Command):
                 flight_recorder=args.flight_recorder,
                 job_id=args.job,
             )
-        emit(report, as_json, _render)
+        # --local answers a fan-out from another host, which merges whole reports
+        full = bool(args.full or args.local)
+        if as_json and not full:
+            from rankscope.analysis.bound import bound_report
+
+            report = bound_report(report, full_ranks=args.ranks)
+        emit(report, as_json, _render, full=full)
         return 0
 
 

@@ -25,7 +25,7 @@ class TriageCommand(Command):
         from rankscope import api
 
         report = api.triage_logs(list(args.paths), max_findings=int(args.max_findings))
-        emit(report, bool(args.json), render_triage)
+        emit(report, bool(args.json), render_triage, full=args.full)
         return 0
 
 

@@ -105,6 +105,27 @@ def tool_error(exc: BaseException) -> ToolError:
     return ToolError(f"{exc}. Fix: check the arguments and paths you passed.")
 
 
+def argument_error(tool: str, exc: Any, schema: dict[str, Any]) -> str:
+    """``exc`` (pydantic's ValidationError of a tool's arguments) as one line: each parameter,
+    what was wrong with the value given, and what the parameter takes (its description)."""
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    problems: list[str] = []
+    fixes: list[str] = []
+    for err in exc.errors()[:5]:
+        loc = [str(p) for p in err.get("loc", ()) if p != "arguments"]
+        param = loc[0] if loc else "?"
+        given = repr(err.get("input"))[:40]
+        msg = str(err.get("msg", "is not valid")).replace("Input should be", "should be")
+        problems.append(f"{'.'.join(loc) or param} {msg[0].lower() + msg[1:]} (got {given})")
+        prop = props.get(param, {})
+        if prop.get("description") and param not in {f.split(":")[0] for f in fixes}:
+            fixes.append(f"{param}: {prop['description']}")
+        elif param not in props:
+            fixes.append(f"{param} is not a parameter of {tool}; it takes {', '.join(sorted(props))}")
+    fix = "; ".join(fixes) or "see the tool's input schema"
+    return f"Invalid arguments for {tool}: {'; '.join(problems)}. Fix: {fix}"
+
+
 _TRANSLATED: tuple[type[BaseException], ...] = (
     RankscopeError,
     PermissionError,

@@ -38,30 +38,9 @@ async def list_repro_templates(full: Full = False) -> TemplateList:
         "Render one with generate_repro(name=NAME, out='/tmp/repro.py'); fixed=true gives the corrected "
         "code, verify=true proves it."
     )
-    if full:
-        return listed.model_copy(update={"hint": hint})
-    brief = [
-        t.model_copy(
-            update={
-                "description": "",
-                "fixed_description": "",
-                "params": [
-                    p.model_copy(update={"help": "", "min": None, "max": None, "choices": None})
-                    for p in t.params
-                ],
-            }
-        )
-        for t in listed.templates
-    ]
-    return listed.model_copy(
-        update={
-            "templates": brief,
-            "hint": hint,
-            "left_out": [
-                "descriptions and parameter ranges: full=true (generate_repro validates parameters)"
-            ],
-        }
-    )
+    from rankscope.analysis.bound import brief_templates
+
+    return (listed if full else brief_templates(listed)).model_copy(update={"hint": hint})
 
 
 @guard

@@ -104,7 +104,7 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
         yield from _group_lines(group, reference, suspects, waits)
         others = _other_threads(report, group.ranks[0])
         if others:
-            yield f"     (+ {others} other thread(s) per rank; --json has them all)"
+            yield f"     (+ {others} other thread(s) per rank; --json --full has them all)"
         yield ""
     for group in report.groups:
         if group.state is not None:

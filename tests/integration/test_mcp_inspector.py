@@ -30,7 +30,7 @@ def inspector(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
     home = tmp_path_factory.mktemp("inspector-home")
 
-    def run(*args: str) -> dict[str, Any]:
+    def run(*args: str, tool_error: bool = False) -> dict[str, Any]:
         env = {**os.environ, "HOME": str(home), "OMP_NUM_THREADS": "1"}
         proc = subprocess.run(
             [str(INSPECTOR), "--cli", RANKSCOPE, "mcp", *args],
@@ -41,7 +41,7 @@ def inspector(tmp_path_factory: pytest.TempPathFactory) -> Any:
             cwd=str(INSPECTOR_DIR),
             stdin=subprocess.DEVNULL,
         )
-        assert proc.returncode == 0, (
+        assert proc.returncode == (5 if tool_error else 0), (  # the Inspector exits 5 on an isError result
             f"inspector {args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}"
         )
         data: dict[str, Any] = json.loads(proc.stdout)
@@ -60,6 +60,27 @@ def test_inspector_tools_list(inspector: Any) -> None:
         assert tool["outputSchema"]["type"] == "object"
     assert "verdict" in tools["dump_stacks"]["outputSchema"]["required"]
     assert "full_ranks" in tools["dump_stacks"]["inputSchema"]["properties"]
+    for tool in tools.values():  # every parameter says what it takes
+        assert all(p.get("description") for p in tool["inputSchema"].get("properties", {}).values()), tool[
+            "name"
+        ]
+    assert tools["generate_repro"]["annotations"]["destructiveHint"] is True
+
+
+def test_inspector_bad_argument_is_one_line_with_the_fix(inspector: Any) -> None:
+    result = inspector(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "triage_logs",
+        "--tool-arg",
+        "max_findings=lots",
+        tool_error=True,
+    )
+    assert result["isError"] is True
+    text = result["content"][0]["text"]
+    assert text.startswith("Invalid arguments for triage_logs: max_findings should be a valid integer (got")
+    assert "\n" not in text and "Fix: max_findings:" in text
 
 
 def test_inspector_tools_call(inspector: Any) -> None:

@@ -237,3 +237,23 @@ def test_wrong_arguments_get_one_line_naming_the_parameter_and_the_fix() -> None
     assert "full_ranks should be a valid list (got 3)" in bad_list.content[0].text
     assert "rank is not a parameter of dump_stacks" in unknown.content[0].text
     assert "ranks" in unknown.content[0].text
+
+
+def test_a_huge_log_answers_in_8_kb(tmp_path: Any) -> None:
+    """64 ranks' logs, 12 MB in all, every rank failing in its own way: triage over MCP stays bounded."""
+    lines = []
+    for i in range(60_000):
+        rank = i % 64
+        lines.append(
+            f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum={i}, OpType=ALLREDUCE, NumelIn={i}, NumelOut={i}, Timeout(ms)=600000) "
+            f"ran for {600000 + i} milliseconds before timing out."
+        )
+        lines.append(f"[rank{rank}]: some progress line {i} " + "x" * 60)
+    log = tmp_path / "big.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert log.stat().st_size > 10_000_000
+    _, (res,) = _session([("triage_logs", {"paths": [str(log)]})])
+    assert not res.is_error, res.content
+    assert size_of(res.structured_content) <= ANY and len(res.content[0].text.encode()) <= ANY
+    assert res.content[0].text and res.structured_content["findings"]

@@ -1,7 +1,8 @@
 """Real failures under torchrun on CPU/gloo, for log triage tests.
 
 ``python failmodes.py MODE`` where MODE is one of: timeout, exit_early,
-unused_params, dl_worker_kill, sigkill, ok. Rank 1 is the culprit in each.
+unused_params, dl_worker_kill, sigkill, odd_shape, ok. Rank 1 is the culprit in each
+(odd_shape: rank ``$ODD_RANK``, default 2, under TORCH_DISTRIBUTED_DEBUG=DETAIL).
 """
 
 from __future__ import annotations
@@ -87,6 +88,13 @@ def sigkill() -> None:
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(t)
+
+
+def odd_shape() -> None:
+    """One rank all-reduces a tensor of another shape: under DETAIL every other rank names it."""
+    rank, _ = _init()
+    odd = int(os.environ.get("ODD_RANK", "2"))
+    dist.all_reduce(torch.ones(8 if rank == odd else 4))
 
 
 def ok() -> None:

@@ -109,7 +109,9 @@ def test_captured_gloo_runs() -> None:
         "sigkill": ("killed_by_signal", [1]),
         "dl_worker_kill": ("dataloader_worker_killed", [1]),
         "unused_params": ("unused_parameters", [0, 1]),
-        "mismatch": ("collective_mismatch", [1, 0]),
+        "mismatch": ("collective_mismatch", [1, 0]),  # 2 ranks name each other: either may be odd
+        "detail_4": ("collective_mismatch", [2]),  # every other rank names rank 2
+        "detail_8": ("collective_mismatch", [2]),
         "port": ("address_in_use", []),
         "rdzv": ("rendezvous_failure", []),
     }

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.analysis.log_rules import ALL_NEEDLES, RULES, SECTIONS, SIGNAL_MEANING, XID_MEANING, Role, Rule
-from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.units import size_or_none
 from rankscope.models.core import Finding, NextStep, Severity
 from rankscope.models.logs import FailureRecord
@@ -647,12 +647,14 @@ def conclude(
                 continue
             if kind == "nccl_error" and f.severity == "warning":
                 continue
+            if kind == "collective_mismatch":
+                continue  # decided together below: the rank the others name
             for r in f.ranks:
-                if kind == "collective_mismatch":
-                    suspect(r, f"called a different collective than rank {f.facts.get('other_rank')}")
-                else:
-                    suspect(r, f.message)
+                suspect(r, f.message)
                 victims.discard(r)
+    for rank, why in _mismatch_suspects(findings):
+        suspect(rank, why)
+        victims.discard(rank)
 
     for rank, why, is_suspect in _timeout_roles(findings, seen, set(peer)):
         if is_suspect:
@@ -683,6 +685,32 @@ def conclude(
         evidence=evidence,
         next_steps=steps[:6],
     )
+
+
+def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
+    """The ranks at fault in TORCH_DISTRIBUTED_DEBUG=DETAIL mismatches.
+
+    Every rank that checks its fingerprint against the others reports "Rank R is running X, but
+    Rank S is running Y": with one odd rank, every other rank names it and it names one of them.
+    The rank named by more than half of the reporting ranks is the one at fault; with no such
+    rank (two ranks naming each other) each reporting rank stays a suspect.
+    """
+    reports: dict[int, int] = {}
+    for f in findings:
+        other = f.facts.get("other_rank") if f.kind == "collective_mismatch" else None
+        for r in f.ranks if other is not None else ():
+            reports[r] = int(other)  # type: ignore[arg-type]
+    if not reports:
+        return []
+    named: dict[int, list[int]] = {}
+    for reporter, other in reports.items():
+        named.setdefault(other, []).append(reporter)
+    top, by = max(named.items(), key=lambda kv: len(kv[1]))
+    if len(by) * 2 > len(reports) and len(reports) > 2:
+        return [
+            (top, f"named by ranks {rank_ranges(sorted(by))} as running a different collective than theirs")
+        ]
+    return [(r, f"called a different collective than rank {o}") for r, o in reports.items()]
 
 
 P2P_OPS = frozenset({"SEND", "RECV"})

@@ -144,6 +144,63 @@ def test_repro_choice_tells_an_extra_collective_under_a_rank_condition_the_right
         source=src(EXTRA_BARRIER),
     )
     choice = choose_from_stacks(report)
-    assert choice.template == "skip_collective" and choice.params["skip_rank"] == 1
+    # an extra barrier on one rank is not a skipped all_reduce: the template that does what the job did
+    assert choice.template == "extra_collective"
+    assert choice.params["extra_rank"] == 1 and choice.params["extra_op"] == "barrier"
+    assert choice.params["next_op"] == "all_reduce"
     assert any("entered an extra barrier under a rank condition" in r for r in choice.reasons)
     assert not any("skipped the all_reduce" in r for r in choice.reasons)
+
+
+def test_a_guard_every_rank_passes_through_explains_nothing() -> None:
+    """``if "RANK" in os.environ: main()`` is on every rank's stack: it cannot be why they split."""
+    from rankscope.analysis.stacks import analyze
+    from rankscope.models.core import Job
+
+    source = "\n".join(
+        ["def main():", "    for step in range(3):", "        sync()", "    dist.barrier()", "", "",
+         'if "RANK" in os.environ:', "    main()"]
+    )  # fmt: skip
+
+    def stack(rank: int, op: str, line: int) -> RankStack:
+        frames = [
+            Frame(function=op, file="/sp/torch/distributed/distributed_c10d.py", line=3000),
+            Frame(function="main", file=TRAIN, line=line),
+            Frame(function="<module>", file=TRAIN, line=8),
+        ]
+        return RankStack(
+            rank=rank,
+            pid=10 + rank,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+
+    report = analyze(
+        Job(job_id="j", world_size=2, backend="gloo"), [stack(0, "all_reduce", 3), stack(1, "barrier", 4)], [],
+        source=src(source),
+    )  # fmt: skip
+    assert "guards" not in report.verdict.summary and not any("guards" in e for e in report.verdict.evidence)
+
+
+def test_repro_choice_for_a_rank_past_the_loop_is_the_data_dependent_skip() -> None:
+    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.templates import choose_from_stacks
+    from rankscope.models.core import Job
+
+    def stack(rank: int, op: str, line: int) -> RankStack:
+        frames = [
+            Frame(function=op, file="/sp/torch/distributed/distributed_c10d.py", line=3000),
+            Frame(function="train", file=TRAIN, line=line),
+        ]
+        return RankStack(
+            rank=rank,
+            pid=10 + rank,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+
+    stacks = [stack(0, "all_reduce", 67), stack(1, "barrier", 70), stack(2, "all_reduce", 67)]
+    report = analyze(Job(job_id="j", world_size=3, backend="gloo"), stacks, [])
+    choice = choose_from_stacks(report)
+    assert choice.template == "nonfinite_skip" and choice.params["bad_rank"] == 1
+    assert any("one all_reduce less earlier" in r for r in choice.reasons)

@@ -45,6 +45,17 @@ class Guard:
         return f"{file}:{self.line} `{self.text}` guards the {what} at {file}:{site_line}"
 
 
+def guard_kind(text: str) -> GuardKind | None:
+    """What a quoted condition tests: a rank (checked first: ``if rank == 0 and loss.isnan()`` runs
+    on one rank), data, or neither."""
+    cond = text.split("`")[1] if text.count("`") >= 2 else text
+    if _RANK.search(cond):
+        return "rank"
+    if _DATA.search(cond):
+        return "data"
+    return None
+
+
 def _indent(text: str) -> int:
     return len(text) - len(text.lstrip(" \t"))
 
@@ -91,12 +102,18 @@ barrier inside ``sync_metrics`` from one frame out."""
 
 
 def stack_guard(
-    frames: Sequence[Frame], source: Mapping[tuple[str, int], str]
+    frames: Sequence[Frame],
+    source: Mapping[tuple[str, int], str],
+    shared: frozenset[tuple[str, int]] = frozenset(),
 ) -> tuple[Guard, CallSite] | None:
-    """The first rank or data condition around the innermost user frames, with the frame it guards."""
+    """The first rank or data condition around the innermost user frames, with the frame it guards.
+
+    Frames in ``shared`` (file, line) are on every rank's stack: a condition there is passed by
+    all ranks alike (``if "RANK" in os.environ: main()``) and cannot explain why they split.
+    """
     seen = 0
     for frame in frames:
-        if not is_user_frame(frame) or frame.line is None:
+        if not is_user_frame(frame) or frame.line is None or (frame.file, frame.line) in shared:
             continue
         site = CallSite(file=frame.file, line=frame.line, function=frame.function)
         guard = guard_of(site, source)
@@ -108,4 +125,4 @@ def stack_guard(
     return None
 
 
-__all__ = ["LOOK_BACK", "USER_FRAMES", "Guard", "guard_of", "stack_guard"]
+__all__ = ["LOOK_BACK", "USER_FRAMES", "Guard", "guard_kind", "guard_of", "stack_guard"]

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from rankscope.analysis.conditions import guard_kind
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding, Group, StacksReport
@@ -84,6 +85,7 @@ RESERVED_NAMES = frozenset(
         "fingerprints",
         "check_consistency",
         "average_gradients",
+        "local_loss",
         "shard",
         "sync_bn_buffers",
         "gather_state",
@@ -453,13 +455,17 @@ def _from_mismatch(ctx: _Ctx) -> TemplateChoice:
     if fn:
         params["function_name"] = fn
     if main_op != odd_op:
-        params.update({"op": main_op, "next_op": odd_op, "skip_rank": min(odd.ranks)})
         guard = _guard_of(ctx, odd)
+        if guard and guard_kind(guard) == "rank":
+            return _extra_collective(ctx, odd, main, odd_op, main_op, guard)
+        if _ran_out_early(ctx, odd):
+            return _skipped_in_loop(ctx, odd, main, main_op)
+        params.update({"op": main_op, "next_op": odd_op, "skip_rank": min(odd.ranks)})
         if guard:
             ctx.reasons.append(
-                f"rank(s) {odd.ranks} entered an extra {odd_op} under a rank condition ({guard}) while ranks "
-                f"{main.ranks} went on to {main_op}: the template reproduces the same split (the odd rank waits in "
-                f"{odd_op}, the others in {main_op}); the fix is to call {odd_op} on every rank or on none"
+                f"rank(s) {odd.ranks} entered {odd_op} under a condition ({guard}) while ranks {main.ranks} "
+                f"went on to {main_op}: the template reproduces the same split; the fix is to call {odd_op} on "
+                "every rank or on none"
             )
         else:
             ctx.reasons.append(
@@ -480,6 +486,50 @@ def _from_mismatch(ctx: _Ctx) -> TemplateChoice:
         f"rank {min(odd.ranks)} skipped one call and went on to the next one"
     )
     return ctx.choice("skip_collective", params)
+
+
+def _extra_collective(
+    ctx: _Ctx, odd: Group, main: Group, odd_op: str, main_op: str, guard: str
+) -> TemplateChoice:
+    """One rank called a collective of its own under a rank condition: an extra call, not a skip."""
+    params: dict[str, ParamValue] = {
+        "world_size": ctx.ws,
+        "extra_op": odd_op,
+        "next_op": main_op,
+        "extra_rank": min(odd.ranks),
+        **{k: v for k, v in ctx.shape_params.items() if k == "shape"},
+    }
+    fn = _site_function(odd)
+    if fn:
+        params["function_name"] = fn
+    ctx.reasons.append(
+        f"rank(s) {odd.ranks} entered an extra {odd_op} under a rank condition ({guard}) while ranks "
+        f"{main.ranks} went on to {main_op}: the template calls {odd_op} on rank {min(odd.ranks)} only, as the "
+        f"job did; the fix is to call {odd_op} on every rank or on none"
+    )
+    return ctx.choice("extra_collective", params)
+
+
+def _ran_out_early(ctx: _Ctx, odd: Group) -> bool:
+    """The verdict found the odd rank past the loop the others are still in (see verdict.parting_phrase)."""
+    text = " ".join([ctx.report.verdict.summary, *ctx.report.verdict.evidence])
+    return "issued fewer collectives there earlier" in text and bool(odd.ranks)
+
+
+def _skipped_in_loop(ctx: _Ctx, odd: Group, main: Group, main_op: str) -> TemplateChoice:
+    """The odd rank left the loop the others are still in: it skipped a step's collective earlier,
+    most often a batch dropped by a data check (a non-finite loss)."""
+    params: dict[str, ParamValue] = {"world_size": ctx.ws, "bad_rank": min(odd.ranks)}
+    fn = _site_function(main)
+    if fn:
+        params["function_name"] = fn
+    ctx.reasons.append(
+        f"rank(s) {odd.ranks} got past the loop in which ranks {main.ranks} still wait in {main_op}: they issued "
+        f"one {main_op} less earlier, the way a rank does that skips a step on its own data (a non-finite loss, an "
+        "empty batch); the template drops one batch on that rank; look for a `continue`, `break` or `return` in "
+        "the loop body before the collective"
+    )
+    return ctx.choice("nonfinite_skip", params)
 
 
 def _guard_of(ctx: _Ctx, group: Group) -> str | None:

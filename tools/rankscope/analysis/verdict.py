@@ -197,11 +197,13 @@ def _guards(
     out: dict[int, tuple[Guard, CallSite]] = {}
     if not source:
         return out
-    for s in stacks:
-        thread = main_thread(s)
+    mains = [(s, main_thread(s)) for s in stacks]
+    lines = [{(f.file, f.line) for f in t.frames if f.line is not None} for _, t in mains if t is not None]
+    shared = frozenset(set.intersection(*lines)) if len(lines) > 1 else frozenset()
+    for s, thread in mains:
         if s.rank is None or thread is None:
             continue
-        found = stack_guard(thread.frames, source)
+        found = stack_guard(thread.frames, source, shared)
         if found is not None:
             out[s.rank] = found
     return out

@@ -89,7 +89,9 @@ def test_hang_templates_show_their_verdict_and_fixed_versions_finish(
     assert len({r.template for r in results}) >= 5
     _check(results)
     buggy = {r.template: r for r in results if not r.fixed}
-    assert buggy["extra_collective"].suspect_ranks == [0]  # the rank in the extra barrier, decided by its guard
+    assert buggy["extra_collective"].suspect_ranks == [
+        0
+    ]  # the rank in the extra barrier, decided by its guard
     assert 1 in buggy["nonfinite_skip"].suspect_ranks  # the rank that dropped its bad batch
 
 

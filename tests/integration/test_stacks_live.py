@@ -12,7 +12,10 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +26,7 @@ from rankscope.capabilities.stacks import capture_job, counter_pass
 from rankscope.models.core import StacksReport
 from rankscope.runtime.proctree import descendants
 from rankscope.runtime.pyspy import check_pyspy
-from tests.jobs import JobFactory, RunningJob, wait_for
+from tests.jobs import PROGRAMS, JobFactory, RunningJob, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -280,3 +283,35 @@ def test_rank_left_waiting_in_a_subgroup_is_not_named_the_culprit(jobs: JobFacto
     assert "rank 2 waits in all_reduce" in v.summary and "on a subgroup" in v.summary
     assert {s.rank: s.subgroup for s in report.stacks}[2] is True
     assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)
+
+
+def test_a_loop_in_an_installed_library_names_where_the_ranks_part(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path
+) -> None:
+    """The training loop lives in a real installed package (trainlib, pip-installed into a
+    site-packages folder); one rank drops a batch inside it and ends in the library's checkpoint
+    barrier. The verdict names the library frame where that rank left the others, and the repro
+    is the data-dependent skip."""
+    from rankscope.analysis.templates import choose_from_stacks
+
+    site = tmp_path / "site-packages"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(PROGRAMS / "trainlib_pkg")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert (site / "trainlib" / "trainer.py").is_file() and list(site.glob("trainlib-*.dist-info"))
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{PROGRAMS}"}
+    job = jobs.torchrun("hang_library.py", nproc=3, args=["--odd", "1"], env=env)
+    job.wait_ready(["rank0", "rank1", "rank2"], timeout=READY_S)
+    report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1] and len(r.groups) == 2)
+    v = report.verdict
+    assert v.kind == "mismatched_collectives"
+    # the ranks part in the library's loop, not at the user's trainer.fit() line they share
+    assert "leaves ranks 0,2 in Trainer.fit (trainlib/trainer.py)" in v.summary, v.summary
+    assert "later in the same function" in v.summary
+    ops = {g.op: g for g in report.groups}
+    assert set(ops) == {"all_reduce", "barrier"} and ops["barrier"].ranks == [1]
+    choice = choose_from_stacks(report)
+    assert choice.template == "nonfinite_skip" and choice.params["bad_rank"] == 1

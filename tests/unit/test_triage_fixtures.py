@@ -302,3 +302,12 @@ def test_rank_whose_dump_signal_shows_it_issued_the_collective_is_not_blamed_for
     suspects, _victims, evidence = _conclude(lines)
     assert suspects == [3]
     assert any("rank 2: issued collective #42" in e for e in evidence)
+
+
+def test_nccl_errors_after_a_ranks_oom_are_its_victims_not_more_suspects() -> None:
+    """GPU format: rank 3 runs out of memory; NCCL then fails on every other rank (ncclRemoteError),
+    and torchrun's root cause names rank 0, the first to exit. Only rank 3 is a suspect."""
+    r = triage_logs([str(LOGS / "nccl_remote_after_oom.log")])
+    assert {"cuda_oom", "nccl_error"} <= set(r.kinds)
+    assert r.suspect_ranks == [3] and r.victim_ranks == [0, 1, 2]
+    assert any("NCCL error after rank 3's cuda oom" in e for e in r.evidence)

@@ -639,6 +639,7 @@ def conclude(
         if f.kind == "killed_by_signal" and f.facts.get("signal") in ("SIGTERM", "SIGINT"):
             victims.update(f.ranks)
 
+    primary = _primary_cause_ranks(findings)
     for kind in _CAUSE_KINDS:
         for f in findings:
             if f.kind != kind or not f.ranks:
@@ -646,6 +647,11 @@ def conclude(
             if kind == "killed_by_signal" and f.facts.get("signal") in ("SIGTERM", "SIGINT"):
                 continue
             if kind == "nccl_error" and f.severity == "warning":
+                continue
+            if kind == "nccl_error" and primary and not set(f.ranks) & set(primary):
+                for r in f.ranks:  # the communicator failed because a peer died first
+                    victims.add(r)
+                    evidence.append(f"rank {r}: NCCL error after {primary[min(primary)]} (a consequence)")
                 continue
             if kind == "collective_mismatch":
                 continue  # decided together below: the rank the others name
@@ -685,6 +691,24 @@ def conclude(
         evidence=evidence,
         next_steps=steps[:6],
     )
+
+
+_PRIMARY_KINDS = ("gpu_xid", "cuda_oom", "cuda_error", "dataloader_worker_killed", "shm_exhausted")
+
+
+def _primary_cause_ranks(findings: list[Finding]) -> dict[int, str]:
+    """Ranks whose own process failed (a CUDA error, an OOM, a hardware fault, a SIGKILL), with what.
+
+    When one rank's GPU fails, NCCL on every other rank fails next (``ncclRemoteError``, an aborted
+    communicator): those NCCL errors are the consequence, not a second cause.
+    """
+    out: dict[int, str] = {}
+    for f in findings:
+        killed = f.kind == "killed_by_signal" and f.facts.get("signal") not in ("SIGTERM", "SIGINT", None)
+        if f.kind in _PRIMARY_KINDS or killed:
+            for r in f.ranks:
+                out.setdefault(r, f"rank {r}'s {f.kind.replace('_', ' ')}")
+    return out
 
 
 def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:

@@ -156,3 +156,33 @@ def test_python_repro_py_launches_its_own_ranks(tmp_path: Path, jobs: JobFactory
     wait_for(lambda: hung_job.proc.poll() is not None, 150, "the built-in timeout to end the hung repro")
     assert hung_job.proc.returncode == 124, hung_job.output()
     assert "rankscope-repro: TIMEOUT: rank" in hung_job.output() and "this is the hang" in hung_job.output()
+
+
+@pytest.mark.parametrize(
+    ("template", "params", "suspect"),
+    [
+        (
+            "extra_collective",
+            {"world_size": 3, "extra_rank": 1},
+            1,
+        ),  # the rank guard is quoted from the source
+        ("nonfinite_skip", {"world_size": 3, "bad_rank": 2}, 2),  # the rank past the loop the others are in
+        ("skip_collective", {"world_size": 3, "op": "barrier", "next_op": "all_reduce", "skip_rank": 0}, 0),
+    ],
+)
+def test_round_trip_a_hang_its_report_and_the_repro_chosen_from_it(
+    tmp_path: Path, template: str, params: dict[str, int | str], suspect: int
+) -> None:
+    """A job that hangs in this way (the buggy repro itself), its stacks report, and the repro
+    rankscope chooses from that report: the same template, the same rank, and it reproduces."""
+    from rankscope.capabilities.launch import run_job
+
+    job = tmp_path / "job.py"
+    render_repro(template, params, out=str(job))
+    run = run_job(str(job), nproc=3, hang_timeout=HANG_TIMEOUT, timeout=RUN_TIMEOUT)
+    assert run.outcome == "hung" and run.stacks is not None, run.summary
+    assert run.stacks.verdict.suspect_ranks == [suspect], run.stacks.verdict
+    again = repro_from_report(run, out=str(tmp_path / "repro.py"))
+    assert again.template == template, again.reasons
+    result = verify_repro(str(tmp_path / "repro.py"), nproc=3, hang_timeout=HANG_TIMEOUT, timeout=RUN_TIMEOUT)
+    assert result.answer == "reproduced" and result.suspect_ranks == [suspect], result

@@ -94,23 +94,40 @@ def _int_value(local: LocalVar) -> int | None:
 
 
 _C10D = "torch/distributed/distributed_c10d.py"
-_WORLD_DEFAULT = frozenset({"barrier", "monitored_barrier"})
-"""c10d calls whose ``group`` defaults to GroupMember.WORLD (a ProcessGroup, not None): their
-``group`` argument cannot tell the default group from a subgroup (torch 2.13 signatures)."""
+_LOGGER = "torch/distributed/c10d_logger.py"
+_PG = re.compile(r"ProcessGroup( object)? at ")
+"""A ProcessGroup as py-spy shows it (``<torch._C._distributed_c10d.ProcessGroup at 0x...>``)."""
+_GROUP_NONE = re.compile(r"""["']group["']:\s*None""")
 
 
 def on_subgroup(frames: Iterable[Frame]) -> bool | None:
-    """Whether the c10d call a thread waits in runs on a subgroup: its ``group`` argument is a
-    ProcessGroup rather than None (the default group). None when no c10d frame has locals."""
+    """Whether the c10d call a thread waits in runs on a subgroup. None when the locals cannot tell.
+
+    The call's own ``group`` local does not say: c10d replaces a ``None`` argument with the default
+    group before it waits (``if group is None: group = _get_default_group()``), so a ProcessGroup
+    there may be the world. What the caller passed does say, and c10d's logging wrapper around
+    every collective (``_exception_logger``) holds it in its ``args`` and ``kwargs``: no group
+    passed, or ``group=None``, is the default group; a ProcessGroup passed is a subgroup.
+    """
+    frames = list(frames)
     for frame in frames:
+        if frame.native or not frame.file.replace("\\", "/").endswith(_LOGGER) or not frame.locals:
+            continue
+        values = {v.name: (v.repr or "") for v in frame.locals}
+        if "kwargs" not in values and "args" not in values:
+            continue
+        kwargs, args = values.get("kwargs", ""), values.get("args", "")
+        if _GROUP_NONE.search(kwargs):
+            return False
+        return bool(_PG.search(kwargs) or _PG.search(args))
+    for frame in frames:  # no wrapper with locals: only an explicit None in the call decides
         if frame.native or not frame.file.replace("\\", "/").endswith(_C10D) or not frame.locals:
             continue
         group = next((v.repr for v in frame.locals if v.name == "group"), None)
-        if group is None:
-            continue
-        if group.strip() in ("None", ""):
+        if group is not None and group.strip() in ("None", ""):
             return False
-        return None if frame.function in _WORLD_DEFAULT else True
+        if group is not None:
+            return None
     return None
 
 

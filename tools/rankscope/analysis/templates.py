@@ -363,18 +363,19 @@ def _site_function(group: Group) -> str | None:
 def _split_mismatch(groups: list[Group], suspects: set[int]) -> tuple[Group, Group]:
     """(the odd group, the main group) of a mismatched-collectives verdict.
 
-    The odd ones out: ranks that left DTensor redistribution, else ranks already in a barrier (the
-    collective that usually comes after), else the verdict's suspects when they are a strict minority.
+    The odd ones out: ranks that left DTensor redistribution, else the verdict's suspects (which
+    the verdict decided from guards, loop exits and counters), else ranks already in a barrier (the
+    collective that usually comes after).
     """
     dtensor = [g for g in groups if _is_dtensor(g)]
     if dtensor and len(dtensor) < len(groups):
         return next(g for g in groups if g not in dtensor), dtensor[0]
-    barrier = [g for g in groups if _op(g.op) == "barrier"]
-    if barrier and len(barrier) < len(groups):
-        return barrier[0], max((g for g in groups if g not in barrier), key=lambda g: len(g.ranks))
     strict = [g for g in groups if suspects and set(g.ranks) <= suspects]
     if strict and len(strict) < len(groups):
         return strict[0], max((g for g in groups if g not in strict), key=lambda g: len(g.ranks))
+    barrier = [g for g in groups if _op(g.op) == "barrier"]
+    if barrier and len(barrier) < len(groups):
+        return barrier[0], max((g for g in groups if g not in barrier), key=lambda g: len(g.ranks))
     return groups[-1], groups[0]
 
 
@@ -458,10 +459,16 @@ def _from_mismatch(ctx: _Ctx) -> TemplateChoice:
         guard = _guard_of(ctx, odd)
         if guard and guard_kind(guard) == "rank":
             return _extra_collective(ctx, odd, main, odd_op, main_op, guard)
-        if _ran_out_early(ctx, odd):
+        main_guard = _guard_of(ctx, main)
+        if main_guard is None and _ran_out_early(ctx, odd):
             return _skipped_in_loop(ctx, odd, main, main_op)
         params.update({"op": main_op, "next_op": odd_op, "skip_rank": min(odd.ranks)})
-        if guard:
+        if main_guard:
+            ctx.reasons.append(
+                f"rank(s) {odd.ranks} skipped the {main_op} that ranks {main.ranks} entered under a condition "
+                f"({main_guard}) and went on to {odd_op}: the template skips it on rank {min(odd.ranks)} the same way"
+            )
+        elif guard:
             ctx.reasons.append(
                 f"rank(s) {odd.ranks} entered {odd_op} under a condition ({guard}) while ranks {main.ranks} "
                 f"went on to {main_op}: the template reproduces the same split; the fix is to call {odd_op} on "

@@ -35,7 +35,7 @@ from tests.paths import DATA
 from tests.unit.test_stacks_analysis import report_for
 
 CASES = sorted(p.stem for p in (DATA / "stacks").glob("*.json"))
-SMALL, ANY = 4_000, 8_000
+SMALL, ANY = 4_096, 8_000
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -257,3 +257,43 @@ def test_a_huge_log_answers_in_8_kb(tmp_path: Any) -> None:
     assert not res.is_error, res.content
     assert size_of(res.structured_content) <= ANY and len(res.content[0].text.encode()) <= ANY
     assert res.content[0].text and res.structured_content["findings"]
+
+
+@pytest.mark.parametrize(
+    "log", sorted(p.name for p in (DATA / "logs").iterdir() if p.name not in ("README.md", "garbage.bin"))
+)
+def test_triage_of_one_jobs_logs_answers_in_4_kb_and_keeps_the_conclusion(log: str) -> None:
+    from rankscope import api
+    from rankscope.analysis.bound import bound_triage
+
+    full = api.triage_logs([str(DATA / "logs" / log)])
+    bounded = bound_triage(full)
+    text, data = shape_answer(bounded)
+    assert size_of(data) <= SMALL and len(text.encode()) <= SMALL, (log, size_of(data), len(text))
+    assert bounded.suspect_ranks == full.suspect_ranks and bounded.summary == full.summary
+    assert {f.kind for f in bounded.findings} == {f.kind for f in full.findings}  # every kind still shown
+    suspects = set(full.suspect_ranks)
+    for kind in {f.kind for f in full.findings if set(f.ranks) & suspects and f.severity != "info"}:
+        assert any(f.explanation for f in bounded.findings if f.kind == kind), kind  # explained once
+
+
+def test_sixteen_ranks_environment_once_with_what_differs() -> None:
+    from rankscope import api
+    from rankscope.analysis.bound import bound_env
+    from rankscope.models.env import EnvDifference, RankEnv
+
+    node = api.collect_env(None, include_torch=False)
+    common = {f"NCCL_VAR_{i}": f"value-{i}" for i in range(40)}
+    ranks = [
+        RankEnv(
+            rank=r, pid=1000 + r, host="h", python="/usr/bin/python3", env={**common, "LOCAL_RANK": str(r)}
+        )
+        for r in range(16)
+    ]
+    diff = EnvDifference(name="LOCAL_RANK", values={str(r): str(r) for r in range(16)}, must_match=False)
+    report = node.model_copy(update={"ranks": ranks, "differences": [diff]})
+    bounded = bound_env(report)
+    text, data = shape_answer(bounded)
+    assert size_of(data) <= SMALL and len(text.encode()) <= SMALL, (size_of(data), len(text))
+    assert bounded.ranks[0].env == ranks[0].env and all(not r.env for r in bounded.ranks[1:])
+    assert any("differences" in x for x in bounded.left_out)

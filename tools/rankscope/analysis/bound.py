@@ -14,8 +14,10 @@ from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.fit import size_of
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.compact import compact
-from rankscope.models.core import Frame, Group, JobList, RankProcess, RankStack, StacksReport
+from rankscope.models.core import Finding, Frame, Group, JobList, RankProcess, RankStack, StacksReport
+from rankscope.models.env import EnvReport
 from rankscope.models.flight import FlightReport, FrDump, FrEntry, FrMismatch, FrProcessGroup, FrRankProgress
+from rankscope.models.logs import TriageReport
 from rankscope.models.repro import TemplateList
 
 _FRAME_STEPS = (16, 8, 4, 2)
@@ -306,3 +308,139 @@ def brief_templates(listed: TemplateList) -> TemplateList:
     if shared:
         notes.append("parameters every template takes: " + ", ".join(sorted(shared)))
     return listed.model_copy(update={"templates": brief, "left_out": [*listed.left_out, *notes]})
+
+
+_EXCERPT_LINES = 1
+_EXCERPT_CHARS = 240
+
+
+def _short_excerpt(text: str) -> str:
+    lines = text.splitlines()[:_EXCERPT_LINES]
+    return "\n".join(
+        line if len(line) <= _EXCERPT_CHARS else line[:_EXCERPT_CHARS] + " [...]" for line in lines
+    )
+
+
+_BIG_FACT = 300
+"""Bytes above which a finding's fact is left out of a bounded triage (named in left_out)."""
+
+_PER_KIND = 2
+"""Findings of one kind kept in a bounded triage (the suspects' first); the rest are counted."""
+
+
+def _kept_findings(report: TriageReport, notes: list[str]) -> list[Finding]:
+    suspects = set(report.suspect_ranks)
+    by_kind: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_kind.setdefault(f.kind, []).append(f)
+    keep: set[int] = set()
+    for kind, found in by_kind.items():
+        ranked = sorted(found, key=lambda f: not (set(f.ranks) & suspects))
+        keep.update(id(f) for f in ranked[:_PER_KIND])
+        rest = ranked[_PER_KIND:]
+        if rest:
+            ranks = sorted({r for f in rest for r in f.ranks})
+            notes.append(f"{len(rest)} more {kind} findings (ranks {rank_ranges(ranks) or '?'}): full=true")
+    return [f for f in report.findings if id(f) in keep]
+
+
+_RANK_LINE = re.compile(r"^rank (\d+): (.+)$")
+
+
+def merge_rank_lines(lines: list[str]) -> list[str]:
+    """``rank 0: saw X``, ``rank 1: saw X`` -> ``ranks 0-1: saw X``, in the place of the first one."""
+    texts: dict[str, list[int]] = {}
+    for line in lines:
+        m = _RANK_LINE.match(line)
+        if m:
+            texts.setdefault(m.group(2), []).append(int(m.group(1)))
+    out: list[str] = []
+    done: set[str] = set()
+    for line in lines:
+        m = _RANK_LINE.match(line)
+        if not m or len(texts[m.group(2)]) == 1:
+            out.append(line)
+        elif m.group(2) not in done:
+            done.add(m.group(2))
+            out.append(f"ranks {rank_ranges(sorted(texts[m.group(2)]))}: {m.group(2)}")
+    return out
+
+
+def bound_triage(report: TriageReport) -> TriageReport:
+    """Triage without repeats: at most two findings per kind (the suspects' first), a kind's
+    explanation, fix and next steps once, excerpts cut to their first lines, and torchrun's
+    failure records of the first observed failure and the suspects only."""
+    notes: list[str] = []
+    suspects = set(report.suspect_ranks)
+    kept = _kept_findings(report, notes)
+    detailed: dict[str, int] = {}  # per kind, the finding that keeps its explanation: a suspect's first
+    for f in kept:
+        if f.severity != "info" and (not suspects or set(f.ranks) & suspects):
+            detailed.setdefault(f.kind, id(f))
+    out = []
+    for f in kept:
+        update: dict[str, object] = {}
+        if detailed.get(f.kind) != id(f):  # source and line_numbers say where to read it
+            update.update({"explanation": "", "fix": "", "next_steps": [], "excerpt": ""})
+        elif _short_excerpt(f.excerpt) != f.excerpt:
+            update["excerpt"] = _short_excerpt(f.excerpt)
+        big = [k for k, v in f.facts.items() if size_of(v) > _BIG_FACT]
+        if big:  # e.g. a copy of torchrun's failure table, which `failures` holds once
+            update["facts"] = {k: v for k, v in f.facts.items() if k not in big}
+            notes.append(f"{f.kind} facts {', '.join(big)}: full=true")
+        out.append(f.model_copy(update=update) if update else f)
+    if any(a is not b for a, b in zip(out, report.findings, strict=False)) or len(out) < len(report.findings):
+        notes.append("explanations, fixes and excerpts beyond one per kind about the suspects: full=true")
+    failures = [
+        x.model_copy(
+            update={
+                "message": "" if x.message.startswith("To enable traceback") else x.message,
+                "error_file": None if x.error_file == "<N/A>" else x.error_file,
+            }
+        )
+        for x in report.failures
+        if x.first_observed or x.rank in suspects
+    ]  # torchrun's boilerplate says nothing
+    if len(failures) < len(report.failures):
+        notes.append(f"{len(report.failures) - len(failures)} more torchrun failure records: full=true")
+    if not notes:
+        return report
+    return report.model_copy(
+        update={
+            "findings": out,
+            "failures": failures,
+            "evidence": merge_rank_lines(report.evidence),
+            "stats": {},
+            "left_out": [*report.left_out, *notes],
+        }
+    )
+
+
+def bound_env(report: EnvReport) -> EnvReport:
+    """Every rank's environment once: the first rank's in full, the others' only where they differ
+    (``differences`` names each variable that does, with every rank's value)."""
+    if len(report.ranks) <= 1:
+        return report
+    first = report.ranks[0]
+    others = [
+        r.model_copy(
+            update={
+                "env": {},
+                "python": r.python if r.python != first.python else None,
+                "torch_version": r.torch_version if r.torch_version != first.torch_version else None,
+                "torch_path": r.torch_path if r.torch_path != first.torch_path else None,
+                "limits": r.limits if r.limits != first.limits else None,
+            }
+        )
+        for r in report.ranks[1:]
+    ]
+    job = report.job
+    if job is not None and len(job.ranks) > 1:
+        job = job.model_copy(update={"ranks": [job.ranks[0], *(_slim_rank(r) for r in job.ranks[1:])]})
+    note = (
+        f"ranks[1:]: the environment, interpreter and limits of ranks[0] except what differences lists "
+        f"({len(report.ranks) - 1} ranks); full=true lists each"
+    )
+    return report.model_copy(
+        update={"ranks": [first, *others], "job": job, "left_out": [*report.left_out, note]}
+    )

@@ -25,6 +25,10 @@ class TriageCommand(Command):
         from rankscope import api
 
         report = api.triage_logs(list(args.paths), max_findings=int(args.max_findings))
+        if args.json and not args.full:
+            from rankscope.analysis.bound import bound_triage
+
+            report = bound_triage(report)
         emit(report, bool(args.json), render_triage, full=args.full)
         return 0
 

@@ -27,7 +27,12 @@ async def triage_logs(
     suspect_ranks: the ranks most likely at the root (victims that merely saw
     a closed peer or waited in a collective are listed separately).
     """
-    return await in_thread(api.triage_logs, list(paths or []), text=text, max_findings=max_findings)
+    report = await in_thread(api.triage_logs, list(paths or []), text=text, max_findings=max_findings)
+    if full:
+        return report
+    from rankscope.analysis.bound import bound_triage
+
+    return bound_triage(report)
 
 
 def register(server: MCPServer) -> None:

@@ -146,3 +146,24 @@ def test_redact_model_walks_every_string_of_an_answer() -> None:
     assert clean.stacks[0].threads[0].frames[0].function == "main"
     untouched = StacksReport(job=Job(job_id="j"), verdict=Verdict(kind="no_collective", summary="s"))
     assert redact_model(untouched) is untouched
+
+
+def test_an_auth_scheme_stays_and_its_credential_goes_everywhere() -> None:
+    from rankscope.runtime.redact import Redactor
+
+    r = Redactor()
+    jwt = "eyJhbGciOiJIUzI1NiJ9.vzi1JYY4U9QF3MpeUGeK.sZqGuzN8XTyXZjdURlSD"  # payload not JSON-shaped
+    assert r.text(f"curl -H 'Authorization: Bearer {jwt}'") == "curl -H 'Authorization: Bearer <redacted>'"
+    assert r.text(f"Authorization: Basic {jwt[:20]}") == "Authorization: Basic <redacted>"
+    assert r.text(f"retrying with {jwt}") == "retrying with <redacted>"  # learned in this answer
+    assert "Bearer" in r.text("Authorization: Bearer")  # the word alone is not a secret
+
+
+def test_password_followed_by_its_value_in_prose() -> None:
+    from rankscope.runtime.redact import redact_text
+
+    assert redact_text("failed (peer [::1]:29500; password 8s0iMRZEYpP0YYPpkF)") == (
+        "failed (peer [::1]:29500; password <redacted>)"
+    )
+    assert redact_text("PASSWD hunter22") == "PASSWD <redacted>"
+    assert redact_text("password required for user bob") == "password required for user bob"

@@ -41,7 +41,17 @@ _QUERY_SECRET = re.compile(
     r"(?P<key>[?&;](?:[a-z0-9_-]*(?:token|secret|password|passwd|api_?key|access_?key|sig|signature|auth)[a-z0-9_-]*))=(?P<val>[^&#\s'\"]+)",
     re.IGNORECASE,
 )
-_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_BEARER = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+(?P<val>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
+_PROSE_AFTER_PASSWORD = frozenset(
+    "is was for required prompt reset changed expired incorrect invalid wrong file protected must "
+    "cannot not authentication auth and or of to from the a an with without".split()
+)
+_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
+"""Words that name how a credential is sent (``Authorization: Bearer X``): X is the secret, not them."""
+# "password X" in prose and config dumps (``... ; password hunter2)``), whatever the value's length.
+_PASSWORD_WORD = re.compile(
+    r"(?P<head>\b(?:password|passwd|passphrase|pwd)\s+)(?P<val>(?!<redacted)[^\s'\";,)\]}]{4,})", re.IGNORECASE
+)
 # Formats that are secrets wherever they appear; the mask says which kind it was.
 _KNOWN_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern))
@@ -162,15 +172,21 @@ class Redactor:
         text = _PEM.sub(self._keep("<redacted:private_key>"), text)
         text = _URL_CREDS.sub(lambda m: self._learned(m["pw"], f"{m['scheme']}{m['user']}:{MASK}@"), text)
         text = _QUERY_SECRET.sub(lambda m: self._learned(m["val"], f"{m['key']}={MASK}"), text)
-        text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+        text = _BEARER.sub(lambda m: self._learned(m["val"], f"{m.group(1)} {MASK}"), text)
         for kind, pattern in _KNOWN_TOKENS:
             text = pattern.sub(self._keep(f"<redacted:{kind}>"), text)
         text = _QUOTED_PAIR.sub(self._quoted, text)
         text = _NETRC.sub(lambda m: self._learned(m["val"], f"{m['head']}{MASK}"), text)
+        text = _PASSWORD_WORD.sub(self._password_word, text)
         text = _NEAR_WORD.sub(lambda m: self._learned(m["val"], f"{m['head']}{MASK}"), text)
         for pattern in _INLINE_ASSIGNS:
             text = pattern.sub(self._inline, text)
         return text
+
+    def _password_word(self, m: re.Match[str]) -> str:
+        if m["val"].lower() in _PROSE_AFTER_PASSWORD:  # "password required", "password prompt"
+            return m.group(0)
+        return self._learned(m["val"], f"{m['head']}{MASK}")
 
     def _learned(self, value: str, replacement: str) -> str:
         if value != MASK and len(value) >= self.min_value_len and not value.startswith("<redacted"):
@@ -190,7 +206,10 @@ class Redactor:
         return self._learned(m["val"], masked)
 
     def _inline(self, m: re.Match[str]) -> str:
-        if is_secret_name(m["name"]) and m["val"] != MASK and not m["val"].startswith("<redacted"):
+        value = m["val"]
+        if value.lower() in _AUTH_SCHEMES:  # `Authorization: Bearer <redacted>`: the scheme stays
+            return m.group(0)
+        if is_secret_name(m["name"]) and value != MASK and not value.startswith("<redacted"):
             return self._learned(m["val"], f"{m['name']}{m['sep']}{m['quote']}{MASK}{m['quote']}")
         return m.group(0)
 

@@ -295,6 +295,7 @@ def brief_templates(listed: TemplateList) -> TemplateList:
                 "description": "",
                 "fixed_description": "",
                 "failure_class": "",
+                "skill_section": "",
                 "params": [
                     p.model_copy(update={"help": "", "min": None, "max": None, "choices": None})
                     for p in t.params
@@ -304,7 +305,7 @@ def brief_templates(listed: TemplateList) -> TemplateList:
         )
         for t in listed.templates
     ]
-    notes = ["descriptions and parameter ranges: full=true (CLI: --full)"]
+    notes = ["descriptions, playbook sections and parameter ranges: full=true (CLI: --full)"]
     if shared:
         notes.append("parameters every template takes: " + ", ".join(sorted(shared)))
     return listed.model_copy(update={"templates": brief, "left_out": [*listed.left_out, *notes]})

@@ -86,13 +86,13 @@ class TemplateInfo(Model):
 
     name: str
     title: str
-    failure_class: str
+    failure_class: str = ""
     symptom: str = Field(description="The kind it shows: a verdict kind, a finding kind or a probe result.")
     symptom_source: SymptomSource
     requires_cuda: bool
-    skill_section: str
-    description: str
-    fixed_description: str
+    skill_section: str = ""
+    description: str = Field(default="", description="Empty in a brief list (full=true has it).")
+    fixed_description: str = ""
     params: list[ParamSpec] = Field(default_factory=list)
 
 

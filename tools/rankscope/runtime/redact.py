@@ -50,7 +50,8 @@ _AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
 """Words that name how a credential is sent (``Authorization: Bearer X``): X is the secret, not them."""
 # "password X" in prose and config dumps (``... ; password hunter2)``), whatever the value's length.
 _PASSWORD_WORD = re.compile(
-    r"(?P<head>\b(?:password|passwd|passphrase|pwd)\s+)(?P<val>(?!<redacted)[^\s'\";,)\]}]{4,})", re.IGNORECASE
+    r"(?P<head>\b(?:password|passwd|passphrase|pwd)\s+)(?P<val>(?!<redacted)[^\s'\";,)\]}]{4,})",
+    re.IGNORECASE,
 )
 # Formats that are secrets wherever they appear; the mask says which kind it was.
 _KNOWN_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(

@@ -75,7 +75,9 @@ def leaks(text: str) -> list[str]:
     return sorted({name for name, pieces in fragments().items() if any(p in text for p in pieces)})
 
 
-def test_no_secret_leaves_by_any_tool(jobs: JobFactory, pyspy_works: str, tmp_path: Path) -> None:
+def test_no_secret_leaves_by_any_tool(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "train.log"
     env = {f"RANKSCOPE_PLANTED_{k}": v for k, v in PLANTED.items()}
     env.update(
@@ -118,6 +120,17 @@ def test_no_secret_leaves_by_any_tool(jobs: JobFactory, pyspy_works: str, tmp_pa
         assert code == 0, (name, err)
         answers[f"cli {name}"] = out + err
 
+    printer = tmp_path / "prints_secrets.py"
+    printer.write_text(
+        "import os\n"
+        "print('loaded', os.environ['RANKSCOPE_PLANTED_HF'], flush=True)\n"
+        "print('Authorization: Bearer ' + os.environ['RANKSCOPE_PLANTED_JWT'], flush=True)\n"
+        "print('db password ' + os.environ['RANKSCOPE_PLANTED_DBPW'], flush=True)\n"
+        "raise SystemExit('token=' + os.environ['RANKSCOPE_PLANTED_GITHUB'])\n"
+    )
+    for key, value in PLANTED.items():  # run_all_ranks' ranks inherit the server's environment
+        monkeypatch.setenv(f"RANKSCOPE_PLANTED_{key}", value)
+
     async def mcp() -> None:
         async with Client(build_server()) as client:
             calls: dict[str, tuple[str, dict[str, Any]]] = {
@@ -127,10 +140,12 @@ def test_no_secret_leaves_by_any_tool(jobs: JobFactory, pyspy_works: str, tmp_pa
                 "collect_env": ("collect_env", {"pid": job.pid, "include_torch": False, "full": True}),
                 "triage_logs": ("triage_logs", {"paths": logs, "full": True}),
                 "inspect_memory": ("inspect_memory", {"pid": job.pid, "full": True}),
+                "generate_repro": ("generate_repro", {"from_last_stacks": True, "full": True}),
+                "run_all_ranks": ("run_all_ranks", {"script": str(printer), "nproc": 2, "full": True}),
             }
             for name, (tool, arguments) in calls.items():
                 res = await client.call_tool(tool, arguments)
-                assert not res.is_error, (name, res.content)
+                assert not res.is_error, (name, res.content)  # run_all_ranks: a crash is an answer
                 text = "\n".join(c.text for c in res.content if getattr(c, "text", None))
                 answers[f"mcp {name}"] = text + json.dumps(res.structured_content)
 
@@ -142,5 +157,7 @@ def test_no_secret_leaves_by_any_tool(jobs: JobFactory, pyspy_works: str, tmp_pa
     # py-spy shows dicts, strings and lists by value (objects as <HubConfig at 0x...>)
     assert '\\"lr\\": 0.1' in full and "service_account" in full and "api.example.com" in full
     assert "NCCL_DEBUG" in answers["cli env full"]
+    assert "loaded" in answers["mcp run_all_ranks"] and "Authorization" in answers["mcp run_all_ranks"]
+    assert "reasons" in answers["mcp generate_repro"]
     assert "db.internal" in answers["cli env full"] or "DATABASE_URL" not in answers["cli env full"]
     assert "peer_closed" in answers["cli triage full"] and "Authorization" in answers["cli triage full"]

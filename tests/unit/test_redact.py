@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rankscope.runtime.redact import MASK, Redactor, is_secret_name, redact_text
 
 
@@ -167,3 +169,35 @@ def test_password_followed_by_its_value_in_prose() -> None:
     )
     assert redact_text("PASSWD hunter22") == "PASSWD <redacted>"
     assert redact_text("password required for user bob") == "password required for user bob"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2Rl=;"
+            "EndpointSuffix=core.windows.net",
+            "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2Rl",
+        ),
+        (
+            "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&sp=r&se=2026-12-01&sig=AbCdEf0123456789abcdefGHIJ%2Bq",
+            "AbCdEf0123456789abcdefGHIJ",
+        ),
+        (
+            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
+            "SharedAccessKey=QWxhZGRpbjpvcGVuIHNlc2FtZQ0123456789abcdefgh=",
+            "QWxhZGRpbjpvcGVuIHNlc2FtZQ0123456789",
+        ),
+        (
+            '{"type": "service_account", "private_key_id": "0123456789abcdef0123456789abcdef01234567", '
+            '"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n-----END PRIVATE KEY-----\\n"}',
+            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+        ),
+        ("AIzaSyA1234567890abcdefghijklmnopqrstuv", "1234567890abcdefghijklmnopqrstuv"),
+    ],
+)
+def test_cloud_credentials_azure_and_gcp(text: str, secret: str) -> None:
+    from rankscope.runtime.redact import redact_text
+
+    out = redact_text(text)
+    assert secret not in out and "<redacted" in out

@@ -133,7 +133,15 @@ def render(result: dict[str, Any]) -> str:
         out.append(
             f"| {r['tool']}{flag} | {r['text']:,} | {r['data']:,} | {plain} | {ratio} | {r['full']:,} |"
         )
-    out += ["", f"`tools/list`: {result['tools_list']:,} bytes for all tools.", ""]
+    out += [
+        "",
+        f"`tools/list`: {result['tools_list']:,} bytes for all tools.",
+        "",
+        "`triage_logs` reads every fixture log at once (tests/data/logs: many unrelated jobs), the",
+        "worst case for one answer; one job's logs answer in at most 4 KiB each (tests/unit/test_answers.py).",
+        "`generate_repro` without `out` returns the script itself, which is most of its size.",
+        "",
+    ]
     return "\n".join(out)
 
 

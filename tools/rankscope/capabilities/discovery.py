@@ -327,7 +327,10 @@ def _zombie_notes(launchers: list[int], procs: dict[int, ProcInfo]) -> list[str]
         for p in procs.get(agent, ProcInfo(0, None, "unknown", 0, [], None)).children
         if procs[p].state in ("zombie", "dead")
     ]
-    return [f"exited children of the launcher not yet reaped (zombies): pids {zombies}"] if zombies else []
+    if not zombies:
+        return []
+    how = [f"pid {p}" + (f" ({st})" if (st := procfs.exit_status(p)) else "") for p in zombies]
+    return [f"exited children of the launcher not yet reaped (zombies): {', '.join(how)}"]
 
 
 _NOT_HERE = "not on this host: collect the other hosts' ranks (stacks --hosts ..., dump_stacks hosts=[...])"

@@ -15,6 +15,7 @@ or unreadable; the bare-noun ones (``environ``, ``cmdline``, ``text``) raise
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +87,29 @@ def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
         return int(fields[1]), STATES.get(fields[0], "unknown"), int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+_EXIT_CODE_FIELD = 49
+"""``exit_code`` (field 52 of /proc/PID/stat, Linux 3.5+) in :func:`stat_fields`' numbering."""
+
+
+def exit_status(pid: int) -> str | None:
+    """How an exited, not yet reaped process ended ("exit code 1", "killed by SIGKILL"), read from
+    its zombie's /proc/PID/stat; None when it runs, is gone, or the kernel does not say."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] not in ("Z", "X") or len(fields) <= _EXIT_CODE_FIELD:
+        return None
+    try:
+        status = int(fields[_EXIT_CODE_FIELD])
+    except ValueError:
+        return None
+    if status & 0x7F:
+        try:
+            name = signal.Signals(status & 0x7F).name
+        except ValueError:
+            name = f"signal {status & 0x7F}"
+        return f"killed by {name}"
+    return f"exit code {status >> 8}"
 
 
 def start_epoch(pid: int) -> float | None:

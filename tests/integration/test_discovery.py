@@ -204,3 +204,33 @@ def test_ranks_of_an_earlier_attempt_are_left_out() -> None:
     assert any("earlier torchrun attempt" in n and "101" in n for n in job.notes)
     # ranks 2-3 belong to an agent on another host: not visible, never blamed from here
     assert [(m.rank, m.status) for m in job.missing] == [(2, "not_visible"), (3, "not_visible")]
+
+
+def test_a_rank_gone_from_its_agent_gets_the_exit_code_of_the_agents_unreaped_child() -> None:
+    """Agent 200 started ranks 2-3; rank 3 is gone and the agent has one zombie child (a real one,
+    whose /proc/PID/stat says it exited with 3): that is rank 3, exit code 3."""
+    import subprocess
+    import sys
+
+    from tests.jobs import wait_for
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    try:
+        from rankscope.runtime.procfs import read_stat
+
+        wait_for(lambda: (read_stat(child.pid) or (0, "", 0))[1] == "zombie", 30, "a zombie")
+        py = "/usr/bin/python3.11"
+        agent = ProcInfo(200, 1, "sleeping", 1, [py, "-m", "torch.distributed.run", "t.py"], {}, exe=py)
+        agent.children = [201, child.pid]
+        zombie = ProcInfo(child.pid, 200, "zombie", 2, [], None)
+        ranks = [
+            _torchrun_rank(101, 100, 0, 0),
+            _torchrun_rank(102, 100, 1, 0),
+            _torchrun_rank(201, 200, 2, 0),
+        ]
+        job = build_jobs({p.pid: p for p in (agent, zombie, *ranks)}, "h")[0]
+        (gone,) = job.missing
+        assert (gone.rank, gone.status, gone.exit_code) == (3, "exited", 3)
+        assert f"pid {child.pid} exit code 3" in gone.detail
+    finally:
+        child.wait(timeout=30)

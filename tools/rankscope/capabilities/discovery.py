@@ -19,6 +19,7 @@ worker inherits RANK from its rank; a forked one even has the same command line)
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -236,7 +237,7 @@ def _make_job(
     # mp.spawn: nprocs is known only to the parent; rankscope.capabilities.stacks reads it from its stack.
     found = {r.rank for r in rank_procs if r.rank is not None}
     missing = sorted(set(range(world)) - found) if world else []
-    classified = classify_missing(members, missing) if launcher == "torchrun" else []
+    classified = classify_missing(members, missing, procs) if launcher == "torchrun" else []
     exited = [m.rank for m in classified if m.status == "exited"]
     if exited:
         notes.append(
@@ -359,11 +360,15 @@ def _first_agent(members: list[_Candidate]) -> int | None:
     return agents[0] if agents else None
 
 
-def classify_missing(members: list[_Candidate], missing: list[int]) -> list[MissingRank]:
+def classify_missing(
+    members: list[_Candidate], missing: list[int], procs: dict[int, ProcInfo] | None = None
+) -> list[MissingRank]:
     """Each missing rank of a torchrun job: started here by one of its agents (then exited) or elsewhere.
 
     An agent started ranks ``RANK - LOCAL_RANK + [0, LOCAL_WORLD_SIZE)``; a rank of that range
-    that is gone exited. Any other rank runs on another host: not visible, not blamable.
+    that is gone exited. Any other rank runs on another host: not visible, not blamable. An
+    agent's unreaped children say how they ended; when one rank of an agent is gone and one
+    child is unreaped, that is the rank, and its exit code is known.
     """
     started: dict[int, int] = {}
     for c in members:
@@ -374,18 +379,46 @@ def classify_missing(members: list[_Candidate], missing: list[int]) -> list[Miss
         base = c.rank - c.local_rank
         for r in range(base, base + lws):
             started.setdefault(r, c.info.ppid)
-    out: list[MissingRank] = []
+    gone_by_agent: dict[int, list[int]] = defaultdict(list)
     for r in missing:
         if r in started:
-            out.append(
-                MissingRank(
-                    rank=r,
-                    status="exited",
-                    detail=f"started by torchrun agent pid {started[r]} on this host and gone; its logs say why",
-                )
-            )
-        else:
+            gone_by_agent[started[r]].append(r)
+    out: list[MissingRank] = []
+    for r in missing:
+        if r not in started:
             out.append(MissingRank(rank=r, status="not_visible", detail=_NOT_HERE))
+            continue
+        agent = started[r]
+        ended = _unreaped(agent, procs or {})
+        detail = f"started by torchrun agent pid {agent} on this host and gone"
+        code: int | None = None
+        if ended:
+            detail += " (unreaped: " + ", ".join(f"pid {p} {how}" for p, how, _ in ended) + ")"
+            if len(ended) == 1 and len(gone_by_agent[agent]) == 1:
+                code = ended[0][2]
+        out.append(MissingRank(rank=r, status="exited", exit_code=code, detail=detail + "; its logs say why"))
+    return out
+
+
+def _unreaped(agent: int, procs: dict[int, ProcInfo]) -> list[tuple[int, str, int | None]]:
+    """(pid, how it ended, exit code or -signal) of the agent's zombie children."""
+    out: list[tuple[int, str, int | None]] = []
+    info = procs.get(agent)
+    for p in info.children if info else []:
+        child = procs.get(p)
+        if child is None or child.state not in ("zombie", "dead"):
+            continue
+        how = procfs.exit_status(p)
+        if how is None:
+            continue
+        number = how.rsplit(" ", 1)[-1]
+        code = int(number) if number.lstrip("-").isdigit() else None
+        if how.startswith("killed by "):
+            try:
+                code = -int(signal.Signals[how.removeprefix("killed by ")])
+            except KeyError:
+                code = None
+        out.append((p, how, code))
     return out
 
 

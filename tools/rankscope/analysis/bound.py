@@ -12,6 +12,7 @@ import re
 
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.fit import size_of
+from rankscope.analysis.frames import is_torch_or_stdlib, short_path
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.compact import compact
 from rankscope.models.core import Finding, Frame, Group, JobList, RankProcess, RankStack, StacksReport
@@ -40,18 +41,6 @@ def _common_outer(groups: list[Group]) -> int:
     return n
 
 
-_TORCH_OR_STDLIB = re.compile(r"/torch/|/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
-
-
-def short_path(path: str) -> str:
-    """A library file from its package on (``torch/distributed/distributed_c10d.py``); the
-    job's own files keep their full path, which the agent opens."""
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    return path
-
-
 def _slim_frame(frame: Frame) -> Frame:
     update: dict[str, object] = {"locals": None, "file": short_path(frame.file)}
     if frame.native:
@@ -73,7 +62,7 @@ def _trim(frames: list[Frame], common: int, limit: int) -> list[Frame]:
     for i, frame in enumerate(frames[: max(keep_until, 1)]):
         if frame.native and classify_native_frame(frame.function) is None:
             continue
-        if not frame.native and i != innermost and _TORCH_OR_STDLIB.search(frame.file.replace("\\", "/")):
+        if not frame.native and i != innermost and is_torch_or_stdlib(frame.file.replace("\\", "/")):
             continue
         out.append(_slim_frame(frame))
     if len(out) > limit:

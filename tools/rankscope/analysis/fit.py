@@ -74,6 +74,7 @@ def fit(data: dict[str, Any], max_bytes: int, how: str) -> dict[str, Any]:
     is modified in place and returned.
     """
     notes: dict[str, str] = {}
+    original: dict[str, int] = {}  # each cut node's length before its first cut
     budget = max_bytes - NOTE_RESERVE if size_of(data) > max_bytes else max_bytes
     while size_of(data) > budget:
         best: list[Any] = [None, "", None, None]
@@ -85,11 +86,11 @@ def fit(data: dict[str, Any], max_bytes: int, how: str) -> dict[str, Any]:
         over = size_of(data) - budget
         if isinstance(value, list):
             keep = _prefix_without(value, over)
-            total = _original_length(notes, path, len(value))
+            total = original.setdefault(path, len(value))
             parent[key] = value[:keep]
             notes[path] = f"{path}: first {keep} of {total} kept"
         else:
-            total = _original_length(notes, path, len(value))
+            total = original.setdefault(path, len(value))
             keep = max(MIN_STRING, min(len(value) // 2, len(value) - over - 40))
             parent[key] = value[:keep] + f" [... {total - keep} characters cut]"
             notes[path] = f"{path}: first {keep} of {total} characters kept"
@@ -99,11 +100,3 @@ def fit(data: dict[str, Any], max_bytes: int, how: str) -> dict[str, Any]:
             cuts = [*cuts[: MAX_NOTES - 1], f"... and {len(cuts) - MAX_NOTES + 1} more cuts"]
         data["left_out"] = [*data.get("left_out", []), *cuts, how]
     return data
-
-
-def _original_length(notes: dict[str, str], path: str, now: int) -> int:
-    """The length before the first cut (a list or string may be cut several times)."""
-    note = notes.get(path)
-    if note is None:
-        return now
-    return int(note.split(" of ", 1)[1].split(" ", 1)[0])

@@ -67,15 +67,25 @@ def find_call_site(frames: Iterable[Frame]) -> CallSite | None:
     return None
 
 
+def short_path(path: str) -> str:
+    """A library file from its package on (``torch/distributed/distributed_c10d.py``); any other
+    file unchanged (the job's own files keep their full path, which the agent opens)."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+def is_torch_or_stdlib(path: str) -> bool:
+    """True for a file of torch or of Python's standard library (``/``-separated path)."""
+    return "/torch/" in path or _STDLIB.search(path) is not None
+
+
 def lib_where(frame: Frame) -> str:
     """``torch/distributed/distributed_c10d.py:3252``: a library frame without the install prefix."""
     path = frame.file.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            path = path.split(marker, 1)[1]
-            break
-    else:
-        path = os.path.basename(path) or path
+    short = short_path(path)
+    path = short if short != path else (os.path.basename(path) or path)
     return f"{path}:{frame.line}" if frame.line is not None else path
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from rankscope.analysis.conditions import guard_kind
 from rankscope.analysis.p2p import P2P_DIRECTION
+from rankscope.analysis.verdict import RAN_OUT_EARLY
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding, Group, StacksReport
 from rankscope.models.repro import Catalog, ParamSpec, ParamValue, TemplateChoice, TemplateSpec
@@ -520,7 +521,7 @@ def _extra_collective(
 def _ran_out_early(ctx: _Ctx, odd: Group) -> bool:
     """The verdict found the odd rank past the loop the others are still in (see verdict.parting_phrase)."""
     text = " ".join([ctx.report.verdict.summary, *ctx.report.verdict.evidence])
-    return "issued fewer collectives there earlier" in text and bool(odd.ranks)
+    return RAN_OUT_EARLY in text and bool(odd.ranks)
 
 
 def _skipped_in_loop(ctx: _Ctx, odd: Group, main: Group, main_op: str) -> TemplateChoice:

@@ -209,6 +209,11 @@ def _guards(
     return out
 
 
+RAN_OUT_EARLY = "issued fewer collectives there earlier"
+"""The words of :func:`parting_phrase` for a suspect past the others' block; the repro chooser
+(analysis/templates.py) reads a verdict for them."""
+
+
 def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, bool] | None:
     """``rank 1 leaves ranks 0,2-3 in Trainer.fit (trainer.py): at line 68, they at line 67 ...``, and
     whether it says more than the call sites do (library code, or a suspect past the others' line)."""
@@ -231,8 +236,8 @@ def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, boo
     if later:
         text += (
             f" (later in the same function: {who} got past the block the others are still in, so it most likely "
-            "issued fewer collectives there earlier: a skipped batch, an early continue or return; read that "
-            "block, not only where it waits)"
+            f"{RAN_OUT_EARLY}: a skipped batch, an early continue or return; read that block, not only where it "
+            "waits)"
         )
     return text, library or later
 

@@ -19,7 +19,6 @@ worker inherits RANK from its rank; a forked one even has the same command line)
 from __future__ import annotations
 
 import os
-import signal
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -322,15 +321,10 @@ def _rank_process(
 
 
 def _zombie_notes(launchers: list[int], procs: dict[int, ProcInfo]) -> list[str]:
-    zombies = [
-        p
-        for agent in launchers
-        for p in procs.get(agent, ProcInfo(0, None, "unknown", 0, [], None)).children
-        if procs[p].state in ("zombie", "dead")
-    ]
-    if not zombies:
+    ended = [u for agent in launchers for u in _unreaped(agent, procs)]
+    if not ended:
         return []
-    how = [f"pid {p}" + (f" ({st})" if (st := procfs.exit_status(p)) else "") for p in zombies]
+    how = [f"pid {p}" + (f" ({procfs.ended_phrase(code)})" if code is not None else "") for p, code in ended]
     return [f"exited children of the launcher not yet reaped (zombies): {', '.join(how)}"]
 
 
@@ -392,34 +386,24 @@ def classify_missing(
         ended = _unreaped(agent, procs or {})
         detail = f"started by torchrun agent pid {agent} on this host and gone"
         code: int | None = None
-        if ended:
-            detail += " (unreaped: " + ", ".join(f"pid {p} {how}" for p, how, _ in ended) + ")"
-            if len(ended) == 1 and len(gone_by_agent[agent]) == 1:
-                code = ended[0][2]
+        told = [(p, c) for p, c in ended if c is not None]
+        if told:
+            detail += " (unreaped: " + ", ".join(f"pid {p} {procfs.ended_phrase(c)}" for p, c in told) + ")"
+            if len(told) == 1 and len(gone_by_agent[agent]) == 1:
+                code = told[0][1]
         out.append(MissingRank(rank=r, status="exited", exit_code=code, detail=detail + "; its logs say why"))
     return out
 
 
-def _unreaped(agent: int, procs: dict[int, ProcInfo]) -> list[tuple[int, str, int | None]]:
-    """(pid, how it ended, exit code or -signal) of the agent's zombie children."""
-    out: list[tuple[int, str, int | None]] = []
+def _unreaped(agent: int, procs: dict[int, ProcInfo]) -> list[tuple[int, int | None]]:
+    """(pid, exit code or minus the signal; None when the kernel does not say) of the agent's
+    exited children it has not reaped."""
     info = procs.get(agent)
-    for p in info.children if info else []:
-        child = procs.get(p)
-        if child is None or child.state not in ("zombie", "dead"):
-            continue
-        how = procfs.exit_status(p)
-        if how is None:
-            continue
-        number = how.rsplit(" ", 1)[-1]
-        code = int(number) if number.lstrip("-").isdigit() else None
-        if how.startswith("killed by "):
-            try:
-                code = -int(signal.Signals[how.removeprefix("killed by ")])
-            except KeyError:
-                code = None
-        out.append((p, how, code))
-    return out
+    return [
+        (p, procfs.exit_code(p))
+        for p in (info.children if info else [])
+        if p in procs and procs[p].state in ("zombie", "dead")
+    ]
 
 
 def read_backends(members: list[_Candidate]) -> dict[int, tuple[Backend, list[str]]]:

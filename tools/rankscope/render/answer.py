@@ -82,9 +82,7 @@ def answer_text(model: BaseModel, max_bytes: int = MAX_TEXT_BYTES) -> str:
             break
         kept.append(line)
         used += cost
-    seen = set(kept)
-    kept += [x for x in left_out if x not in seen]
-    return "\n".join(kept)
+    return "\n".join([*kept, *left_out])
 
 
 def _collapse_blank(lines: Iterator[str]) -> list[str]:
@@ -108,6 +106,8 @@ def shape_answer(model: BaseModel, *, full: bool = False) -> tuple[str, dict[str
     data: dict[str, Any] = compact(model)
     if full:
         return answer_text(model, max_bytes=1 << 30), data
+    noted = len(data.get("left_out", []))
     fit(data, MAX_DATA_BYTES, "pass full=true for the whole answer")
-    fitted = type(model).model_validate(data) if "left_out" in data else model
+    cut = len(data.get("left_out", [])) != noted  # fit names every cut it makes in left_out
+    fitted = type(model).model_validate(data) if cut else model
     return answer_text(fitted), data

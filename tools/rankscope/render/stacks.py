@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 
 from rankscope.analysis.collectives import classify_native_frame, frame_key
+from rankscope.analysis.frames import short_path
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.waits import GPU_LIKE, wait_phrase
@@ -31,11 +32,7 @@ def _frame_text(frame: Frame) -> str:
     if frame.native:
         lib = os.path.basename(frame.module or frame.file)
         return f"{frame.function[:120]} [{lib}]"
-    path = frame.file
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            path = path.split(marker, 1)[1]
-            break
+    path = short_path(frame.file)
     return (
         f"{frame.function} ({path}:{frame.line})" if frame.line is not None else f"{frame.function} ({path})"
     )
@@ -50,14 +47,19 @@ def _visible(frames: list[Frame]) -> list[Frame]:
     return [f for f in frames if not f.native or classify_native_frame(f.function) is not None]
 
 
+def _shared_wait(group: Group, waits: dict[int, str | None]) -> str | None:
+    """What every rank of the group waits for, when they agree."""
+    kinds = {waits.get(r) for r in group.ranks}
+    return next(iter(kinds)) if len(kinds) == 1 else None
+
+
 def _group_lines(
     group: Group, reference: Group | None, suspects: set[int], waits: dict[int, str | None]
 ) -> Iterator[str]:
     mark = "  <- suspect" if suspects & set(group.ranks) else ""
     what = f"{group.op} at " if group.op else "no collective, at "
     site = str(group.call_site) if group.call_site else "unknown site"
-    kinds = {waits.get(r) for r in group.ranks}
-    wait = next(iter(kinds)) if len(kinds) == 1 else None
+    wait = _shared_wait(group, waits)
     label = f" [{wait_phrase(wait).replace('wait ', 'waits ', 1)}]" if wait in GPU_LIKE else ""
     yield f"== {ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{site}{label}{mark}"
     frames = _visible(group.frames)
@@ -207,8 +209,7 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
             yield f"{ranks_phrase(group.ranks)}: {_STATE_NOTE.get(group.state, group.state)}{mark}"
             continue
         what = f"{group.op} at " if group.op else "no collective, at "
-        kinds: set[str | None] = {waits.get(r) for r in group.ranks}
-        wait: str | None = group.wait or (next(iter(kinds)) if len(kinds) == 1 else None)
+        wait = group.wait or _shared_wait(group, waits)
         label = f" [{wait}]" if wait else ""
         yield f"{ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{group.call_site or '?'}{label}{mark}"
         if group.call_site is not None:
@@ -222,6 +223,4 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
         call = f" -> {tool_call(step)}" if step.tool else ""
         yield f"next {i}: {step.action}{call}" + (f" [{step.skill_section}]" if step.skill_section else "")
     if report.hint:
-        yield f"left out: {report.hint}"
-    for line in report.left_out:
-        yield f"left out: {line}"
+        yield f"left out: {report.hint}"  # left_out itself closes every answer (render/answer.py)

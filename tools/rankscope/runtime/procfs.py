@@ -93,9 +93,10 @@ _EXIT_CODE_FIELD = 49
 """``exit_code`` (field 52 of /proc/PID/stat, Linux 3.5+) in :func:`stat_fields`' numbering."""
 
 
-def exit_status(pid: int) -> str | None:
-    """How an exited, not yet reaped process ended ("exit code 1", "killed by SIGKILL"), read from
-    its zombie's /proc/PID/stat; None when it runs, is gone, or the kernel does not say."""
+def exit_code(pid: int) -> int | None:
+    """How an exited, not yet reaped process ended: its exit code, or minus the signal that killed
+    it (as subprocess reports it), read from its zombie's /proc/PID/stat; None when it runs, is
+    gone, or the kernel does not say."""
     fields = stat_fields(pid)
     if fields is None or fields[0] not in ("Z", "X") or len(fields) <= _EXIT_CODE_FIELD:
         return None
@@ -103,13 +104,23 @@ def exit_status(pid: int) -> str | None:
         status = int(fields[_EXIT_CODE_FIELD])
     except ValueError:
         return None
-    if status & 0x7F:
-        try:
-            name = signal.Signals(status & 0x7F).name
-        except ValueError:
-            name = f"signal {status & 0x7F}"
-        return f"killed by {name}"
-    return f"exit code {status >> 8}"
+    return -(status & 0x7F) if status & 0x7F else status >> 8
+
+
+def ended_phrase(code: int) -> str:
+    """``exit code 1`` or ``killed by SIGKILL`` for an :func:`exit_code`."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def exit_status(pid: int) -> str | None:
+    """:func:`exit_code` in words (``exit code 1``, ``killed by SIGKILL``), or None."""
+    code = exit_code(pid)
+    return None if code is None else ended_phrase(code)
 
 
 def start_epoch(pid: int) -> float | None:

@@ -271,9 +271,32 @@ def test_even_split_is_decided_by_the_rank_condition_above_the_call(
     )
 
 
-def test_rank_left_waiting_in_a_subgroup_is_not_named_the_culprit(jobs: JobFactory, pyspy_works: str) -> None:
-    """Rank 3 skips its pair's all_reduce and waits in the global barrier; rank 2 is left in the pair's."""
-    job = jobs.torchrun("hang_subgroup.py", nproc=4)
+def test_rank_left_waiting_in_a_subgroup_names_the_member_that_went_on(
+    jobs: JobFactory, pyspy_works: str
+) -> None:
+    """Rank 3 skips its pair's all_reduce and waits in the global barrier; rank 2 is left in the pair's.
+    The job keeps its groups in a list, so each rank's locals say which groups it belongs to."""
+    job = jobs.torchrun("hang_subgroup.py", nproc=4, args=["--groups", "table"])
+    job.wait_ready(timeout=READY_S)
+    report = settle(
+        job.pid, lambda r: r.verdict.kind == "mismatched_collectives" and "subgroup" in r.verdict.summary
+    )
+    v = report.verdict
+    assert v.suspect_ranks == [3] and v.confidence == "high", v
+    assert "rank 2 waits in all_reduce" in v.summary and "rank 3, of rank 2's group, has gone on" in v.summary
+    assert "entry 1 of `pairs` in main (hang_subgroup.py): ranks 2-3 hold a ProcessGroup" in v.evidence[0]
+    # only integers and the group facts were kept from the locals
+    assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)
+    assert {s.rank: s.group_locals.slot for s in report.stacks if s.group_locals}[
+        2
+    ] == "hang_subgroup.py:main:pairs[1]"
+
+
+def test_rank_left_waiting_in_a_subgroup_without_a_table_is_not_named_the_culprit(
+    jobs: JobFactory, pyspy_works: str
+) -> None:
+    """The same hang, with each rank's group built in a helper: no local says who the members are."""
+    job = jobs.torchrun("hang_subgroup.py", nproc=4, args=["--groups", "helper"])
     job.wait_ready(timeout=READY_S)
     report = settle(
         job.pid, lambda r: r.verdict.kind == "mismatched_collectives" and "subgroup" in r.verdict.summary

@@ -1,18 +1,41 @@
 """Pairs [0,1] and [2,3] all-reduce in their own groups; rank 3 skips one of its pair's all_reduces
-and goes on to the global barrier, leaving rank 2 waiting in the pair's all_reduce."""
+and goes on to the global barrier, leaving rank 2 waiting in the pair's all_reduce.
+
+``--groups table`` keeps both groups in a list (``pairs``), as most jobs do: each rank's list
+holds its own group and c10d's NON_GROUP_MEMBER (-100) for the other. ``--groups helper``
+builds them in a function that returns only the rank's own group, so no local says who the
+members are."""
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 import torch.distributed as dist
 from _common import mark_ready
 
 
+def _my_pair(rank: int) -> dist.ProcessGroup:
+    mine = None
+    for members in ([0, 1], [2, 3]):
+        group = dist.new_group(members)
+        if rank in members:
+            mine = group
+    assert mine is not None
+    return mine
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--groups", choices=["table", "helper"], default="table")
+    how = parser.parse_args().groups
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-    mine = pairs[rank // 2]
+    if how == "table":
+        pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        mine = pairs[rank // 2]
+    else:
+        mine = _my_pair(rank)
     for step in range(3):
         t = torch.ones(2)
         if rank == 3 and step == 1:

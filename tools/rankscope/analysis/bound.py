@@ -76,7 +76,9 @@ def _bounded_groups(groups: list[Group], limit: int) -> list[Group]:
 
 
 def _stub(stack: RankStack) -> RankStack:
-    return stack.model_copy(update={"threads": []})
+    """A suspect's stack without its threads, and without its group tables: the verdict's evidence
+    already says what they decided."""
+    return stack.model_copy(update={"threads": [], "group_locals": None})
 
 
 def _slim_rank(proc: RankProcess, cmdline: int = 0) -> RankProcess:

@@ -69,7 +69,7 @@ def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
     """
     out: dict[str, int] = {}
     for frame in frames:
-        if frame.native or not frame.locals or _internal(frame.file):
+        if frame.native or not frame.locals or internal_file(frame.file):
             continue
         for local in frame.locals:
             value = _int_value(local)
@@ -81,7 +81,8 @@ def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
     return out
 
 
-def _internal(file: str) -> bool:
+def internal_file(file: str) -> bool:
+    """Whether a frame is torch's, rankscope's or the standard library's: their locals say nothing of the job."""
     path = file.replace("\\", "/")
     if "/torch/" in path or "/rankscope/" in path or path.startswith("<"):
         return True

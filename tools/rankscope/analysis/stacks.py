@@ -32,6 +32,7 @@ from rankscope.analysis.frames import (
     main_thread,
     short_site,
 )
+from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.analysis.verdict import BACKWARD_OP, decide, facts
@@ -251,8 +252,10 @@ def annotate(
     *,
     backend: Backend | None = None,
     source: Mapping[tuple[str, int], str] | None = None,
+    world: int | None = None,
 ) -> RankStack:
-    """A copy of ``stack`` with ``op``, ``peer``, ``call_site``, ``wait`` and ``counters`` filled in.
+    """A copy of ``stack`` with ``op``, ``peer``, ``call_site``, ``wait``, ``counters`` and what its
+    locals say of its process groups filled in.
 
     An ``op`` the shell already set (from the source line, see :func:`op_from_source`) is
     kept when the frames themselves name no operation; so is a ``peer`` it set, and
@@ -282,6 +285,7 @@ def annotate(
     )
     counters = stack.counters or int_locals(thread.frames)
     subgroup = stack.subgroup if stack.subgroup is not None else on_subgroup(thread.frames)
+    groups = stack.group_locals or read_group_locals(thread.frames, stack.rank, world)
     return stack.model_copy(
         update={
             "op": op,
@@ -292,6 +296,7 @@ def annotate(
             "wait_evidence": wait_evidence,
             "counters": counters,
             "subgroup": subgroup,
+            "group_locals": groups,
         }
     )
 
@@ -399,7 +404,7 @@ def analyze(
     """
     ddp = _ddp_in_use(stacks)
     backend = job_backend(job, stacks)
-    annotated = [annotate(s, ddp, backend=backend, source=source) for s in stacks]
+    annotated = [annotate(s, ddp, backend=backend, source=source, world=job.world_size) for s in stacks]
     annotated.sort(key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.host, s.pid))
 
     seen = {r.rank for r in job.ranks if r.rank is not None} | {

@@ -30,6 +30,7 @@ from rankscope.analysis.frames import (
     short_site,
 )
 from rankscope.analysis.gpu_busy import idle_minority
+from rankscope.analysis.group_members import members as group_members
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.waits import GPU_LIKE, wait_phrase
@@ -571,8 +572,10 @@ def _left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Verdi
     """The minority waits in a collective on a subgroup while the others went on: it is left waiting.
 
     A subgroup collective completes only when every member calls it; a member that skipped it
-    went on to the next collective with the majority. The minority is the victim, the culprit is
-    among the majority, and the stacks do not show which members the group has.
+    went on to the next collective with the majority. The minority is the victim, and the culprit
+    is the member of its group that went on: read from the job's locals (a table of groups or a
+    list of ranks, :mod:`~rankscope.analysis.group_members`), else from the flight recorder, else
+    not named at all.
     """
     by_rank = {s.rank: s for s in f.live}
     waiting = [r for g in minority for r in g.ranks]
@@ -581,32 +584,102 @@ def _left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Verdi
     if any(by_rank.get(r) is not None and by_rank[r].subgroup for r in majority.ranks):
         return None
     who = ranks_phrase(waiting)
-    summary = (
+    where = (
         f"{'; '.join(_describe(g) for g in minority)} on a subgroup while {_describe(majority)}: a subgroup "
-        f"collective completes only when every member of that group calls it, so {who} "
-        f"{'are' if len(waiting) > 1 else 'is'} left waiting by a member of its group that went on with "
-        f"{ranks_phrase(majority.ranks)} (or {who} called a collective its group does not): the stacks do not "
-        "show the group's members, so they name no culprit"
+        "collective completes only when every member of that group calls it"
     )
-    return Verdict(
-        kind="mismatched_collectives",
-        suspect_ranks=[],
-        confidence="low",
-        summary=summary,
-        evidence=f.evidence,
-        next_steps=[
+    named = _members_gone_on(f, waiting, majority)
+    if named is not None:
+        culprits, evidence, confidence = named
+        verb = "has" if len(culprits) == 1 else "have"
+        return _subgroup_verdict(
+            f,
+            culprits,
+            confidence,
+            f"{where}; {ranks_phrase(culprits)}, of {who}'s group, {verb} gone on to "
+            f"{majority.op or 'the next collective'} with the others: {'it' if len(culprits) == 1 else 'they'} "
+            f"skipped the group's collective (or {who} called one its group does not)",
+            [evidence, *f.evidence],
+        )
+    if f.flight is not None and f.flight.verdict.suspect_ranks:
+        fr = f.flight.verdict
+        return _subgroup_verdict(
+            f,
+            list(fr.suspect_ranks),
+            fr.confidence,
+            f"{where}; flight recorder: {fr.summary}",
+            [f"flight recorder: {line}" for line in fr.evidence[:6]] + f.evidence,
+        )
+    summary = (
+        f"{where}, so {who} {'are' if len(waiting) > 1 else 'is'} left waiting by a member of its group that went "
+        f"on with {ranks_phrase(majority.ranks)} (or {who} called a collective its group does not): the stacks do "
+        "not show the group's members, so they name no culprit"
+    )
+    return _subgroup_verdict(f, [], "low", summary, f.evidence)
+
+
+def _members_gone_on(
+    f: Facts, waiting: list[int], majority: Group
+) -> tuple[list[int], str, Confidence] | None:
+    """The members of the waiting ranks' groups that went on with the majority, read from locals."""
+    culprits: set[int] = set()
+    evidence: list[str] = []
+    table = True
+    for rank in waiting:
+        read = group_members(rank, f.live)
+        if read is None:
+            return None
+        found, text, from_table = read
+        culprits |= {r for r in found if r in majority.ranks}
+        evidence.append(text)
+        table = table and from_table
+    if not culprits:
+        return None
+    return sorted(culprits), "; ".join(dict.fromkeys(evidence)), "high" if table else "medium"
+
+
+def _subgroup_verdict(
+    f: Facts, suspects: list[int], confidence: Confidence, summary: str, evidence: list[str]
+) -> Verdict:
+    steps = []
+    if suspects:
+        steps.append(
             _step(
-                f"Find the members of {who}'s group where it is built (new_group / DeviceMesh), then which of them "
-                "skipped the collective: a rank- or data-dependent branch around it.",
+                f"Open {ranks_phrase(suspects)}'s loop around the group's collective: a rank- or data-dependent "
+                "branch, an early `continue`/`break`, that skips it on that rank.",
                 None,
                 "mismatched-collectives",
-            ),
+            )
+        )
+    else:
+        steps.append(
             _step(
-                "Read the flight recorder: its entries name each collective's process group and members.",
-                "analyze_flight_recorder",
+                "Find the members of the waiting ranks' group where it is built (new_group / DeviceMesh), then "
+                "which of them skipped the collective: a rank- or data-dependent branch around it.",
+                None,
                 "mismatched-collectives",
-            ),
-        ],
+            )
+        )
+    steps.append(
+        _step(
+            "Read the flight recorder: its entries name each collective's process group and members.",
+            "analyze_flight_recorder",
+            "mismatched-collectives",
+        )
+    )
+    if suspects:
+        steps.append(
+            _step(
+                "Write a minimal repro of the skipped collective.", "generate_repro", "mismatched-collectives"
+            )
+        )
+    return Verdict(
+        kind="mismatched_collectives",
+        suspect_ranks=suspects,
+        confidence=confidence,
+        summary=summary,
+        evidence=evidence,
+        next_steps=steps,
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.counters import int_locals, on_subgroup
 from rankscope.analysis.frames import is_user_frame
+from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.capabilities import discovery
@@ -394,11 +395,13 @@ def counter_pass(
     timeout: float,
     nonblocking: bool,
     only: set[int] | None = None,
+    world: int | None = None,
 ) -> list[RankStack]:
-    """``stacks`` with each live rank's progress counters and whether its collective runs on a
-    subgroup, read in one more pass with locals.
+    """``stacks`` with each live rank's progress counters, whether its collective runs on a
+    subgroup and what its locals say of the groups' members, read in one more pass with locals.
 
-    Only integers (:func:`int_locals`) and that one fact (:func:`on_subgroup`) are kept; every
+    Only integers (:func:`int_locals`), that one fact (:func:`on_subgroup`) and the group
+    tables (:func:`read_group_locals`) are kept; every
     other local is dropped here and never reaches the report. A rank whose Python stack changed between the passes moved on: its
     counters would not belong to the stack analysed, so it gets none.
     """
@@ -423,8 +426,17 @@ def counter_pass(
         ]
         after = _main_frames(d.threads)
         if [(f.function, f.file) for f in after if not f.native] == before:
-            read[d.pid] = {"counters": int_locals(after), "subgroup": on_subgroup(after)}
+            rank = by_pid[d.pid].rank
+            read[d.pid] = {
+                "counters": int_locals(after),
+                "subgroup": on_subgroup(after),
+                "group_locals": read_group_locals(after, rank, world),
+            }
     return [s.model_copy(update=read[s.pid]) if s.pid in read else s for s in stacks]
+
+
+def _needs_group_tables(stacks: list[RankStack]) -> bool:
+    return any(s.subgroup and s.group_locals is not None and s.group_locals.slot is not None for s in stacks)
 
 
 def _stack_of(stacks: list[RankStack], pid: int) -> RankStack:
@@ -491,14 +503,18 @@ def dump_stacks(
     if counters and not locals and (unsure or report.verdict.kind == "mismatched_collectives"):
         # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
         only = None if unsure else set(report.verdict.suspect_ranks)
-        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only)
+        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only, job.world_size)
+        if only is not None and _needs_group_tables(stacks):
+            # a suspect waits on a group one of the job's tables holds: the other ranks' tables say who its members are
+            rest = {s.rank for s in stacks if s.rank is not None} - only
+            stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, rest, job.world_size)
         if any(s.counters for s in stacks):
             job = job.model_copy(
                 update={
                     "notes": [*notes, "progress counters read in a second pass with locals (integers only)"]
                 }
             )
-        if any(s.counters or s.subgroup is not None for s in stacks):
+        if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
             report = analyze(job, stacks, errors, flight, source=source)
     return report
 

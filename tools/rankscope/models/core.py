@@ -73,6 +73,24 @@ class NextStep(Model):
     )
 
 
+class GroupLocals(Model):
+    """Process-group facts read from a rank's locals; every other local is dropped."""
+
+    tables: dict[str, list[bool]] = Field(
+        default_factory=dict,
+        description="Lists or dicts of process groups the job keeps, keyed 'file:function:name': True where "
+        "this rank holds a ProcessGroup (a member), False where it holds NON_GROUP_MEMBER (-100).",
+    )
+    slot: str | None = Field(
+        default=None,
+        description="'file:function:name[i]': the table entry that is the group its collective runs on.",
+    )
+    ranks: list[int] | None = Field(
+        default=None, description="A list of ranks the job keeps that holds this rank."
+    )
+    ranks_from: str | None = Field(default=None, description="'file:function:name' of that list.")
+
+
 class LocalVar(Model):
     """A local variable of a frame, as py-spy reports it (already redacted)."""
 
@@ -249,6 +267,10 @@ class RankStack(Model):
         default=None,
         description="True when the collective it waits in runs on a process group other than the default one "
         "(read from the call's `group` argument; None when locals were not read).",
+    )
+    group_locals: GroupLocals | None = Field(
+        default=None,
+        description="What its locals say of the process groups' members (group tables, a list of ranks).",
     )
     gpu_util: int | None = Field(
         default=None,

@@ -308,6 +308,30 @@ def test_rank_left_waiting_in_a_subgroup_without_a_table_is_not_named_the_culpri
     assert all(f.locals is None for s in report.stacks for t in s.threads for f in t.frames)
 
 
+def test_rank_left_waiting_in_a_subgroup_is_named_from_the_probes_flight_recorder(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path
+) -> None:
+    """No local says who the members are, but the job runs rankscope.probe's flight recorder:
+    stacks asks each rank for a dump through the probe's signal (the hung ranks go on waiting),
+    and the recorder's groups and sequence numbers name rank 3."""
+    dumps = tmp_path / "fr"
+    job = jobs.torchrun("hang_subgroup.py", nproc=4, args=["--groups", "helper", "--probe", str(dumps)])
+    job.wait_ready(timeout=READY_S)
+    report = settle(
+        job.pid, lambda r: r.verdict.kind == "mismatched_collectives" and "subgroup" in r.verdict.summary
+    )
+    v = report.verdict
+    assert v.suspect_ranks == [3], v
+    assert "flight recorder:" in v.summary
+    assert any("flight recorder" in n for n in report.job.notes)
+    assert sorted(p.name for p in dumps.glob("fr_trace_rank_*")) == [f"fr_trace_rank_{r}" for r in range(4)]
+    assert len(list(dumps.glob(".rankscope-probe-*.json"))) == 4
+    # the ranks were only asked for a dump: still alive, still waiting
+    assert job.proc.poll() is None
+    again = dump_stacks(job.pid, flight_recorder=False)
+    assert again.verdict.suspect_ranks == [] and "subgroup" in again.verdict.summary
+
+
 def test_a_loop_in_an_installed_library_names_where_the_ranks_part(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path
 ) -> None:

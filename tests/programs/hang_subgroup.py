@@ -4,7 +4,8 @@ and goes on to the global barrier, leaving rank 2 waiting in the pair's all_redu
 ``--groups table`` keeps both groups in a list (``pairs``), as most jobs do: each rank's list
 holds its own group and c10d's NON_GROUP_MEMBER (-100) for the other. ``--groups helper``
 builds them in a function that returns only the rank's own group, so no local says who the
-members are."""
+members are. ``--probe DIR`` turns on rankscope.probe's flight recorder, which rankscope asks
+for a dump while it reads the stacks."""
 
 from __future__ import annotations
 
@@ -28,7 +29,13 @@ def _my_pair(rank: int) -> dist.ProcessGroup:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--groups", choices=["table", "helper"], default="table")
-    how = parser.parse_args().groups
+    parser.add_argument("--probe", default=None)
+    options = parser.parse_args()
+    how = options.groups
+    if options.probe:
+        from rankscope.probe import enable_flight_recorder
+
+        enable_flight_recorder(options.probe)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if how == "table":

@@ -8,23 +8,29 @@ by default ``$XDG_CACHE_HOME/torch/comm_lib_trace_rank_<rank>`` or
 files written since the rank started belong to this run. Reading them is harmless; this
 module asks a live rank for a dump only through the channel the job opened for it: the
 named pipe of ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` (``<stem><rank>.pipe``, created by each
-rank's NCCL heartbeat monitor; a byte written there makes it dump and training goes on).
-It never writes the TCPStore's ``exception_dump`` key: that dumps, then kills the job.
+rank's NCCL heartbeat monitor; a byte written there makes it dump and training goes on),
+and the signal of ``rankscope.probe.enable_flight_recorder`` (the rank holds its marker file
+open, and its handler, checked in ``SigCgt``, dumps from a thread while training goes on; this
+works on gloo as well). It never writes the TCPStore's ``exception_dump`` key: that dumps, then
+kills the job.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
+from rankscope.probe.flight import MARKER_PREFIX, TRACE_PREFIX
 from rankscope.runtime import procfs
 
 log = logging.getLogger("rankscope.capabilities.flight_pickup")
@@ -43,20 +49,56 @@ def dump_path(rank: int, env: dict[str, str]) -> Path:
     return base / "torch" / f"{DEFAULT_NAME}{rank}"
 
 
-def _fresh(proc: RankProcess, env: dict[str, str]) -> Path | None:
+@dataclass(frozen=True)
+class Probe:
+    """A rank that runs rankscope.probe's flight recorder: where it dumps and what asks it to."""
+
+    dump_dir: Path
+    signal: int
+
+    def trace(self, rank: int) -> Path:
+        return self.dump_dir / f"{TRACE_PREFIX}{rank}"
+
+
+def probe_of(pid: int) -> Probe | None:
+    """The probe's marker among the process's open files, read through /proc; None without one."""
+    for link, target in procfs.open_files(pid, MARKER_PREFIX):
+        try:
+            with open(link, "rb") as fh:
+                info = json.loads(fh.read(4096))
+            return Probe(dump_dir=Path(target).parent, signal=int(info["signal"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.info("pid %d: unreadable probe marker %s: %s", pid, target, exc)
+    return None
+
+
+def _targets(proc: RankProcess, env: dict[str, str]) -> list[Path]:
+    """Where this rank's dumps may be: the probe's folder, then torch's own path."""
     if proc.rank is None:
-        return None
-    path = dump_path(proc.rank, env)
+        return []
+    probe = probe_of(proc.pid)
+    paths = [probe.trace(proc.rank)] if probe is not None else []
+    return [*paths, dump_path(proc.rank, env)]
+
+
+def _fresh(proc: RankProcess, env: dict[str, str]) -> Path | None:
+    for path in _targets(proc, env):
+        if _fresh_one(proc, path):
+            return path
+    return None
+
+
+def _fresh_one(proc: RankProcess, path: Path) -> bool:
     try:
         mtime = path.stat().st_mtime
     except OSError:
-        return None
+        return False
     started = procfs.start_epoch(proc.pid)
     # clock granularity and steps: a dump older than the rank by more than this is a previous run's
     if started is not None and mtime < started - START_SLACK_S:
         log.info("ignoring %s: written before rank %d started", path, proc.rank)
-        return None
-    return path
+        return False
+    return True
 
 
 def _environs(job: Job) -> dict[int, dict[str, str]]:
@@ -104,13 +146,47 @@ def _stamp(path: Path) -> tuple[float, int] | None:
     return st.st_mtime, st.st_size
 
 
+def _ask_probe(pid: int, probe: Probe) -> bool:
+    """Signal a probed rank, only when its probe's handler for that signal is installed."""
+    if probe.signal not in procfs.caught_signals(pid):
+        log.info("pid %d: probe marker found but signal %d is not caught; not signalled", pid, probe.signal)
+        return False
+    try:
+        os.kill(pid, probe.signal)
+    except OSError:
+        return False
+    return True
+
+
+def _request_planned(
+    proc: RankProcess, env: dict[str, str], have: list[Path]
+) -> tuple[Path, tuple[float, int] | None, Callable[[], bool]] | None:
+    """How to ask one rank for a dump through the channel it opened: where the dump will land,
+    that file's stamp before asking, and the call that asks. None without a channel."""
+    if proc.rank is None:
+        return None
+    probe = probe_of(proc.pid)
+    if probe is not None:
+        target = probe.trace(proc.rank)
+        if target in have:
+            return None
+        return target, _stamp(target), lambda: _ask_probe(proc.pid, probe)
+    stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+    target = dump_path(proc.rank, env)
+    if not stem or target in have:
+        return None
+    pipe = Path(f"{stem}{proc.rank}.pipe")
+    return target, _stamp(target), lambda: _ask(pipe)
+
+
 def request_dumps(
     job: Job,
     have: list[Path],
     wait_s: float = PIPE_WAIT_S,
     environs: Mapping[int, dict[str, str]] | None = None,
 ) -> list[Path]:
-    """Ask the ranks that opened a debug pipe and wrote no dump yet for one; the dumps they wrote.
+    """Ask the ranks that opened a channel for it (a debug pipe, the probe's signal) and wrote no
+    dump yet for one; the dumps they wrote.
 
     A dump counts once it is new (its mtime or size changed since the request), not empty, and
     the same on two polls in a row: the writer has finished.
@@ -118,16 +194,11 @@ def request_dumps(
     envs = environs if environs is not None else _environs(job)
     asked: dict[Path, tuple[float, int] | None] = {}
     for proc in job.ranks:
-        env = envs.get(proc.pid, {})
-        stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
-        if not stem or proc.rank is None:
-            continue
-        target = dump_path(proc.rank, env)
-        if target in have:
-            continue
-        before = _stamp(target)
-        if _ask(Path(f"{stem}{proc.rank}.pipe")):
-            asked[target] = before
+        planned = _request_planned(proc, envs.get(proc.pid, {}), have)
+        if planned is not None:
+            target, before, ask = planned
+            if ask():
+                asked[target] = before
     got: list[Path] = []
     seen: dict[Path, tuple[float, int] | None] = dict(asked)
     deadline = time.monotonic() + wait_s
@@ -159,4 +230,4 @@ def pick_up(job: Job, *, ask: bool = True) -> FlightReport | None:
     return analyze_flight(dumps, errors, world_size=job.world_size)
 
 
-__all__ = ["dump_path", "find_dumps", "pick_up", "request_dumps"]
+__all__ = ["Probe", "dump_path", "find_dumps", "pick_up", "probe_of", "request_dumps"]

@@ -71,8 +71,8 @@ class StacksCommand(Command):
             dest="flight_recorder",
             action="store_false",
             help="do not read the flight recorder: by default the dumps this run's ranks already wrote are "
-            "analysed with the stacks, and ranks that opened TORCH_NCCL_DEBUG_INFO_PIPE_FILE are asked for one "
-            "(training goes on). NCCL RAS is never queried: on some NCCL versions that crashes jobs",
+            "analysed with the stacks, and ranks that opened a channel for it (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, "
+            "rankscope.probe.enable_flight_recorder's signal) are asked for one (training goes on). NCCL RAS is never queried: on some NCCL versions that crashes jobs",
         )
         parser.add_argument(
             "--rank",

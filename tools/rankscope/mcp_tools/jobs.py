@@ -85,7 +85,13 @@ async def dump_stacks(
     counters: Annotated[
         bool, arg("When unsure, read progress counters (step, epoch) in one more pass.")
     ] = True,
-    flight_recorder: Annotated[bool, arg("Analyse this run's flight-recorder dumps with the stacks.")] = True,
+    flight_recorder: Annotated[
+        bool,
+        arg(
+            "Analyse this run's flight-recorder dumps with the stacks, asking ranks that opened a channel "
+            "(debug pipe, rankscope.probe) for one; training goes on."
+        ),
+    ] = True,
     from_paths: Annotated[
         list[str] | None, arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
     ] = None,

@@ -14,7 +14,11 @@ Files written to ``dump_dir`` (the ``TORCH_FR_DUMP_TEMP_FILE`` ``<prefix><rank>`
 naming, so ``rankscope fr DIR`` and torchfrtrace both read them):
 
 * ``fr_trace_rank_<R>``: the flight-recorder trace (pickle, as NCCL writes it);
-* ``stacks_rank_<R>.txt``: every thread's Python stack.
+* ``stacks_rank_<R>.txt``: every thread's Python stack;
+* ``.rankscope-probe-<PID>.json``: which signal asks this process for a dump. The process
+  keeps it open, so ``rankscope stacks`` finds it in ``/proc/PID/fd`` (environment variables
+  set from Python are not visible there), checks in ``/proc/PID/status`` that the signal is
+  caught, and asks the hung rank for a dump while it analyses the stacks.
 
 The recorder's buffer size is read once, when the first process group creates
 the recorder, so call this **before** ``init_process_group``. For NCCL jobs the
@@ -26,8 +30,10 @@ same is available without code: ``TORCH_FR_BUFFER_SIZE=2000`` (older name
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
+import json
 import logging
 import os
 import signal
@@ -42,6 +48,8 @@ log = logging.getLogger("rankscope.probe")
 
 TRACE_PREFIX = "fr_trace_rank_"
 STACKS_PREFIX = "stacks_rank_"
+MARKER_PREFIX = ".rankscope-probe-"
+"""The file a probed process holds open so that rankscope can find its dump folder and signal."""
 
 _state: dict[str, object] = {}
 _lock = threading.Lock()
@@ -135,6 +143,26 @@ def _chain_excepthook(dump_dir: str) -> None:
     sys.excepthook = hook
 
 
+def _advertise(dump_dir: str, signum: int) -> None:
+    """Write the marker and keep it open for the life of the process; removed at exit."""
+    marker = Path(dump_dir) / f"{MARKER_PREFIX}{os.getpid()}.json"
+    try:
+        _write_atomic(
+            marker,
+            json.dumps({"signal": signum, "pid": os.getpid(), "trace_prefix": TRACE_PREFIX}).encode(),
+        )
+        _state["marker"] = open(marker, "rb")  # held open on purpose: see the module docstring
+    except OSError as exc:
+        log.warning("rankscope: cannot write %s: %s", marker, exc)
+        return
+    atexit.register(_unadvertise, marker)
+
+
+def _unadvertise(marker: Path) -> None:
+    with contextlib.suppress(OSError):
+        marker.unlink()
+
+
 def enable_flight_recorder(dump_dir: str, *, buffer_size: int = 2000, signum: int = signal.SIGUSR1) -> None:
     """Record collectives and dump them (plus all stacks) to ``dump_dir`` on ``signum``.
 
@@ -193,6 +221,7 @@ def enable_flight_recorder(dump_dir: str, *, buffer_size: int = 2000, signum: in
         thread.start()
         _state["thread"] = thread
     _chain_excepthook(dump_path)
+    _advertise(dump_path, int(signum))
     _state["dump_dir"] = dump_path
     with contextlib.suppress(Exception):
         log.info("rankscope: flight recorder on, dumps to %s on %s", dump_path, signal.Signals(signum).name)

@@ -273,6 +273,37 @@ def device_fds(pid: int, prefix: str = "/dev/") -> tuple[str, ...]:
     return tuple(out)
 
 
+def open_files(pid: int, name_prefix: str) -> tuple[tuple[str, str], ...]:
+    """(``/proc/PID/fd/N``, target) of the open fds whose file name starts with ``name_prefix``.
+
+    The ``/proc`` path opens the very file the process holds, whatever its mount namespace.
+    """
+    out: list[tuple[str, str]] = []
+    try:
+        fds = os.listdir(path(pid, "fd"))
+    except OSError:
+        return ()
+    for fd in fds[:MAX_FDS]:
+        link = path(pid, f"fd/{fd}")
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        if os.path.basename(target).startswith(name_prefix):
+            out.append((os.fspath(link), target))
+    return tuple(out)
+
+
+def caught_signals(pid: int) -> frozenset[int]:
+    """Signals the process has a handler for (``SigCgt`` in /proc/PID/status); empty when unreadable."""
+    status = read_text(pid, "status") or ""
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            mask = int(line.split(":", 1)[1].strip() or "0", 16)
+            return frozenset(n + 1 for n in range(64) if mask >> n & 1)
+    return frozenset()
+
+
 def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
     """What /proc shows of a rank's backend (see :mod:`rankscope.analysis.backend`); no ptrace."""
     return ProcessSigns(
@@ -286,12 +317,14 @@ def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
 __all__ = [
     "PROC",
     "STATES",
+    "caught_signals",
     "cmdline",
     "device_fds",
     "environ",
     "is_alive",
     "mapped_paths",
     "maps_mention",
+    "open_files",
     "parent_of",
     "parse_environ",
     "path",

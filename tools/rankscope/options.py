@@ -31,6 +31,8 @@ class DumpOptions:
             dropped. On NCCL they often are the only CPU-side evidence naming the laggard.
         flight_recorder: analyse the flight-recorder dumps the ranks already wrote in this
             run together with the stacks (on NCCL its sequence numbers outrank CPU positions).
+        ras: read NCCL RAS's per-rank launch counts too (NCCL >= 2.24). Off by default:
+            querying RAS has crashed jobs on NCCL 2.26-2.29 (NVIDIA/nccl#2346).
     """
 
     native: bool = False
@@ -39,6 +41,7 @@ class DumpOptions:
     timeout: float = 20.0
     counters: bool = True
     flight_recorder: bool = True
+    ras: bool = False
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:

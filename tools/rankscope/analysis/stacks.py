@@ -49,6 +49,7 @@ from rankscope.models.core import (
     StacksReport,
 )
 from rankscope.models.flight import FlightReport
+from rankscope.models.ras import RasFinding
 
 MAX_GROUP_FRAMES = 60
 """Representative frames kept per group (innermost first)."""
@@ -394,13 +395,15 @@ def analyze(
     flight: FlightReport | None = None,
     *,
     source: Mapping[tuple[str, int], str] | None = None,
+    ras: RasFinding | None = None,
 ) -> StacksReport:
     """Annotate every rank's stack, group the ranks and reach a verdict.
 
     ``job`` and ``stacks`` may be merged from several hosts: any rank of the world that no
     host reported is counted as missing. ``flight`` is the job's flight-recorder analysis when
     dumps were found: on NCCL its sequence numbers outrank the CPU positions. ``source`` holds
-    the text of the ranks' innermost user lines, read by the shell.
+    the text of the ranks' innermost user lines, read by the shell. ``ras`` is what NCCL RAS's
+    launch counts said, when it was asked (``--ras``).
     """
     ddp = _ddp_in_use(stacks)
     backend = job_backend(job, stacks)
@@ -437,6 +440,7 @@ def analyze(
             backend=backend,
             flight=flight,
             source=source,
+            ras=ras,
         )
     )
     return StacksReport(

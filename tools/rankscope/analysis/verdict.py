@@ -46,6 +46,7 @@ from rankscope.models.core import (
     Verdict,
 )
 from rankscope.models.flight import FlightReport
+from rankscope.models.ras import RasFinding
 
 _PLAYBOOK = "skill/hangs.md"
 BACKWARD_OP = "autograd.backward"
@@ -140,6 +141,7 @@ class Facts:
     exited: list[int]
     backend: Backend | None = None
     flight: FlightReport | None = None
+    ras: RasFinding | None = None
     evidence: list[str] = field(default_factory=list)
     live: list[RankStack] = field(default_factory=list)
     stuck: list[RankStack] = field(default_factory=list)
@@ -171,9 +173,10 @@ def facts(
     backend: Backend | None = None,
     flight: FlightReport | None = None,
     source: Mapping[tuple[str, int], str] | None = None,
+    ras: RasFinding | None = None,
 ) -> Facts:
     """Sort the ranks by what they wait for and write the evidence every verdict carries."""
-    f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight)
+    f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight, ras=ras)
     f.guards = _guards(annotated, source or {})
     f.stuck = [s for s in annotated if s.state in STUCK_STATES and s.rank is not None]
     f.live = [s for s in annotated if s.threads and s.rank is not None and s.state not in STUCK_STATES]
@@ -342,6 +345,59 @@ def rule_flight_recorder(f: Facts) -> Verdict | None:
         summary=f"flight recorder: {fr.summary}; the CPU stacks show only where each rank waits for the GPU",
         evidence=[f"flight recorder: {line}" for line in fr.evidence[:6]] + f.evidence,
         next_steps=list(fr.next_steps)[:3],
+    )
+
+
+def rule_ras(f: Facts) -> Verdict | None:
+    """On NCCL, RAS's launch counts (read only with --ras) outrank CPU positions: a rank off the
+    others' count, or one RAS lost, decides; every rank at the same count that did not move says
+    the collective was enqueued everywhere, so the hang is below Python."""
+    if f.ras is None or not f.nccl:
+        return None
+    r = f.ras
+    evidence = [*r.evidence, *f.evidence]
+    if r.kind == "agree":
+        if r.progressing:
+            return None  # the job moves: the stacks and counters say more
+        return Verdict(
+            kind="all_in_same_collective",
+            confidence="medium",
+            summary=f"{r.summary}; look at the network, NCCL and the GPUs, not at the ranks' code",
+            evidence=evidence,
+            next_steps=[
+                _step(
+                    "Read the flight recorder: the collective every rank enqueued and none completed, and its group.",
+                    "analyze_flight_recorder",
+                    "nccl-hangs",
+                ),
+                _step("Collect NCCL and network settings of every rank.", "collect_env", "nccl-hangs"),
+                _step(
+                    "Read the logs for NCCL WARN lines, Xid errors and watchdog timeouts.",
+                    "triage_logs",
+                    "nccl-hangs",
+                ),
+            ],
+        )
+    if not r.suspect_ranks:
+        return None
+    return Verdict(
+        kind="missing_ranks" if r.kind == "lost" else "divergent_ranks",
+        suspect_ranks=list(r.suspect_ranks),
+        confidence=r.confidence,
+        summary=f"{r.summary}; the CPU stacks show only where each rank waits for the GPU",
+        evidence=evidence,
+        next_steps=[
+            _step(
+                "Dump the suspects' stacks with native frames and locals: what they do instead of launching.",
+                "dump_stacks",
+                "nccl-hangs",
+            ),
+            _step(
+                "Confirm with the flight recorder which collective the suspects never enqueued.",
+                "analyze_flight_recorder",
+                "nccl-hangs",
+            ),
+        ],
     )
 
 
@@ -927,6 +983,7 @@ Rule = Callable[[Facts], "Verdict | None"]
 NCCL_RULES: tuple[Rule, ...] = (
     rule_nothing_captured,
     rule_flight_recorder,
+    rule_ras,
     rule_counters,
     rule_nccl_rank_elsewhere,
     rule_gpu_idle,

@@ -215,10 +215,13 @@ def request_dumps(
     return got
 
 
-def pick_up(job: Job, *, ask: bool = True) -> FlightReport | None:
+def pick_up(
+    job: Job, *, ask: bool = True, environs: Mapping[int, dict[str, str]] | None = None
+) -> FlightReport | None:
     """The analysis of the dumps the job's ranks wrote in this run (and, with ``ask``, of the ones
-    asked for through the job's own debug pipes), or None when there are none."""
-    environs = _environs(job)
+    asked for through the channels the job opened), or None when there are none. ``environs``:
+    the ranks' environments when the caller already read them."""
+    environs = environs if environs is not None else _environs(job)
     paths = find_dumps(job, environs)
     if ask:
         paths += request_dumps(job, paths, environs=environs)

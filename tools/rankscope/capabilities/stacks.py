@@ -28,6 +28,7 @@ from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recogni
 from rankscope.capabilities import discovery
 from rankscope.capabilities.flight_pickup import pick_up
 from rankscope.capabilities.gpu_read import gpu_utilisation
+from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.models.core import (
     Frame,
@@ -40,6 +41,7 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
+from rankscope.models.ras import RasFinding
 from rankscope.runtime import pyspy
 from rankscope.runtime.redact import Redactor
 
@@ -327,10 +329,15 @@ def capture_job(
     timeout: float = 20.0,
     ranks: list[int] | None = None,
     exe: str | None = None,
+    environs: dict[int, dict[str, str]] | None = None,
+    during: Callable[[], None] | None = None,
 ) -> tuple[Job, list[RankStack], list[RankError]]:
     """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors.
 
     ``exe``: a py-spy already checked by :func:`pyspy.check_pyspy` (default: check now).
+    ``environs``, when given, receives each rank's environment (pid -> variables), read once
+    while the dumps run, for the callers that need it after (recorder paths, RAS address);
+    ``during`` runs then too (nvidia-smi), so that neither adds to the pause.
     """
     exe = exe or pyspy.check_pyspy()
     procs = [r for r in job.ranks if ranks is None or r.rank in ranks]
@@ -345,11 +352,15 @@ def capture_job(
     redactor = Redactor()
 
     def meanwhile() -> None:
-        # while the dumps run: the redactor needs the ranks' environments only to scrub them
+        # while the dumps run: the redactor needs the ranks' environments to scrub them
         for r in procs:
             env = discovery.read_environ(r.pid)
             if env:
                 redactor.learn_env(env)
+                if environs is not None:
+                    environs[r.pid] = env
+        if during is not None:
+            during()
 
     _run_dumps(dumps, exe, native, timeout, meanwhile)
     peers = {} if locals else _p2p_peers(dumps, exe, timeout)
@@ -435,6 +446,41 @@ def counter_pass(
     return [s.model_copy(update=read[s.pid]) if s.pid in read else s for s in stacks]
 
 
+_COMM_INIT = (
+    "ncclCommInit",
+    "NCCLComm::create",
+    "getNCCLComm",
+    "broadcastUniqueNCCLID",
+    "init_process_group",
+    "new_group",
+    "new_subgroups",
+    "init_device_mesh",
+    "split_group",
+)
+"""Frames of a rank still creating a communicator: RAS is not asked then (NVIDIA/nccl#2346)."""
+
+
+def _creating_comm(stacks: list[RankStack]) -> list[int]:
+    return sorted(
+        s.rank
+        for s in stacks
+        if s.rank is not None
+        and any(any(k in f.function for k in _COMM_INIT) for t in s.threads if t.is_main for f in t.frames)
+    )
+
+
+def _ras(
+    job: Job, stacks: list[RankStack], environs: dict[int, dict[str, str]]
+) -> tuple[RasFinding | None, str]:
+    creating = _creating_comm(stacks)
+    if creating:
+        return None, (
+            f"NCCL RAS not read: ranks {creating} are creating a communicator, when a status query has crashed "
+            "jobs (NVIDIA/nccl#2346); ask again once they are past it"
+        )
+    return read_ras(job, environs)
+
+
 def _needs_group_tables(stacks: list[RankStack]) -> bool:
     return any(s.subgroup and s.group_locals is not None and s.group_locals.slot is not None for s in stacks)
 
@@ -466,21 +512,34 @@ def dump_stacks(
     counters: bool = True,
     flight_recorder: bool = True,
     job_id: str | None = None,
+    ras: bool = False,
 ) -> StacksReport:
     """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), dump all its ranks,
     analyse them.
 
     ``counters``: when the first verdict is not sure (confidence below high), read the
     ranks' integer locals (step, epoch) in one more pass. ``flight_recorder``: analyse the
-    recorder dumps the ranks already wrote in this run (never asks the job for one).
+    recorder dumps the ranks already wrote in this run, and ask the ranks that opened a
+    channel for it (a debug pipe, rankscope.probe's signal) for one. ``ras``: read NCCL RAS's
+    launch counts twice (never by default: querying it has crashed jobs on some NCCL versions).
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid, job_id)
     _check_ranks(job, ranks)
+    environs: dict[int, dict[str, str]] = {}
+    util: dict[int, int] = {}
     job, stacks, errors = capture_job(
-        job, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, ranks=ranks, exe=exe
+        job,
+        native=native,
+        locals=locals,
+        nonblocking=nonblocking,
+        timeout=timeout,
+        ranks=ranks,
+        exe=exe,
+        environs=environs,
+        during=lambda: util.update(gpu_utilisation(job)),
     )
     if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
         raise PermissionDenied(errors[0].message)
@@ -488,17 +547,20 @@ def dump_stacks(
     if ranks is not None:
         stacks = [s for s in stacks if s.rank in ranks]
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
-    flight = pick_up(job) if flight_recorder else None
+    flight = pick_up(job, environs=environs) if flight_recorder else None
     if flight is not None:
         notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")
-    util = gpu_utilisation(job)
+    ras_finding = None
+    if ras:
+        ras_finding, note = _ras(job, stacks, environs)
+        notes.append(note)
     if util:
         stacks = [
             s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
         ]
     job = job.model_copy(update={"notes": notes})
     source = source_lines(stacks)
-    report = analyze(job, stacks, errors, flight, source=source)
+    report = analyze(job, stacks, errors, flight, source=source, ras=ras_finding)
     unsure = report.verdict.confidence != "high"
     if counters and not locals and (unsure or report.verdict.kind == "mismatched_collectives"):
         # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
@@ -515,7 +577,7 @@ def dump_stacks(
                 }
             )
         if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
-            report = analyze(job, stacks, errors, flight, source=source)
+            report = analyze(job, stacks, errors, flight, source=source, ras=ras_finding)
     return report
 
 

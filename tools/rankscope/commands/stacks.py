@@ -72,7 +72,14 @@ class StacksCommand(Command):
             action="store_false",
             help="do not read the flight recorder: by default the dumps this run's ranks already wrote are "
             "analysed with the stacks, and ranks that opened a channel for it (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, "
-            "rankscope.probe.enable_flight_recorder's signal) are asked for one (training goes on). NCCL RAS is never queried: on some NCCL versions that crashes jobs",
+            "rankscope.probe.enable_flight_recorder's signal) are asked for one (training goes on)",
+        )
+        parser.add_argument(
+            "--ras",
+            action="store_true",
+            help="also read NCCL RAS (NCCL >= 2.24, localhost:28028 or NCCL_RAS_ADDR): each rank's launch counts, "
+            "twice 3 s apart, which name the rank behind. Off by default: querying RAS has crashed jobs on NCCL "
+            "2.26-2.29 (NVIDIA/nccl#2346), so it is skipped while a rank creates a communicator",
         )
         parser.add_argument(
             "--rank",
@@ -96,6 +103,7 @@ class StacksCommand(Command):
             timeout=timeout,
             counters=args.counters,
             flight_recorder=args.flight_recorder,
+            ras=args.ras,
         )
         hosts = _hosts(args.hosts)
         via: str = args.via
@@ -131,6 +139,7 @@ class StacksCommand(Command):
                 counters=args.counters,
                 flight_recorder=args.flight_recorder,
                 job_id=args.job,
+                ras=args.ras,
             )
         # --local answers a fan-out from another host, which merges whole reports
         full = bool(args.full or args.local)

@@ -92,6 +92,13 @@ async def dump_stacks(
             "(debug pipe, rankscope.probe) for one; training goes on."
         ),
     ] = True,
+    ras: Annotated[
+        bool,
+        arg(
+            "Also read NCCL RAS launch counts (NCCL>=2.24). Off by default: querying RAS has crashed jobs on "
+            "NCCL 2.26-2.29."
+        ),
+    ] = False,
     from_paths: Annotated[
         list[str] | None, arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
     ] = None,
@@ -125,6 +132,7 @@ async def dump_stacks(
         timeout=timeout,
         counters=counters,
         flight_recorder=flight_recorder,
+        ras=ras,
     )
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
@@ -179,6 +187,7 @@ def _local(
         counters=options.counters,
         flight_recorder=options.flight_recorder,
         job_id=job_id,
+        ras=options.ras,
     )
 
 

@@ -112,3 +112,34 @@ def test_no_pipe_no_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(flight_pickup, "time", SimpleNamespace(sleep=no_sleep, monotonic=time.monotonic))
     with ranks_with({"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "none_")}) as job:
         assert pick_up(job) is None
+
+
+def test_exception_dump_is_read_from_the_jobs_store_and_never_written() -> None:
+    import sys as _sys
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from rankscope.capabilities.flight_pickup import EXCEPTION_DUMP, exception_dump_note, read_exception_dump
+    from tests.jobs import free_port
+
+    port = free_port()
+    server = TCPStore(
+        "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10)
+    )
+    job = Job(job_id="j", backend="nccl", master_addr="127.0.0.1", master_port=port)
+    assert read_exception_dump("127.0.0.1", port) is None
+    assert (
+        exception_dump_note(job)
+        == f"TCPStore 127.0.0.1:{port}: exception_dump not set (no watchdog timeout yet)"
+    )
+    assert not server.check([EXCEPTION_DUMP])  # reading did not write it
+    server.set(
+        EXCEPTION_DUMP, (3).to_bytes(4, _sys.byteorder, signed=True)
+    )  # as ProcessGroupNCCL's watchdog does
+    assert read_exception_dump("127.0.0.1", port) == 3
+    note = exception_dump_note(job)
+    assert note is not None and "exception_dump=3: rank 3's watchdog saw a collective time out" in note
+    assert exception_dump_note(job.model_copy(update={"backend": "gloo"})) is None
+    del server
+    assert exception_dump_note(job.model_copy(update={"master_port": free_port()})) is None  # nobody listens

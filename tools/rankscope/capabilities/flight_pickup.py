@@ -11,8 +11,8 @@ named pipe of ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` (``<stem><rank>.pipe``, create
 rank's NCCL heartbeat monitor; a byte written there makes it dump and training goes on),
 and the signal of ``rankscope.probe.enable_flight_recorder`` (the rank holds its marker file
 open, and its handler, checked in ``SigCgt``, dumps from a thread while training goes on; this
-works on gloo as well). It never writes the TCPStore's ``exception_dump`` key: that dumps, then
-kills the job.
+works on gloo as well). On NCCL jobs it reads the TCPStore's ``exception_dump`` key (the rank
+whose watchdog first saw a failure) and never writes it: that dumps, then kills the job.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import stat
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -215,6 +216,54 @@ def request_dumps(
     return got
 
 
+EXCEPTION_DUMP = "exception_dump"
+"""The key ProcessGroupNCCL's watchdog sets, in the job's root TCPStore, to its global rank (an
+int32 in host byte order) when a collective times out or fails: every rank's monitor then
+dumps its recorder. Reading it is harmless; writing it dumps, then kills every rank."""
+STORE_TIMEOUT_S = 3.0
+
+
+def read_exception_dump(addr: str, port: int, timeout: float = STORE_TIMEOUT_S) -> int | None:
+    """The global rank in the store's ``exception_dump`` key; None when it is not set.
+
+    Raises OSError when the store cannot be reached and ImportError without torch (its
+    TCPStore client is the only one that speaks the store's protocol).
+    """
+    from datetime import timedelta
+
+    from torch._C._distributed_c10d import TCPStore  # where torch.distributed takes it from
+
+    try:
+        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=timeout))
+    except Exception as exc:  # torch raises DistStoreError / RuntimeError for a refused or timed-out connect
+        raise OSError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    if not store.check([EXCEPTION_DUMP]):
+        return None
+    raw = bytes(store.get(EXCEPTION_DUMP))
+    return int.from_bytes(raw[:4], sys.byteorder, signed=True) if len(raw) >= 4 else None
+
+
+def exception_dump_note(job: Job) -> str | None:
+    """What the job's store says about the first failure a rank detected, for an NCCL job whose
+    store this host can reach; None when there is nothing to say."""
+    if job.backend not in ("nccl", "mixed") or not job.master_addr or not job.master_port:
+        return None
+    try:
+        rank = read_exception_dump(job.master_addr, job.master_port)
+    except ImportError:
+        return None
+    except OSError as exc:
+        log.info("cannot read %s from %s:%s: %s", EXCEPTION_DUMP, job.master_addr, job.master_port, exc)
+        return None
+    if rank is None:
+        return f"TCPStore {job.master_addr}:{job.master_port}: {EXCEPTION_DUMP} not set (no watchdog timeout yet)"
+    return (
+        f"TCPStore {job.master_addr}:{job.master_port}: {EXCEPTION_DUMP}={rank}: rank {rank}'s watchdog saw a "
+        "collective time out or fail and asked every rank to dump its flight recorder (the rank that saw it is "
+        "not necessarily the one at fault)"
+    )
+
+
 def pick_up(
     job: Job, *, ask: bool = True, environs: Mapping[int, dict[str, str]] | None = None
 ) -> FlightReport | None:
@@ -233,4 +282,14 @@ def pick_up(
     return analyze_flight(dumps, errors, world_size=job.world_size)
 
 
-__all__ = ["Probe", "dump_path", "find_dumps", "pick_up", "probe_of", "request_dumps"]
+__all__ = [
+    "EXCEPTION_DUMP",
+    "Probe",
+    "dump_path",
+    "exception_dump_note",
+    "find_dumps",
+    "pick_up",
+    "probe_of",
+    "read_exception_dump",
+    "request_dumps",
+]

@@ -26,7 +26,7 @@ from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.capabilities import discovery
-from rankscope.capabilities.flight_pickup import pick_up
+from rankscope.capabilities.flight_pickup import exception_dump_note, pick_up
 from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
@@ -547,6 +547,8 @@ def dump_stacks(
     if ranks is not None:
         stacks = [s for s in stacks if s.rank in ranks]
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
+    if flight_recorder and (told := exception_dump_note(job)) is not None:
+        notes.append(told)
     flight = pick_up(job, environs=environs) if flight_recorder else None
     if flight is not None:
         notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")

@@ -18,7 +18,7 @@ from rankscope.capabilities import flight_pickup
 from rankscope.capabilities.flight_pickup import dump_path, find_dumps, pick_up
 from rankscope.models.core import Job, RankProcess
 from rankscope.runtime.procfs import read_environ
-from tests.jobs import wait_for
+from tests.jobs import JobFactory, wait_for
 from tests.paths import DATA
 
 DUMPS = DATA / "flight" / "nccl_dtype"
@@ -143,3 +143,25 @@ def test_exception_dump_is_read_from_the_jobs_store_and_never_written() -> None:
     assert exception_dump_note(job.model_copy(update={"backend": "gloo"})) is None
     del server
     assert exception_dump_note(job.model_copy(update={"master_port": free_port()})) is None  # nobody listens
+
+
+def test_worker_server_sockets_give_the_recorder_of_a_hung_gloo_job(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path
+) -> None:
+    """Ranks that serve torchelastic's worker handlers on their own socket answer fr_trace_json while
+    they hang; stacks analyses those traces with the stacks, and the ranks go on waiting."""
+    from rankscope.api import dump_stacks
+    from rankscope.capabilities.flight_pickup import worker_trace
+
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    job = jobs.torchrun("worker_socket_hang.py", nproc=2, args=[str(sockets)])
+    job.wait_ready(["rank0", "rank1"], timeout=90)
+    wait_for(lambda: len(list(sockets.glob("worker*.sock"))) == 2, 30, "both worker sockets")
+    trace = worker_trace(str(sockets / "worker0.sock"))
+    assert trace is not None and trace.get("entries")
+    report = dump_stacks(job.pid)
+    assert "flight recorder: 2 dump(s) this run wrote, analysed with the stacks" in report.job.notes
+    assert report.verdict.suspect_ranks == [1]
+    assert job.proc.poll() is None
+    assert worker_trace(str(tmp_path / "nobody.sock")) is None

@@ -11,22 +11,27 @@ named pipe of ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` (``<stem><rank>.pipe``, create
 rank's NCCL heartbeat monitor; a byte written there makes it dump and training goes on),
 and the signal of ``rankscope.probe.enable_flight_recorder`` (the rank holds its marker file
 open, and its handler, checked in ``SigCgt``, dumps from a thread while training goes on; this
-works on gloo as well). On NCCL jobs it reads the TCPStore's ``exception_dump`` key (the rank
+works on gloo as well), and the worker server of ``TORCH_WORKER_SERVER_SOCKET`` (torchelastic's
+``worker_main``), asked for its ``fr_trace_json``. On NCCL jobs it reads the TCPStore's ``exception_dump`` key (the rank
 whose watchdog first saw a failure) and never writes it: that dumps, then kills the job.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
+import socket
 import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from rankscope.analysis.flight import LoadedDump
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Job, RankProcess
@@ -264,19 +269,83 @@ def exception_dump_note(job: Job) -> str | None:
     )
 
 
+WORKER_SOCKET = "TORCH_WORKER_SERVER_SOCKET"
+"""torch.distributed.elastic.control_plane.worker_main serves c10d's worker handlers (``fr_trace_json``,
+``dump_traceback``...) on this unix socket; they answer from C++ threads while the rank is stuck."""
+WORKER_TIMEOUT_S = 10.0
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.path)
+        self.sock = sock
+
+
+def worker_trace(path: str, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any] | None:
+    """The recorder trace (JSON) a rank's worker server answers on its unix socket; None on failure."""
+    conn = _UnixHTTPConnection(path, timeout)
+    try:
+        conn.request("POST", "/handler/fr_trace_json", body=b"")
+        resp = conn.getresponse()
+        body = resp.read(MAX_TRACE)
+        if resp.status != 200:
+            log.info("worker server %s answered %s", path, resp.status)
+            return None
+        data = json.loads(body)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        log.info("worker server %s: %s", path, exc)
+        return None
+    finally:
+        conn.close()
+    return data if isinstance(data, dict) else None
+
+
+MAX_TRACE = 64 * 1024 * 1024
+
+
+def _worker_sockets(job: Job, environs: Mapping[int, dict[str, str]]) -> dict[int, str]:
+    """rank -> its worker server's socket, for ranks whose socket is their own (not shared)."""
+    found: dict[int, str] = {}
+    for proc in job.ranks:
+        path = environs.get(proc.pid, {}).get(WORKER_SOCKET)
+        if proc.rank is None or not path:
+            continue
+        try:
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                continue
+        except OSError:
+            continue
+        found[proc.rank] = path
+    shared = {p for p in found.values() if list(found.values()).count(p) > 1}
+    return {r: p for r, p in found.items() if p not in shared}
+
+
 def pick_up(
     job: Job, *, ask: bool = True, environs: Mapping[int, dict[str, str]] | None = None
 ) -> FlightReport | None:
     """The analysis of the dumps the job's ranks wrote in this run (and, with ``ask``, of the ones
-    asked for through the channels the job opened), or None when there are none. ``environs``:
-    the ranks' environments when the caller already read them."""
+    asked for through the channels the job opened: debug pipes, the probe's signal, worker-server
+    sockets), or None when there are none. ``environs``: the ranks' environments when the caller
+    already read them."""
     environs = environs if environs is not None else _environs(job)
     paths = find_dumps(job, environs)
     if ask:
         paths += request_dumps(job, paths, environs=environs)
-    if not paths:
-        return None
-    dumps, errors = read_dumps([os.fspath(p) for p in paths])
+    dumps, errors = read_dumps([os.fspath(p) for p in paths]) if paths else ([], [])
+    if ask:
+        have = {d.rank for d in dumps}
+        for rank, sock in _worker_sockets(job, environs).items():
+            if rank in have:
+                continue
+            trace = worker_trace(sock)
+            if trace is not None:
+                dumps.append(LoadedDump(path=f"{sock} (fr_trace_json)", rank=rank, format="json", data=trace))
     if not dumps:
         return None
     return analyze_flight(dumps, errors, world_size=job.world_size)
@@ -292,4 +361,5 @@ __all__ = [
     "probe_of",
     "read_exception_dump",
     "request_dumps",
+    "worker_trace",
 ]

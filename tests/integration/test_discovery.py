@@ -6,10 +6,12 @@ are fast; the real torchrun / mp.spawn jobs are in test_stacks_live.py.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +236,38 @@ def test_a_rank_gone_from_its_agent_gets_the_exit_code_of_the_agents_unreaped_ch
         assert f"pid {child.pid} exit code 3" in gone.detail
     finally:
         child.wait(timeout=30)
+
+
+def _gone_rank_detail(tmp_path: Path, files: dict[str, str]) -> str:
+    """Agent 200 started ranks 2-3 with torchrun's log folder under ``tmp_path``; rank 3 is gone and
+    left ``files`` in its folder (attempt_0/1)."""
+    attempt = tmp_path / "none_abc" / "attempt_0"
+    for local in (0, 1):
+        (attempt / str(local)).mkdir(parents=True)
+    for name, text in files.items():
+        (attempt / "1" / name).write_text(text)
+    live = _torchrun_rank(201, 200, 2, 0)
+    assert live.env is not None
+    live.env["TORCHELASTIC_ERROR_FILE"] = str(attempt / "0" / "error.json")
+    ranks = [_torchrun_rank(101, 100, 0, 0), _torchrun_rank(102, 100, 1, 0), live]
+    (gone,) = build_jobs({p.pid: p for p in ranks}, "h")[0].missing
+    assert (gone.rank, gone.status) == (3, "exited")
+    return gone.detail
+
+
+def test_a_gone_rank_says_its_last_words_from_torchruns_log_folder(tmp_path: Path) -> None:
+    record = {
+        "message": {
+            "message": "RuntimeError: CUDA error: an illegal memory access was encountered",
+            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1764108000"},
+        }
+    }
+    detail = _gone_rank_detail(tmp_path, {"error.json": json.dumps(record), "stderr.log": "noise\n"})
+    assert detail.endswith(
+        "attempt_0/1/error.json: RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    stderr = 'step 3\nTraceback (most recent call last):\n  File "t.py", line 9\nValueError: batch 17 is empty\nbye\n'
+    detail = _gone_rank_detail(tmp_path / "b", {"stderr.log": stderr})
+    assert detail.endswith("attempt_0/1/stderr.log: ValueError: batch 17 is empty")
+    assert _gone_rank_detail(tmp_path / "c", {}).endswith("; its logs say why")
+    assert _gone_rank_detail(tmp_path / "d", {"error.json": "{broken"}).endswith("; its logs say why")

@@ -118,6 +118,7 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "timeout",
         "counters",
         "flight_recorder",
+        "ras",
         "from_paths",
         "backend",
         "job_id",

@@ -84,3 +84,64 @@ def test_pid_of_an_unrelated_python_process_is_refused() -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_restarted_torchrun_job_is_its_latest_attempt(jobs: JobFactory, pyspy_works: str) -> None:
+    """``--max-restarts=1``: rank 1 dies (exit 3) in attempt 0; torchrun restarts both ranks, and in
+    attempt 1 rank 1 never reaches init_process_group. Discovery shows attempt 1 and only its pids."""
+    from tests.jobs import torchrun_argv
+
+    port = free_port()
+    argv = torchrun_argv(
+        "restart_once.py",
+        "--nproc_per_node=2",
+        "--max-restarts=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+    )
+    job = jobs.start(argv, nproc=2, port=port, tag="restart")
+    job.wait_ready(["attempt0-rank0", "attempt0-rank1", "attempt1-rank0", "attempt1-rank1"], timeout=READY_S)
+    found = find_job(job.pid)
+    assert found.attempt == 1
+    pids = sorted(r.pid for r in found.ranks)
+    for pid in pids:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            assert b"TORCHELASTIC_RESTART_COUNT=1\x00" in fh.read()
+    assert sorted(r.rank for r in found.ranks) == [0, 1] and found.missing == []
+    report = _settled(job.pid, [1])
+    assert sorted(s.pid for s in report.stacks) == pids  # type: ignore[attr-defined]
+    assert report.job.attempt == 1  # type: ignore[attr-defined]
+    v = report.verdict  # type: ignore[attr-defined]
+    assert (
+        v.kind == "divergent_ranks" and "rank 0 waits in init_process_group at restart_once.py" in v.summary
+    )
+
+
+def test_a_rank_that_left_early_says_why_from_torchruns_log_folder(
+    jobs: JobFactory, pyspy_works: str, tmp_path: object
+) -> None:
+    """``--log-dir D --redirects 3``: rank 1 returns early (exit 0, so torchrun keeps the job up) after
+    a line on stderr; rank 0 waits for it. The missing rank is 'exited', with that line and where it is."""
+    from pathlib import Path
+
+    from tests.jobs import torchrun_argv
+
+    logs = Path(str(tmp_path)) / "logs"
+    port = free_port()
+    argv = torchrun_argv(
+        "early_exit.py",
+        "--nproc_per_node=2",
+        f"--log_dir={logs}",
+        "--redirects=3",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+    )
+    job = jobs.start(argv, nproc=2, port=port, tag="logdir")
+    job.wait_ready(["rank0", "rank1"], timeout=READY_S)
+    wait_for(lambda: [r.rank for r in find_job(job.pid).ranks] == [0], 60, "rank 1 gone")
+    (gone,) = find_job(job.pid).missing
+    assert (gone.rank, gone.status) == (1, "exited")
+    assert "stderr.log: rank 1: StopIteration: the shard has no batch 2, leaving the loop" in gone.detail
+    assert str(logs) in gone.detail
+    report = dump_stacks(job.pid)
+    assert report.verdict.suspect_ranks == [1] and report.verdict.kind == "missing_ranks"

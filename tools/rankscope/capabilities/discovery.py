@@ -18,10 +18,13 @@ worker inherits RANK from its rank; a forked one even has the same command line)
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rankscope.analysis.backend import job_backend_of, rank_backend
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
@@ -365,14 +368,18 @@ def classify_missing(
     child is unreaped, that is the rank, and its exit code is known.
     """
     started: dict[int, int] = {}
+    attempt_dirs: dict[int, tuple[Path, int]] = {}
     for c in members:
         env = c.info.env or {}
         lws, _ = _int(env, "LOCAL_WORLD_SIZE")
         if lws is None or c.rank is None or c.local_rank is None or c.info.ppid is None:
             continue
         base = c.rank - c.local_rank
+        error_file = env.get("TORCHELASTIC_ERROR_FILE")
         for r in range(base, base + lws):
             started.setdefault(r, c.info.ppid)
+            if error_file and r not in attempt_dirs:
+                attempt_dirs[r] = (Path(error_file).parent.parent, r - base)
     gone_by_agent: dict[int, list[int]] = defaultdict(list)
     for r in missing:
         if r in started:
@@ -391,8 +398,62 @@ def classify_missing(
             detail += " (unreaped: " + ", ".join(f"pid {p} {procfs.ended_phrase(c)}" for p, c in told) + ")"
             if len(told) == 1 and len(gone_by_agent[agent]) == 1:
                 code = told[0][1]
-        out.append(MissingRank(rank=r, status="exited", exit_code=code, detail=detail + "; its logs say why"))
+        words = last_words(*attempt_dirs[r]) if r in attempt_dirs else None
+        detail += f"; {words}" if words else "; its logs say why"
+        out.append(MissingRank(rank=r, status="exited", exit_code=code, detail=detail))
     return out
+
+
+LAST_WORDS_BYTES = 64 * 1024
+_ERROR_LINE = re.compile(
+    r"(Error|Exception|error:|Traceback|Killed|Signal \d+|exit(ed)? with)", re.IGNORECASE
+)
+
+
+def last_words(attempt_dir: Path, local_rank: int) -> str | None:
+    """What a rank torchrun started left in its log folder: the message of its ``error.json``
+    (written by scripts under ``@record``), else the last error line of its ``stderr.log`` (with
+    ``--redirects``/``--tee``). The folder is ``<log dir>/<run>/attempt_<N>/<local rank>``, read off
+    a live sibling's ``TORCHELASTIC_ERROR_FILE``."""
+    folder = attempt_dir / str(local_rank)
+    message = _error_json_message(folder / "error.json")
+    if message:
+        return f"{folder / 'error.json'}: {message}"
+    line = _last_error_line(folder / "stderr.log")
+    return f"{folder / 'stderr.log'}: {line}" if line else None
+
+
+def _error_json_message(path: Path) -> str | None:
+    try:
+        data = json.loads(path.read_bytes()[:LAST_WORDS_BYTES])
+    except (OSError, ValueError):
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return None
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    return _clip(lines[-1] if lines else message)
+
+
+def _last_error_line(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - LAST_WORDS_BYTES))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if _ERROR_LINE.search(line):
+            return _clip(line)
+    return _clip(lines[-1]) if lines else None
+
+
+def _clip(line: str, limit: int = 240) -> str:
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _unreaped(agent: int, procs: dict[int, ProcInfo]) -> list[tuple[int, int | None]]:

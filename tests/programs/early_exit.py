@@ -1,0 +1,30 @@
+"""Rank 1 runs out of batches and returns (exit code 0) while rank 0 waits for it in all_reduce:
+torchrun keeps the job up, since a rank that succeeds is not a failure. Rank 1 says why on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from _common import mark_ready
+
+
+def main() -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+    rank = dist.get_rank()
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    mark_ready(f"rank{rank}")
+    if rank == 1:
+        print(
+            "rank 1: StopIteration: the shard has no batch 2, leaving the loop", file=sys.stderr, flush=True
+        )
+        return
+    dist.all_reduce(t)
+
+
+if __name__ == "__main__":
+    main()

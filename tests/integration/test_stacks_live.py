@@ -332,6 +332,24 @@ def test_rank_left_waiting_in_a_subgroup_is_named_from_the_probes_flight_recorde
     assert again.verdict.suspect_ranks == [] and "subgroup" in again.verdict.summary
 
 
+def test_rank_left_waiting_in_a_subgroup_is_named_from_the_debug_servers_recorder(
+    jobs: JobFactory, pyspy_works: str
+) -> None:
+    """No local names the members and no dump channel is open, but the job started torch's debug
+    server: the stacks leave the verdict unsure, so stacks reads every rank's recorder from the
+    worker servers registered in the job's store, and the recorder names rank 3."""
+    from tests.jobs import free_port
+
+    job = jobs.torchrun(
+        "hang_subgroup.py", nproc=4, args=["--groups", "helper", "--debug-server", str(free_port())]
+    )
+    job.wait_ready(timeout=READY_S)
+    report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [3])
+    assert "flight recorder:" in report.verdict.summary
+    assert any("trace(s) from the job's debug server" in n for n in report.job.notes)
+    assert job.proc.poll() is None
+
+
 def test_a_loop_in_an_installed_library_names_where_the_ranks_part(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path
 ) -> None:

@@ -5,7 +5,7 @@ and goes on to the global barrier, leaving rank 2 waiting in the pair's all_redu
 holds its own group and c10d's NON_GROUP_MEMBER (-100) for the other. ``--groups helper``
 builds them in a function that returns only the rank's own group, so no local says who the
 members are. ``--probe DIR`` turns on rankscope.probe's flight recorder, which rankscope asks
-for a dump while it reads the stacks."""
+for a dump while it reads the stacks; ``--debug-server PORT`` starts torch's debug server."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--groups", choices=["table", "helper"], default="table")
     parser.add_argument("--probe", default=None)
+    parser.add_argument(
+        "--debug-server", type=int, default=None, help="start torch's debug server (frontend port)"
+    )
     options = parser.parse_args()
     how = options.groups
     if options.probe:
@@ -38,6 +41,13 @@ def main() -> None:
         enable_flight_recorder(options.probe)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if options.debug_server is not None:
+        from torch.distributed.debug import start_debug_server
+
+        try:
+            start_debug_server(port=options.debug_server, dump_interval=3600.0)
+        except ModuleNotFoundError:
+            pass  # rank 0's HTML frontend needs aiohttp/jinja2; the worker servers are up by then
     if how == "table":
         pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         mine = pairs[rank // 2]

@@ -12,7 +12,8 @@ rank's NCCL heartbeat monitor; a byte written there makes it dump and training g
 and the signal of ``rankscope.probe.enable_flight_recorder`` (the rank holds its marker file
 open, and its handler, checked in ``SigCgt``, dumps from a thread while training goes on; this
 works on gloo as well), and the worker server of ``TORCH_WORKER_SERVER_SOCKET`` (torchelastic's
-``worker_main``), asked for its ``fr_trace_json``. On NCCL jobs it reads the TCPStore's ``exception_dump`` key (the rank
+``worker_main``), asked for its ``fr_trace_json``; when the stacks leave the verdict unsure, the
+worker servers of ``torch.distributed.debug.start_debug_server`` too. On NCCL jobs it reads the TCPStore's ``exception_dump`` key (the rank
 whose watchdog first saw a failure) and never writes it: that dumps, then kills the job.
 """
 
@@ -27,6 +28,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ from typing import Any
 from rankscope.analysis.flight import LoadedDump
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
+from rankscope.capabilities.remote import debug_server_trace, debug_server_urls
+from rankscope.errors import RankscopeError
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
 from rankscope.probe.flight import MARKER_PREFIX, TRACE_PREFIX
@@ -326,6 +330,36 @@ def _worker_sockets(job: Job, environs: Mapping[int, dict[str, str]]) -> dict[in
     return {r: p for r, p in found.items() if p not in shared}
 
 
+DEBUG_SERVER_TIMEOUT_S = 10.0
+
+
+def debug_server_flight(job: Job) -> FlightReport | None:
+    """The recorder traces of every rank, from the worker servers ``start_debug_server`` registered
+    in the job's TCPStore; None without torch, without a reachable store or without a server.
+
+    Not read by default: it needs torch here (a second or two to import) and a connection to the
+    job's store, so :func:`~rankscope.capabilities.stacks.dump_stacks` asks only when the stacks
+    leave the verdict unsure.
+    """
+    if not job.master_addr or not job.master_port:
+        return None
+    try:
+        urls = debug_server_urls(job.master_addr, job.master_port, STORE_TIMEOUT_S)
+    except (RankscopeError, OSError) as exc:
+        log.info("no debug server for %s: %s", job.job_id, exc)
+        return None
+    if not urls:
+        return None
+    with ThreadPoolExecutor(max_workers=min(32, len(urls))) as pool:
+        traces = list(pool.map(lambda u: debug_server_trace(u, DEBUG_SERVER_TIMEOUT_S), urls))
+    dumps = [
+        LoadedDump(path=f"{url}/handler/fr_trace_json", rank=rank, format="json", data=trace)
+        for rank, (url, trace) in enumerate(zip(urls, traces, strict=True))
+        if trace is not None
+    ]
+    return analyze_flight(dumps, world_size=len(urls)) if dumps else None
+
+
 def pick_up(
     job: Job, *, ask: bool = True, environs: Mapping[int, dict[str, str]] | None = None
 ) -> FlightReport | None:
@@ -354,6 +388,7 @@ def pick_up(
 __all__ = [
     "EXCEPTION_DUMP",
     "Probe",
+    "debug_server_flight",
     "dump_path",
     "exception_dump_note",
     "find_dumps",

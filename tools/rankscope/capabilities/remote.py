@@ -18,6 +18,7 @@ start processes.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import shlex
@@ -44,6 +45,8 @@ from rankscope.models.core import (
 )
 from rankscope.runtime import subproc
 from rankscope.runtime.redact import Redactor
+
+log = logging.getLogger("rankscope.capabilities.remote")
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server", "local"]
 """``debug-server`` talks HTTP to the ranks' own PyTorch debug servers (no ssh);
@@ -547,22 +550,16 @@ def _debug_server_rank(
         )
         return RankStack(rank=rank, pid=0, host=host, error=err), err, None
     stack = RankStack(rank=rank, pid=0, host=host, state="unknown", threads=parse_faulthandler(text))
-    trace: dict[str, Any] | None = None
-    try:
-        import json
-
-        loaded = json.loads(_http_post(f"{url}/handler/fr_trace_json", timeout))
-        trace = loaded if isinstance(loaded, dict) else None
-    except Exception:
-        trace = None  # the recorder is optional evidence
-    return stack, None, trace
+    return stack, None, debug_server_trace(url, timeout)
 
 
-def dump_stacks_debug_server(
-    hosts: Sequence[str] | None = None, *, job: str | None = None, timeout: float = 30.0
-) -> StacksReport:
-    """Stacks (and flight-recorder traces) of every rank through their PyTorch debug servers."""
-    addr, port = store_address(hosts, job, os.environ)
+def debug_server_urls(addr: str, port: int, timeout: float) -> list[str]:
+    """Each rank's worker-server URL that ``start_debug_server`` registered in the job's TCPStore
+    (``debug_server/rank<R>``), in rank order; [] when none is registered.
+
+    Raises TorchMissing without torch (its TCPStore client is the only one that speaks the
+    store's protocol) and InvalidInput when the store does not answer.
+    """
     try:
         from datetime import timedelta
 
@@ -573,9 +570,9 @@ def dump_stacks_debug_server(
     except ImportError as exc:
         from rankscope.errors import TorchMissing
 
-        raise TorchMissing("--via debug-server reads the job's TCPStore, which needs torch.") from exc
+        raise TorchMissing("Reading the job's TCPStore needs torch.") from exc
     try:
-        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=min(timeout, 15.0)))
+        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=timeout))
     except Exception as exc:
         raise InvalidInput(
             f"cannot connect to the job's TCPStore at {addr}:{port}: {str(exc).splitlines()[0]}",
@@ -585,6 +582,27 @@ def dump_stacks_debug_server(
     urls: list[str] = []
     while len(urls) < 1_000_000 and prefixed.check([f"rank{len(urls)}"]):
         urls.append(prefixed.get(f"rank{len(urls)}").decode())
+    return urls
+
+
+def debug_server_trace(url: str, timeout: float) -> dict[str, Any] | None:
+    """A rank's recorder trace from its worker server (``fr_trace_json``); None when it does not answer."""
+    import json
+
+    try:
+        loaded = json.loads(_http_post(f"{url}/handler/fr_trace_json", timeout))
+    except Exception as exc:  # URLError, timeout, reset, bad JSON: the recorder is optional evidence
+        log.info("debug server %s: no recorder trace: %s", url, exc)
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def dump_stacks_debug_server(
+    hosts: Sequence[str] | None = None, *, job: str | None = None, timeout: float = 30.0
+) -> StacksReport:
+    """Stacks (and flight-recorder traces) of every rank through their PyTorch debug servers."""
+    addr, port = store_address(hosts, job, os.environ)
+    urls = debug_server_urls(addr, port, min(timeout, 15.0))
     if not urls:
         raise InvalidInput(
             f"no debug server registered in the store at {addr}:{port} (no '{DEBUG_PREFIX}/rank0' key)",
@@ -614,15 +632,18 @@ def dump_stacks_debug_server(
     from rankscope.analysis.flight import analyze as analyze_flight
     from rankscope.analysis.stacks import analyze
 
-    report = analyze(job_model, stacks, errors)
     dumps = [
         LoadedDump(path=f"{urls[i]}/handler/fr_trace_json", rank=i, format="json", data=t)
         for i, (_, _, t) in enumerate(results)
         if t
     ]
-    if dumps:
-        fr = analyze_flight(dumps, world_size=len(urls))
-        evidence = [*report.verdict.evidence, f"flight recorder ({fr.verdict.kind}): {fr.verdict.summary}"]
+    flight = analyze_flight(dumps, world_size=len(urls)) if dumps else None
+    report = analyze(job_model, stacks, errors, flight)
+    if flight is not None and "flight recorder" not in report.verdict.summary:
+        evidence = [
+            *report.verdict.evidence,
+            f"flight recorder ({flight.verdict.kind}): {flight.verdict.summary}",
+        ]
         report = report.model_copy(
             update={"verdict": report.verdict.model_copy(update={"evidence": evidence})}
         )
@@ -743,6 +764,8 @@ def dump_stacks_remote(
 
 __all__ = [
     "classify_failure",
+    "debug_server_trace",
+    "debug_server_urls",
     "dump_stacks_debug_server",
     "dump_stacks_remote",
     "expand_hostlist",

@@ -11,6 +11,7 @@ the others.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import logging
 import os
@@ -26,7 +27,7 @@ from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.capabilities import discovery
-from rankscope.capabilities.flight_pickup import exception_dump_note, pick_up
+from rankscope.capabilities.flight_pickup import debug_server_flight, exception_dump_note, pick_up
 from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
@@ -41,6 +42,7 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
+from rankscope.models.flight import FlightReport
 from rankscope.models.ras import RasFinding
 from rankscope.runtime import pyspy
 from rankscope.runtime.redact import Redactor
@@ -501,6 +503,24 @@ def _check_ranks(job: Job, ranks: list[int] | None) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Analysis:
+    """Everything besides the stacks that the verdict reads; :meth:`run` analyses a set of stacks."""
+
+    job: Job
+    errors: list[RankError]
+    flight: FlightReport | None
+    ras: RasFinding | None
+    source: dict[tuple[str, int], str]
+
+    def run(self, stacks: list[RankStack]) -> StacksReport:
+        return analyze(self.job, stacks, self.errors, self.flight, source=self.source, ras=self.ras)
+
+    def noting(self, note: str, **update: object) -> _Analysis:
+        job = self.job.model_copy(update={"notes": [*self.job.notes, note]})
+        return dataclasses.replace(self, job=job, **update)  # type: ignore[arg-type]
+
+
 def dump_stacks(
     pid: int | None = None,
     *,
@@ -519,9 +539,10 @@ def dump_stacks(
 
     ``counters``: when the first verdict is not sure (confidence below high), read the
     ranks' integer locals (step, epoch) in one more pass. ``flight_recorder``: analyse the
-    recorder dumps the ranks already wrote in this run, and ask the ranks that opened a
-    channel for it (a debug pipe, rankscope.probe's signal) for one. ``ras``: read NCCL RAS's
-    launch counts twice (never by default: querying it has crashed jobs on some NCCL versions).
+    recorder dumps the ranks already wrote in this run, ask the ranks that opened a channel
+    for it (a debug pipe, rankscope.probe's signal, a worker socket) for one, and, when the
+    verdict is still unsure, the job's debug server. ``ras``: read NCCL RAS's launch counts
+    twice (never by default: querying it has crashed jobs on some NCCL versions).
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
@@ -543,9 +564,43 @@ def dump_stacks(
     )
     if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
         raise PermissionDenied(errors[0].message)
-    notes = list(job.notes)
     if ranks is not None:
         stacks = [s for s in stacks if s.rank in ranks]
+    if util:
+        stacks = [
+            s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
+        ]
+    analysis = _gather(job, stacks, errors, environs, ranks=ranks, flight_recorder=flight_recorder, ras=ras)
+    report = analysis.run(stacks)
+    unsure = report.verdict.confidence != "high"
+    if counters and not locals and (unsure or report.verdict.kind == "mismatched_collectives"):
+        # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
+        only = None if unsure else set(report.verdict.suspect_ranks)
+        stacks, analysis = _locals_pass(stacks, analysis, exe, timeout, nonblocking, only)
+        if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
+            report = analysis.run(stacks)
+    if flight_recorder and analysis.flight is None and report.verdict.confidence != "high":
+        # still unsure: a debug server the job started has every rank's recorder
+        flight = debug_server_flight(job)
+        if flight is not None:
+            note = f"flight recorder: {len(flight.dumps)} trace(s) from the job's debug server, analysed with the stacks"
+            report = analysis.noting(note, flight=flight).run(stacks)
+    return report
+
+
+def _gather(
+    job: Job,
+    stacks: list[RankStack],
+    errors: list[RankError],
+    environs: dict[int, dict[str, str]],
+    *,
+    ranks: list[int] | None,
+    flight_recorder: bool,
+    ras: bool,
+) -> _Analysis:
+    """The evidence besides the stacks: the recorder, the store's exception_dump, RAS, source lines."""
+    notes = list(job.notes)
+    if ranks is not None:
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
     if flight_recorder and (told := exception_dump_note(job)) is not None:
         notes.append(told)
@@ -556,31 +611,28 @@ def dump_stacks(
     if ras:
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
-    if util:
-        stacks = [
-            s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
-        ]
     job = job.model_copy(update={"notes": notes})
-    source = source_lines(stacks)
-    report = analyze(job, stacks, errors, flight, source=source, ras=ras_finding)
-    unsure = report.verdict.confidence != "high"
-    if counters and not locals and (unsure or report.verdict.kind == "mismatched_collectives"):
-        # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
-        only = None if unsure else set(report.verdict.suspect_ranks)
-        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only, job.world_size)
-        if only is not None and _needs_group_tables(stacks):
-            # a suspect waits on a group one of the job's tables holds: the other ranks' tables say who its members are
-            rest = {s.rank for s in stacks if s.rank is not None} - only
-            stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, rest, job.world_size)
-        if any(s.counters for s in stacks):
-            job = job.model_copy(
-                update={
-                    "notes": [*notes, "progress counters read in a second pass with locals (integers only)"]
-                }
-            )
-        if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
-            report = analyze(job, stacks, errors, flight, source=source, ras=ras_finding)
-    return report
+    return _Analysis(job, errors, flight, ras_finding, source_lines(stacks))
+
+
+def _locals_pass(
+    stacks: list[RankStack],
+    analysis: _Analysis,
+    exe: str,
+    timeout: float,
+    nonblocking: bool,
+    only: set[int] | None,
+) -> tuple[list[RankStack], _Analysis]:
+    """One more pass with locals: counters, subgroups, group tables (of every rank when a suspect's
+    group is in one)."""
+    job = analysis.job
+    stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only, job.world_size)
+    if only is not None and _needs_group_tables(stacks):
+        rest = {s.rank for s in stacks if s.rank is not None} - only
+        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, rest, job.world_size)
+    if any(s.counters for s in stacks):
+        analysis = analysis.noting("progress counters read in a second pass with locals (integers only)")
+    return stacks, analysis
 
 
 __all__ = ["capture_job", "dump_stacks"]

@@ -86,19 +86,9 @@ async def dump_stacks(
         bool, arg("When unsure, read progress counters (step, epoch) in one more pass.")
     ] = True,
     flight_recorder: Annotated[
-        bool,
-        arg(
-            "Analyse this run's flight-recorder dumps with the stacks, asking ranks that opened a channel "
-            "(debug pipe, rankscope.probe) for one; training goes on."
-        ),
+        bool, arg("Read this run's recorder dumps, asking ranks with a dump channel for one.")
     ] = True,
-    ras: Annotated[
-        bool,
-        arg(
-            "Also read NCCL RAS launch counts (NCCL>=2.24). Off by default: querying RAS has crashed jobs on "
-            "NCCL 2.26-2.29."
-        ),
-    ] = False,
+    ras: Annotated[bool, arg("Read NCCL RAS launch counts (off by default: it has crashed jobs).")] = False,
     from_paths: Annotated[
         list[str] | None, arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
     ] = None,
@@ -116,10 +106,9 @@ async def dump_stacks(
     Read verdict.kind, suspect_ranks, confidence, summary, then next_steps. Kinds:
     mismatched_collectives (ranks in different collectives), divergent_ranks (some ranks left
     the common path), missing_ranks (exited, or on another host), all_in_same_collective
-    (the ranks agree: look elsewhere; all in send/recv is an ordering deadlock),
-    no_collective (not a communication hang), inconclusive. On NCCL, stacks[].wait 'gpu'
-    means the CPU waits for the GPU, queued behind the stuck collective. The answer is
-    bounded: one representative stack per group; full_ranks gives whole stacks.
+    (the ranks agree: look elsewhere; all in send/recv is an ordering deadlock), no_collective
+    (not a communication hang), inconclusive. On NCCL, stacks[].wait 'gpu' means the CPU waits
+    for the GPU, queued behind the stuck collective. Bounded: full_ranks gives whole stacks.
     """
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
     api.check_stacks_call(

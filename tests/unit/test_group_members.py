@@ -179,3 +179,15 @@ def test_without_locals_the_flight_recorder_names_the_culprit() -> None:
     assert v.suspect_ranks == [3] and v.confidence == "high"
     assert "flight recorder: pg 1 (ranks 2,3)" in v.summary
     assert v.evidence[0] == "flight recorder: rank 3: last enqueued seq 2 on pg 1"
+
+
+def test_only_locals_named_for_ranks_or_groups_are_read_as_rank_lists() -> None:
+    def read(name: str) -> list[int] | None:
+        frame = Frame(function="main", file=TRAIN, line=3, locals=[LocalVar(name=name, repr="[1, 2]")])
+        got = read_group_locals([frame], 1, 4)
+        return got.ranks if got is not None else None
+
+    for name in ("pair_ranks", "ranks", "group", "tp_members", "dp_group_ranks", "peers", "pg"):
+        assert read(name) == [1, 2], name
+    for name in ("upgrades", "shape", "dims", "page", "ranking_scores", "x"):
+        assert read(name) is None, name

@@ -152,3 +152,25 @@ def test_ras_agreeing_says_the_hang_is_below_python_and_ignores_gloo() -> None:
         for s in stacks
     ]
     assert "NCCL RAS" not in analyze(gloo, plain, [], ras=agree).verdict.summary
+
+
+def test_same_total_with_another_mix_of_collectives_is_off_count() -> None:
+    """Rank 2 broadcast where the others all-reduced once: the totals agree, the mix does not."""
+    from rankscope.models.ras import RasComm, RasRank
+
+    ranks = [
+        RasRank(
+            comm_rank=r,
+            pid=41000 + r,
+            launched=10,
+            by_op={"AllReduce": 10} if r != 2 else {"AllReduce": 9, "Broadcast": 1},
+        )
+        for r in range(4)
+    ]
+    status = RasStatus(format="json", communicators=[RasComm(hash="0xabc", size=4, ranks=ranks)])
+    result = finding(status, pid_rank={41000 + r: r for r in range(4)}, world_size=4)
+    assert result.kind == "off_count" and result.suspect_ranks == [2]
+    assert (
+        "most ranks launched 10 collectives (AllReduce 10); rank 2 (pid 41002) launched 10 (AllReduce 9, Broadcast 1)"
+        in result.evidence[0]
+    )

@@ -30,7 +30,10 @@ NON_GROUP_MEMBER = "-100"
 
 _PG = re.compile(r"<[\w.]*ProcessGroup at (0x[0-9a-fA-F]+)>")
 _C10D = "torch/distributed/distributed_c10d.py"
-_RANK_LIST_NAME = re.compile(r"rank|group|member|pair|peer|pg|mesh|partner|team|replica|node")
+_RANK_LIST_NAME = re.compile(
+    r"(^|_)(ranks?|groups?|members?|pairs?|peers?|pgs?|mesh|partners?|team|replicas?|nodes?)($|_)"
+)
+"""Names of a local that lists a group's ranks (``pair_ranks``, ``group``, ``tp_members``), word by word."""
 _TABLE_MAX = 4096
 
 

@@ -187,16 +187,35 @@ def _who(comm: RasComm, rank: RasRank | RasMissing, pid_rank: Mapping[int, int],
     return f"{name} ({where})" if where else name
 
 
-def _split(comm: RasComm) -> tuple[int, list[RasRank]] | None:
-    """The most common launch count and the ranks off it; None when the counts agree or tie."""
-    tally = Counter(comm.counts) if comm.counts else Counter(r.launched for r in comm.ranks)
-    if len(tally) < 2:
+def _mix(rank: RasRank) -> tuple[tuple[str, int], ...]:
+    """What a rank launched, per collective type: an extra barrier in place of an all_reduce
+    leaves the total equal and the mix different."""
+    return tuple(sorted(rank.by_op.items())) if rank.by_op else (("", rank.launched),)
+
+
+def _ops(mix: tuple[tuple[str, int], ...]) -> str:
+    named = [f"{op} {n}" for op, n in mix if op]
+    return f" ({', '.join(named)})" if named else ""
+
+
+def _split(comm: RasComm) -> tuple[str, list[RasRank]] | None:
+    """What most ranks launched and the ranks that launched something else; None when they agree
+    or no majority stands out."""
+    if comm.counts:  # text: only the tally of totals
+        tally = Counter(comm.counts)
+        (top, n), (_, second) = tally.most_common(2) if len(tally) > 1 else ((0, 0), (0, 0))
+        if len(tally) < 2 or n == second:
+            return None
+        off = [r for r in comm.ranks if r.launched != top]
+        return (f"{top} collectives", off) if off else None
+    mixes = Counter(_mix(r) for r in comm.ranks)
+    if len(mixes) < 2:
         return None
-    (top, n), (_, second) = tally.most_common(2)
+    (common, n), (_, second) = mixes.most_common(2)
     if n == second:
         return None
-    off = [r for r in comm.ranks if r.launched != top]
-    return (top, off) if off else None
+    off = [r for r in comm.ranks if _mix(r) != common]
+    return (f"{sum(v for _, v in common)} collectives{_ops(common)}", off)
 
 
 def _launches(first: RasStatus, second: RasStatus | None) -> bool | None:
@@ -239,10 +258,10 @@ def finding(
             g = _global(comm, r.comm_rank, r.pid, pids, world_size)
             if g is not None:
                 suspects.add(g)
-        behind = ", ".join(f"{_who(comm, r, pids, world_size)} launched {r.launched}" for r in off[:8])
-        evidence.append(
-            f"NCCL RAS communicator {comm.hash[:10]}: most ranks launched {top} collectives; {behind}"
+        behind = ", ".join(
+            f"{_who(comm, r, pids, world_size)} launched {r.launched}{_ops(_mix(r))}" for r in off[:8]
         )
+        evidence.append(f"NCCL RAS communicator {comm.hash[:10]}: most ranks launched {top}; {behind}")
     if not evidence:
         n = len(last.communicators)
         return RasFinding(

@@ -27,6 +27,16 @@ def test_saved_pyspy_dumps_give_the_live_verdict(folder: str) -> None:
     assert not report.errors
 
 
+@pytest.mark.parametrize("folder", ["subgroup_locals_text", "subgroup_locals_json"])
+def test_saved_dumps_with_locals_name_the_member_that_left_a_subgroup(folder: str) -> None:
+    """py-spy --locals dumps of the subgroup hang (capture_subgroup.sh): the `pairs` table in every
+    rank's locals names rank 3 as the member of rank 2's group that went on."""
+    report = stacks_from_files([str(FILES / folder)])
+    v = report.verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [3] and v.confidence == "high"
+    assert "entry 1 of `pairs` in main (hang_subgroup.py): ranks 2-3 hold a ProcessGroup" in v.evidence[0]
+
+
 def test_torchrun_log_of_faulthandler_output() -> None:
     report = stacks_from_files([str(FILES / "faulthandler_torchrun.log")])
     assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [1]

@@ -266,3 +266,54 @@ def test_idle_gpu_among_spinning_ones_names_its_rank_on_nccl() -> None:
 
     assert idle_minority({0: 100, 1: 0}) is None
     assert idle_minority({0: 100, 1: 100, 2: 0, 3: 0}) is None
+
+
+# -- a job line whose source is not readable here (saved stacks of a job that is gone) ------------
+
+UNREAD = [pyf("train_step", line=47), pyf("main", line=88)]
+BARRIER = [
+    pyf("barrier", file=SP + "torch/distributed/distributed_c10d.py", line=4890),
+    pyf("wrapper", file=SP + "torch/distributed/c10d_logger.py", line=83),
+    pyf("save_checkpoint", line=61),
+    pyf("main", line=86),
+]
+
+
+def test_c_code_under_an_unread_job_line_may_be_a_gpu_wait_on_nccl_only() -> None:
+    kind, how = classify_wait(UNREAD, None, backend="nccl", has_native=False, user_site="train.py:47")
+    assert kind == "maybe_gpu" and "train.py:47" in how and "most likely a GPU wait" in how
+    for backend in ("gloo", None):
+        assert classify_wait(UNREAD, None, backend=backend, has_native=False)[0] == "other"  # type: ignore[arg-type]
+    read = classify_wait(UNREAD, None, backend="nccl", has_native=False, user_line="x = y + 1")
+    assert read[0] == "other"  # the line was read and does not synchronise
+    in_stdlib = [pyf("wait", file="/usr/lib/python3.11/threading.py", line=629), *UNREAD]
+    assert classify_wait(in_stdlib, None, backend="nccl", has_native=False)[0] == "other"
+
+
+def _extra_barrier(backend: str | None) -> tuple[str, list[int], str, str]:
+    stacks = [
+        RankStack(
+            rank=r,
+            pid=100 + r,
+            host="h",
+            state="sleeping",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=BARRIER if r == 2 else UNREAD)],
+        )
+        for r in range(4)
+    ]
+    v = analyze(Job(job_id="j", world_size=4, backend=backend), stacks, []).verdict  # type: ignore[arg-type]
+    return v.kind, v.suspect_ranks, v.confidence, v.summary
+
+
+def test_ranks_in_c_code_under_an_unread_line_are_not_blamed_on_nccl() -> None:
+    """Faulthandler-style stacks of an NCCL job: ranks 0,1,3 at train.py:47 (``loss.item()`` in a
+    file not on this host), rank 2 in an extra barrier. The CPU side cannot tell who is stuck."""
+    kind, suspects, confidence, summary = _extra_barrier("nccl")
+    assert (kind, suspects, confidence) == ("inconclusive", [], "low")
+    assert "ranks 0-1,3 wait in C code, most likely for the GPU" in summary
+    kind, suspects, confidence, summary = _extra_barrier(None)
+    assert (kind, suspects, confidence) == ("divergent_ranks", [0, 1, 3], "medium")
+    assert "if this job runs NCCL that may be a wait for the GPU instead" in summary
+    kind, suspects, confidence, summary = _extra_barrier("gloo")
+    assert (kind, suspects, confidence) == ("divergent_ranks", [0, 1, 3], "high")
+    assert "NCCL" not in summary

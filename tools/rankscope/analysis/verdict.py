@@ -551,7 +551,15 @@ def rule_divergent(f: Facts) -> Verdict | None:
     steps.append(
         _step("Reduce it to a minimal repro once the cause is known.", "generate_repro", "divergent-ranks")
     )
-    confidence = "high" if f.stuck or not f.nccl else "medium"
+    confidence: Confidence = "high" if f.stuck or not f.nccl else "medium"
+    unread = _in_c_under_own_line(f, suspects)
+    if unread:
+        confidence = "medium"
+        summary += (
+            f"; the backend is not known and {ranks_phrase(unread)} {'are' if len(unread) > 1 else 'is'} in C code "
+            "called from the job's own line: if this job runs NCCL that may be a wait for the GPU instead "
+            "(backend=nccl, native frames or the line itself decide)"
+        )
     return Verdict(
         kind="divergent_ranks",
         suspect_ranks=suspects,
@@ -560,6 +568,23 @@ def rule_divergent(f: Facts) -> Verdict | None:
         evidence=f.evidence,
         next_steps=steps,
     )
+
+
+def _in_c_under_own_line(f: Facts, ranks: list[int]) -> list[int]:
+    """Of ``ranks``, those read from Python frames alone whose innermost frame is the job's own line
+    (so they are in C code called from it), when the backend is not known: on NCCL such a rank may
+    be waiting for the GPU rather than be where it is stuck."""
+    if f.backend not in (None, "unknown"):
+        return []
+    out = []
+    for s in f.live:
+        thread = next((t for t in s.threads if t.is_main), None)
+        if s.rank not in ranks or thread is None or any(fr.native for fr in thread.frames):
+            continue
+        innermost = next(iter(thread.frames), None)
+        if innermost is not None and is_user_frame(innermost) and s.wait == "other":
+            out.append(s.rank)
+    return sorted(r for r in out if r is not None)
 
 
 def rule_mismatched(f: Facts) -> Verdict | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rankscope.analysis.frames import is_user_frame
 from rankscope.models.core import Backend, Frame, WaitKind
 
 # Native frames, innermost first in a stack; the first match wins.
@@ -82,8 +83,9 @@ _SYNC_CALL = re.compile(
     r"\.nonzero\(|torch\.unique\("
 )
 
-GPU_LIKE: frozenset[str] = frozenset({"gpu", "launch_queue", "allocator"})
-"""Waits that mean "queued behind the GPU": on NCCL, not where the rank is stuck."""
+GPU_LIKE: frozenset[str] = frozenset({"gpu", "launch_queue", "allocator", "maybe_gpu"})
+"""Waits that mean "queued behind the GPU": on NCCL, not where the rank is stuck. ``maybe_gpu``
+counts: a rank that may be queued behind the GPU is never blamed for where its CPU stopped."""
 
 
 _PRIORITY: tuple[WaitKind, ...] = ("collective", "allocator", "launch_queue", "gpu")
@@ -159,6 +161,16 @@ def classify_wait(
             "gpu",
             f"inferred: `{user_line.strip()[:80]}`{where} synchronises with the GPU{known}; --native confirms",
         )
+    innermost = next((f for f in frames if not f.native), None)
+    if backend in ("nccl", "mixed") and not has_native and user_line is None and innermost is not None:
+        if is_user_frame(innermost):
+            where = user_site or f"{innermost.file.rsplit('/', 1)[-1]}:{innermost.line}"
+            return (
+                "maybe_gpu",
+                f"inferred: the innermost frame is the job's own line {where}, in C code called from it, and "
+                "that line is not readable here; on NCCL that is most likely a GPU wait (.item(), .cpu(), "
+                "synchronize()); --native, or the line, decides",
+            )
     return "other", "no collective and no GPU wait in the frames" + (
         "" if has_native else " (Python frames only; --native shows GPU waits)"
     )
@@ -171,5 +183,6 @@ def wait_phrase(kind: str) -> str:
         "launch_queue": "are blocked launching a kernel (the GPU's queue is full)",
         "allocator": "wait in the CUDA caching allocator",
         "collective": "wait in a collective",
+        "maybe_gpu": "wait in C code, most likely for the GPU (the line is not readable here)",
         "other": "wait for neither a collective nor the GPU",
     }.get(kind, kind)

@@ -23,7 +23,7 @@ ProcState = Literal[
 Backend = Literal["nccl", "gloo", "mixed", "unknown"]
 """The communication backend a rank (or a job) uses, read from outside the process."""
 
-WaitKind = Literal["collective", "gpu", "launch_queue", "allocator", "other"]
+WaitKind = Literal["collective", "gpu", "launch_queue", "allocator", "maybe_gpu", "other"]
 """What a rank's main thread waits for: ``collective`` = blocked on the CPU inside a collective
 (gloo, NCCL's barrier or blocking wait, communicator init); ``gpu`` = the CPU waits for the GPU
 (``.item()``, ``.cpu()``, a synchronize); ``launch_queue`` = blocked launching a kernel behind a hung

@@ -38,3 +38,25 @@ def test_caught_signals_reads_the_handlers_installed() -> None:
         signal.signal(signal.SIGUSR2, previous)
     assert signal.SIGUSR2 not in procfs.caught_signals(os.getpid())
     assert procfs.caught_signals(2**22 + 12345) == frozenset()  # no such process
+
+
+def test_listening_on_any_ipv6_is_the_sign_of_a_worker_server() -> None:
+    import socket
+
+    me = os.getpid()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as v4:
+        v4.bind(("127.0.0.1", 0))
+        v4.listen()
+        assert v4.fileno() >= 0 and not procfs.listens_on_any_ipv6(me)  # gloo/NCCL bind one address
+    try:
+        v6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:  # a kernel without IPv6 has no such listener either
+        assert not procfs.listens_on_any_ipv6(me)
+        return
+    with v6:
+        v6.bind(("::", 0))
+        assert not procfs.listens_on_any_ipv6(me)  # bound, not listening
+        v6.listen()
+        assert procfs.listens_on_any_ipv6(me)
+        assert procfs.socket_inodes(me)
+    assert not procfs.listens_on_any_ipv6(me)

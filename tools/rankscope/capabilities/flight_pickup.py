@@ -339,10 +339,13 @@ def debug_server_flight(job: Job) -> FlightReport | None:
 
     Not read by default: it needs torch here (a second or two to import) and a connection to the
     job's store, so :func:`~rankscope.capabilities.stacks.dump_stacks` asks only when the stacks
-    leave the verdict unsure.
+    leave the verdict unsure, and only when some rank listens on ``[::]``, where worker servers
+    bind (:func:`~rankscope.runtime.procfs.listens_on_any_ipv6`).
     """
     if not job.master_addr or not job.master_port:
         return None
+    if not any(procfs.listens_on_any_ipv6(p.pid) for p in job.ranks):
+        return None  # no rank listens where a worker server would: no torch import, no store connection
     try:
         urls = debug_server_urls(job.master_addr, job.master_port, STORE_TIMEOUT_S)
     except (RankscopeError, OSError) as exc:

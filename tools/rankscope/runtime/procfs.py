@@ -294,6 +294,45 @@ def open_files(pid: int, name_prefix: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def socket_inodes(pid: int) -> frozenset[int]:
+    """Inodes of the process's open sockets (``socket:[N]`` fd links; at most :data:`MAX_FDS` read)."""
+    found: set[int] = set()
+    try:
+        fds = os.listdir(path(pid, "fd"))
+    except OSError:
+        return frozenset()
+    for fd in fds[:MAX_FDS]:
+        try:
+            target = os.readlink(path(pid, f"fd/{fd}"))
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            found.add(int(target[8:-1]))
+    return frozenset(found)
+
+
+_LISTEN = "0A"
+_ANY6 = "0" * 32
+
+
+def listens_on_any_ipv6(pid: int) -> bool:
+    """Whether the process holds a TCP socket listening on ``[::]`` (all addresses, IPv6).
+
+    torch's debug server binds each rank's worker server there (``_WorkerServer("::", port)``);
+    gloo and NCCL bind their listeners to one interface's address. A cheap sign, read before
+    anything costlier is tried.
+    """
+    table = read_text(pid, "net/tcp6")
+    if not table:
+        return False
+    listening: set[int] = set()
+    for line in table.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) > 9 and cols[3] == _LISTEN and cols[1].split(":")[0] == _ANY6 and cols[9].isdigit():
+            listening.add(int(cols[9]))
+    return bool(listening & socket_inodes(pid))
+
+
 def caught_signals(pid: int) -> frozenset[int]:
     """Signals the process has a handler for (``SigCgt`` in /proc/PID/status); empty when unreadable."""
     status = read_text(pid, "status") or ""
@@ -322,6 +361,7 @@ __all__ = [
     "device_fds",
     "environ",
     "is_alive",
+    "listens_on_any_ipv6",
     "mapped_paths",
     "maps_mention",
     "open_files",
@@ -336,6 +376,7 @@ __all__ = [
     "read_exe",
     "read_stat",
     "read_text",
+    "socket_inodes",
     "start_epoch",
     "stat_fields",
     "text",

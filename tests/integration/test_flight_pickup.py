@@ -165,3 +165,30 @@ def test_worker_server_sockets_give_the_recorder_of_a_hung_gloo_job(
     assert report.verdict.suspect_ranks == [1]
     assert job.proc.poll() is None
     assert worker_trace(str(tmp_path / "nobody.sock")) is None
+
+
+def test_recorder_plan_says_where_when_and_how_from_the_launch_environment() -> None:
+    from rankscope.capabilities.flight_pickup import recorder_plan
+
+    job = Job(job_id="j", backend="nccl", ranks=[RankProcess(rank=0, pid=4242, host="h")])
+
+    def plan(env: dict[str, str]) -> str:
+        text = recorder_plan(job, {4242: env})
+        assert text is not None
+        return text
+
+    default = plan({"HOME": "/h"})
+    assert (
+        "when its watchdog times out" in default
+        and "to /h/.cache/torch/comm_lib_trace_rank_<rank>" in default
+    )
+    assert (
+        "No channel for a dump now was opened" in default and "settings made in code do not show" in default
+    )
+    piped = plan({"TORCH_FR_DUMP_TEMP_FILE": "/d/fr_", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/tmp/p"})
+    assert "to /d/fr_<rank>" in piped and "write a byte to /tmp/p<rank>.pipe" in piped
+    assert plan({"TORCH_FR_BUFFER_SIZE": "0"}).startswith("The flight recorder is off in this job")
+    assert plan({"TORCH_NCCL_BLOCKING_WAIT": "1"}).startswith("TORCH_NCCL_BLOCKING_WAIT=1")
+    assert plan({"TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}).startswith("No dump comes on a timeout")
+    assert recorder_plan(job.model_copy(update={"backend": "gloo"}), {4242: {}}) is None
+    assert recorder_plan(job, {}) is None

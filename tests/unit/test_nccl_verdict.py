@@ -168,3 +168,31 @@ def test_answer_is_no_larger_than_the_stacks_it_summarises() -> None:
     raw = (NCCL / "dataloader_native.json").read_text()
     r = report("dataloader_native")
     assert len(r.verdict.model_dump_json()) < len(raw) / 4
+
+
+def test_cannot_tell_leads_with_this_jobs_recorder_and_offers_ras() -> None:
+    from rankscope.analysis.bound import bound_report
+    from rankscope.analysis.stacks import analyze as analyze_stacks
+    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+
+    frames = [
+        Frame(function="cudaStreamSynchronize", file="/usr/lib/libcudart.so.12", native=True),
+        Frame(function="main", file="/job/train.py", line=47),
+    ]
+    stacks = [
+        RankStack(
+            rank=r,
+            pid=10 + r,
+            host="h",
+            state="running",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+        for r in range(4)
+    ]
+    plan = "Each rank writes its recorder when its watchdog times out (...) to /d/fr_<rank>; analyze those files."
+    report = analyze_stacks(Job(job_id="j", world_size=4, backend="nccl", recorder=plan), stacks, [])
+    steps = report.verdict.next_steps
+    assert report.verdict.kind == "inconclusive" and steps[0].action == plan
+    assert steps[1].tool == "dump_stacks" and steps[1].args == {"locals": True}
+    assert steps[-1].tool == "dump_stacks" and steps[-1].args == {"ras": True}
+    assert bound_report(report).job.recorder is None  # said once, in the first step

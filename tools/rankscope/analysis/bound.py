@@ -131,7 +131,12 @@ def bound_report(
     for m in report.job.missing:  # one detail per status: 64 ranks on another host say it once
         missing.append(m if m.status not in seen_status else m.model_copy(update={"detail": ""}))
         seen_status.add(m.status)
-    job = report.job.model_copy(update={"ranks": keep_ranks, "notes": notes, "missing": missing})
+    recorder = report.job.recorder
+    if recorder is not None and any(step.action == recorder for step in report.verdict.next_steps):
+        recorder = None  # the first next step already says it
+    job = report.job.model_copy(
+        update={"ranks": keep_ranks, "notes": notes, "missing": missing, "recorder": recorder}
+    )
     errors = report.errors[:_MAX_ERRORS]
     left = len(report.errors) - len(errors)
     shown = sorted(r for r in wanted if any(s.rank == r for s in report.stacks))

@@ -880,15 +880,14 @@ def rule_nccl_cannot_tell(f: Facts) -> Verdict | None:
 
 def _collective_state_steps(f: Facts) -> list[NextStep]:
     """Where the collective state is: the flight recorder (now, or after the watchdog timeout), then the counters."""
-    return [
-        _step(
-            "Read the flight recorder: each rank dumps it on the watchdog timeout (default 10 min) to "
-            "$TORCH_FR_DUMP_TEMP_FILE<rank> or ~/.cache/torch/comm_lib_trace_rank_<rank>; analyze those files. If the "
-            "job opened TORCH_NCCL_DEBUG_INFO_PIPE_FILE, write to <that path><rank>.pipe to get a dump now. For the "
-            "next run keep TORCH_FR_BUFFER_SIZE>0 and TORCH_NCCL_DUMP_ON_TIMEOUT=1 (the defaults in torch 2.13).",
-            "analyze_flight_recorder",
-            "nccl-hangs",
-        ),
+    recorder = f.job.recorder or (
+        "Read the flight recorder: each rank dumps it on the watchdog timeout (default 10 min) to "
+        "$TORCH_FR_DUMP_TEMP_FILE<rank> or ~/.cache/torch/comm_lib_trace_rank_<rank>; analyze those files. If the "
+        "job opened TORCH_NCCL_DEBUG_INFO_PIPE_FILE, write to <that path><rank>.pipe to get a dump now. For the "
+        "next run keep TORCH_FR_BUFFER_SIZE>0 and TORCH_NCCL_DUMP_ON_TIMEOUT=1 (the defaults in torch 2.13)."
+    )
+    steps = [
+        _step(recorder, "analyze_flight_recorder", "nccl-hangs"),
         _step(
             "Dump again with locals: progress counters (step, epoch) that differ between ranks name the laggard.",
             "dump_stacks",
@@ -900,6 +899,17 @@ def _collective_state_steps(f: Facts) -> list[NextStep]:
             "nccl-hangs",
         ),
     ]
+    if f.ras is None:
+        steps.append(
+            NextStep(
+                action="Ask NCCL RAS (NCCL >= 2.24) for each rank's launch counts: the rank behind is the one that "
+                "never enqueued the collective. Off by default: querying RAS has crashed jobs on NCCL 2.26-2.29.",
+                tool="dump_stacks",
+                args={"ras": True},
+                skill_section=f"{_PLAYBOOK}#nccl-hangs",
+            )
+        )
+    return steps
 
 
 def rule_all_in_same(f: Facts) -> Verdict | None:
@@ -1053,6 +1063,8 @@ def with_call_args(verdict: Verdict) -> Verdict:
             args = {"from_last_stacks": True}
         elif args is None and step.tool == "dump_stacks":
             args = {"native": True} if "native" in step.action else {}
+            if "with locals" in step.action or "and locals" in step.action:
+                args["locals"] = True
             if verdict.suspect_ranks:
                 args["full_ranks"] = verdict.suspect_ranks[:4]
         steps.append(step.model_copy(update={"args": args or None}) if args != step.args else step)

@@ -225,6 +225,54 @@ def request_dumps(
     return got
 
 
+def _flag(env: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = env.get(name)
+        if value is not None and value.strip():
+            return value.strip()
+    return None
+
+
+def recorder_plan(job: Job, environs: Mapping[int, dict[str, str]]) -> str | None:
+    """For an NCCL job: where and when its ranks write their recorder, and how to get a dump now,
+    from their launch environment (settings made in code, e.g. torchtitan's, are not visible)."""
+    if job.backend not in ("nccl", "mixed"):
+        return None
+    env = next((environs[p.pid] for p in job.ranks if p.pid in environs), None)
+    if env is None:
+        return None
+    seen = "read from the ranks' launch environment; settings made in code do not show"
+    if _flag(env, "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") == "0":
+        return (
+            f"The flight recorder is off in this job (TORCH_FR_BUFFER_SIZE=0; {seen}): no dump will come. For the "
+            "next run unset it (torch 2.13 keeps 2000 entries by default)."
+        )
+    if _flag(env, "TORCH_NCCL_BLOCKING_WAIT") == "1":
+        return (
+            f"TORCH_NCCL_BLOCKING_WAIT=1 ({seen}) removes NCCL's watchdog: no timeout and no dump will come. For "
+            "the next run unset it."
+        )
+    pattern = f"{os.fspath(dump_path(0, env))[:-1]}<rank>"
+    if _flag(env, "TORCH_NCCL_DUMP_ON_TIMEOUT") == "0":
+        when = "No dump comes on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT=0); for the next run unset it."
+    else:
+        when = (
+            "Each rank writes its recorder when its watchdog times out (the process group's timeout: NCCL's "
+            f"default is 10 min after the stuck collective started) to {pattern}; analyze those files."
+        )
+    stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+    if stem:
+        now = f" A dump now: write a byte to {stem}<rank>.pipe (dump_stacks does it)."
+    elif any(probe_of(p.pid) is not None for p in job.ranks):
+        now = " rankscope.probe's recorder is on: dump_stacks asks it for a dump."
+    else:
+        now = (
+            " No channel for a dump now was opened; for the next run set TORCH_NCCL_DEBUG_INFO_PIPE_FILE or call "
+            "rankscope.probe.enable_flight_recorder."
+        )
+    return f"{when}{now} ({seen})"
+
+
 EXCEPTION_DUMP = "exception_dump"
 """The key ProcessGroupNCCL's watchdog sets, in the job's root TCPStore, to its global rank (an
 int32 in host byte order) when a collective times out or fails: every rank's monitor then
@@ -398,6 +446,7 @@ __all__ = [
     "pick_up",
     "probe_of",
     "read_exception_dump",
+    "recorder_plan",
     "request_dumps",
     "worker_trace",
 ]

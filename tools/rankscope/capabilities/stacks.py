@@ -27,7 +27,12 @@ from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.capabilities import discovery
-from rankscope.capabilities.flight_pickup import debug_server_flight, exception_dump_note, pick_up
+from rankscope.capabilities.flight_pickup import (
+    debug_server_flight,
+    exception_dump_note,
+    pick_up,
+    recorder_plan,
+)
 from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
@@ -611,7 +616,7 @@ def _gather(
     if ras:
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
-    job = job.model_copy(update={"notes": notes})
+    job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs)})
     return _Analysis(job, errors, flight, ras_finding, source_lines(stacks))
 
 

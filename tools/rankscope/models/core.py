@@ -189,6 +189,11 @@ class Job(Model):
     attempt: int | None = Field(
         default=None, description="TORCHELASTIC_RESTART_COUNT of the ranks shown (torchrun restarts)."
     )
+    recorder: str | None = Field(
+        default=None,
+        description="NCCL jobs: where and when this job's flight-recorder dumps are written, and how to get one "
+        "now, read from the ranks' launch environment.",
+    )
     missing: list[MissingRank] = Field(
         default_factory=list,
         description="Each rank of the world with no live stack here, classified (not_visible, exited, ...).",

@@ -191,3 +191,36 @@ def test_only_locals_named_for_ranks_or_groups_are_read_as_rank_lists() -> None:
         assert read(name) == [1, 2], name
     for name in ("upgrades", "shape", "dims", "page", "ranking_scores", "x"):
         assert read(name) is None, name
+
+
+def test_a_list_of_each_ranks_own_groups_is_not_a_membership_table() -> None:
+    """``mesh.get_all_groups()`` on a 2x2 mesh: every rank holds a ProcessGroup per dimension, and
+    entry 0 is a different group on ranks 0 and 1. Nothing in it says who is not a member."""
+    stacks = pairs_job()
+    own = []
+    for s in stacks:
+        frames = s.threads[0].frames
+        user = frames[2]
+        mine = next(v.repr for v in user.locals or [] if v.name == "mine")
+        locs = [v for v in user.locals or [] if v.name not in ("pairs", "mine")]
+        locs.append(LocalVar(name="dims", repr=f"[{mine}, {pg(0x7F20_0000_0000 + (s.rank or 0))}]"))
+        own.append(
+            rank_stack(s.rank or 0, [*frames[:2], user.model_copy(update={"locals": locs}), frames[3]])
+        )
+    v = analyze(Job(job_id="j", world_size=4), own, []).verdict
+    assert v.suspect_ranks == [] and v.confidence == "low"
+
+
+def test_two_different_rank_lists_do_not_say_which_group_the_call_runs_on() -> None:
+    frame = Frame(
+        function="main",
+        file=TRAIN,
+        line=3,
+        locals=[LocalVar(name="tp_ranks", repr="[2, 3]"), LocalVar(name="dp_ranks", repr="[0, 2]")],
+    )
+    assert read_group_locals([frame], 2, 4) is None
+    same = frame.model_copy(
+        update={"locals": [LocalVar(name="pair_ranks", repr="[2, 3]"), LocalVar(name="group", repr="(3, 2)")]}
+    )
+    read = read_group_locals([same], 2, 4)
+    assert read is not None and read.ranks == [2, 3] and read.ranks_from == "train.py:main:pair_ranks"

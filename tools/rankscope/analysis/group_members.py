@@ -126,8 +126,7 @@ def read_group_locals(frames: Sequence[Frame], rank: int | None, world: int | No
     waited = waited_group(frames)
     tables: dict[str, list[bool]] = {}
     slot: str | None = None
-    ranks: list[int] | None = None
-    ranks_from: str | None = None
+    lists: dict[tuple[int, ...], str] = {}
     for frame in frames:
         if frame.native or not frame.locals or internal_file(frame.file):
             continue
@@ -139,9 +138,14 @@ def read_group_locals(frames: Sequence[Frame], rank: int | None, world: int | No
                 if slot is None and waited is not None and waited in table:
                     slot = f"{key}[{table.index(waited)}]"
                 continue
-            if ranks is None and rank is not None and _RANK_LIST_NAME.search(local.name.lower()):
-                ranks = rank_list(local.repr, rank, world)
-                ranks_from = key if ranks is not None else None
+            if rank is not None and _RANK_LIST_NAME.search(local.name.lower()):
+                found = rank_list(local.repr, rank, world)
+                if found is not None:
+                    lists.setdefault(tuple(found), key)
+    # two different lists of ranks (tp_ranks and dp_ranks) do not say which group the call runs on
+    ranks, ranks_from = (
+        (list(next(iter(lists))), next(iter(lists.values()))) if len(lists) == 1 else (None, None)
+    )
     if not tables and ranks is None:
         return None
     return GroupLocals(tables=tables, slot=slot, ranks=ranks, ranks_from=ranks_from)
@@ -156,8 +160,9 @@ def members(rank: int, stacks: Sequence[RankStack]) -> tuple[list[int], str, boo
     """The members of the group ``rank``'s collective runs on, how they were read, and whether the
     read is a group table (True) or a list of ranks (False). None when the locals do not say.
 
-    A table decides only when every rank that was read holds it: a rank without it could be a
-    member.
+    A table decides only when every rank that was read holds it (a rank without it could be a
+    member) and some rank holds NON_GROUP_MEMBER at that entry (else it is a list of each rank's
+    own groups, whose entries differ from rank to rank).
     """
     mine = next((s.group_locals for s in stacks if s.rank == rank and s.group_locals is not None), None)
     if mine is None:
@@ -167,7 +172,11 @@ def members(rank: int, stacks: Sequence[RankStack]) -> tuple[list[int], str, boo
         i = int(index.rstrip("]"))
         read = [s for s in stacks if s.rank is not None and s.error is None and s.threads]
         held = {s.rank: s.group_locals.tables.get(key) for s in read if s.group_locals is not None}
-        if len(held) == len(read) and all(t is not None and len(t) > i for t in held.values()):
+        complete = len(held) == len(read) and all(t is not None and len(t) > i for t in held.values())
+        # a table says who is *not* a member only where some rank holds NON_GROUP_MEMBER there; a list
+        # of each rank's own groups (DeviceMesh.get_all_groups(), one per dimension) holds a
+        # ProcessGroup everywhere, and its entries are different groups on different ranks
+        if complete and any(t is not None and not t[i] for t in held.values()):
             found = sorted(r for r, t in held.items() if t is not None and t[i] and r is not None)
             evidence = (
                 f"rank {rank}'s group is entry {i} of {_where(key)}: {ranks_phrase(found)} hold a ProcessGroup "

@@ -174,3 +174,12 @@ def test_same_total_with_another_mix_of_collectives_is_off_count() -> None:
         "most ranks launched 10 collectives (AllReduce 10); rank 2 (pid 41002) launched 10 (AllReduce 9, Broadcast 1)"
         in result.evidence[0]
     )
+
+
+def test_a_text_answer_without_warnings_agrees() -> None:
+    healthy = "NCCL version 2.26.6\nGroup  Comms  Nodes  Ranks  Status  Errors\n    0      1      2     16  RUNNING  OK\n"
+    result = finding(parse_text(healthy))
+    assert result.kind == "agree" and result.suspect_ranks == []
+    assert result.summary.startswith(
+        "NCCL RAS: no rank is off its communicator's launch count and none is lost"
+    )

@@ -264,9 +264,14 @@ def finding(
         evidence.append(f"NCCL RAS communicator {comm.hash[:10]}: most ranks launched {top}; {behind}")
     if not evidence:
         n = len(last.communicators)
+        said = (
+            f"every rank of {n} communicator(s) launched the same collectives"
+            if n
+            else "no rank is off its communicator's launch count and none is lost"
+        )
         return RasFinding(
             kind="agree",
-            summary=f"NCCL RAS: every rank of {n} communicator(s) launched the same collectives"
+            summary=f"NCCL RAS: {said}"
             + (" and the counts did not move" if moved is False else "")
             + ": each rank enqueued the collective, so what is stuck is below Python (NCCL, the network, a GPU)",
             evidence=[

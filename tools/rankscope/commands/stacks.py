@@ -70,9 +70,11 @@ class StacksCommand(Command):
             "--no-fr",
             dest="flight_recorder",
             action="store_false",
-            help="do not read the flight recorder: by default the dumps this run's ranks already wrote are "
-            "analysed with the stacks, and ranks that opened a channel for it (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, "
-            "rankscope.probe.enable_flight_recorder's signal) are asked for one (training goes on)",
+            help="do not read the collective state: by default the recorder dumps this run's ranks already wrote "
+            "are analysed with the stacks, ranks that opened a channel for one (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, "
+            "rankscope.probe.enable_flight_recorder, a worker socket; torch's debug server when the verdict is "
+            "unsure) are asked for one while training goes on, and an NCCL job's TCPStore exception_dump key is "
+            "read (never written)",
         )
         parser.add_argument(
             "--ras",

@@ -227,6 +227,26 @@ def _launches(first: RasStatus, second: RasStatus | None) -> bool | None:
     return any(before[k] != after[k] for k in shared) if shared else None
 
 
+def _agreeing(last: RasStatus, moved: bool | None) -> RasFinding:
+    """No rank off its communicator's count and none lost: every rank enqueued the collective."""
+    n = len(last.communicators)
+    said = (
+        f"every rank of {n} communicator(s) launched the same collectives"
+        if n
+        else "no rank is off its communicator's launch count and none is lost"
+    )
+    return RasFinding(
+        kind="agree",
+        summary=f"NCCL RAS: {said}"
+        + (" and the counts did not move" if moved is False else "")
+        + ": each rank enqueued the collective, so what is stuck is below Python (NCCL, the network, a GPU)",
+        evidence=[
+            f"NCCL RAS {last.format} answer" + (f" (NCCL {last.nccl_version})" if last.nccl_version else "")
+        ],
+        progressing=moved,
+    )
+
+
 def finding(
     first: RasStatus,
     second: RasStatus | None = None,
@@ -263,23 +283,7 @@ def finding(
         )
         evidence.append(f"NCCL RAS communicator {comm.hash[:10]}: most ranks launched {top}; {behind}")
     if not evidence:
-        n = len(last.communicators)
-        said = (
-            f"every rank of {n} communicator(s) launched the same collectives"
-            if n
-            else "no rank is off its communicator's launch count and none is lost"
-        )
-        return RasFinding(
-            kind="agree",
-            summary=f"NCCL RAS: {said}"
-            + (" and the counts did not move" if moved is False else "")
-            + ": each rank enqueued the collective, so what is stuck is below Python (NCCL, the network, a GPU)",
-            evidence=[
-                f"NCCL RAS {last.format} answer"
-                + (f" (NCCL {last.nccl_version})" if last.nccl_version else "")
-            ],
-            progressing=moved,
-        )
+        return _agreeing(last, moved)
     confidence: Confidence = "high" if moved is False or any(m.dead for _, m in lost) else "medium"
     if moved:
         confidence = "low"

@@ -82,17 +82,21 @@ def probe_of(pid: int) -> Probe | None:
     return None
 
 
-def _targets(proc: RankProcess, env: dict[str, str]) -> list[Path]:
+def find_probes(job: Job) -> dict[int, Probe]:
+    """pid -> the probe of each rank that runs one; read once per capture and handed around."""
+    return {p.pid: probe for p in job.ranks if (probe := probe_of(p.pid)) is not None}
+
+
+def _targets(proc: RankProcess, env: dict[str, str], probe: Probe | None) -> list[Path]:
     """Where this rank's dumps may be: the probe's folder, then torch's own path."""
     if proc.rank is None:
         return []
-    probe = probe_of(proc.pid)
     paths = [probe.trace(proc.rank)] if probe is not None else []
     return [*paths, dump_path(proc.rank, env)]
 
 
-def _fresh(proc: RankProcess, env: dict[str, str]) -> Path | None:
-    for path in _targets(proc, env):
+def _fresh(proc: RankProcess, env: dict[str, str], probe: Probe | None) -> Path | None:
+    for path in _targets(proc, env, probe):
         if _fresh_one(proc, path):
             return path
     return None
@@ -116,12 +120,17 @@ def _environs(job: Job) -> dict[int, dict[str, str]]:
     return {proc.pid: procfs.read_environ(proc.pid) or {} for proc in job.ranks}
 
 
-def find_dumps(job: Job, environs: Mapping[int, dict[str, str]] | None = None) -> list[Path]:
+def find_dumps(
+    job: Job,
+    environs: Mapping[int, dict[str, str]] | None = None,
+    probes: Mapping[int, Probe] | None = None,
+) -> list[Path]:
     """This run's recorder dumps on this host, one per rank at most."""
     envs = environs if environs is not None else _environs(job)
+    probed = probes if probes is not None else find_probes(job)
     found: list[Path] = []
     for proc in job.ranks:
-        path = _fresh(proc, envs.get(proc.pid, {}))
+        path = _fresh(proc, envs.get(proc.pid, {}), probed.get(proc.pid))
         if path is not None:
             found.append(path)
     return found
@@ -169,13 +178,12 @@ def _ask_probe(pid: int, probe: Probe) -> bool:
 
 
 def _request_planned(
-    proc: RankProcess, env: dict[str, str], have: list[Path]
+    proc: RankProcess, env: dict[str, str], have: list[Path], probe: Probe | None
 ) -> tuple[Path, tuple[float, int] | None, Callable[[], bool]] | None:
     """How to ask one rank for a dump through the channel it opened: where the dump will land,
     that file's stamp before asking, and the call that asks. None without a channel."""
     if proc.rank is None:
         return None
-    probe = probe_of(proc.pid)
     if probe is not None:
         target = probe.trace(proc.rank)
         if target in have:
@@ -194,6 +202,7 @@ def request_dumps(
     have: list[Path],
     wait_s: float = PIPE_WAIT_S,
     environs: Mapping[int, dict[str, str]] | None = None,
+    probes: Mapping[int, Probe] | None = None,
 ) -> list[Path]:
     """Ask the ranks that opened a channel for it (a debug pipe, the probe's signal) and wrote no
     dump yet for one; the dumps they wrote.
@@ -202,9 +211,10 @@ def request_dumps(
     the same on two polls in a row: the writer has finished.
     """
     envs = environs if environs is not None else _environs(job)
+    probed = probes if probes is not None else find_probes(job)
     asked: dict[Path, tuple[float, int] | None] = {}
     for proc in job.ranks:
-        planned = _request_planned(proc, envs.get(proc.pid, {}), have)
+        planned = _request_planned(proc, envs.get(proc.pid, {}), have, probed.get(proc.pid))
         if planned is not None:
             target, before, ask = planned
             if ask():
@@ -233,7 +243,9 @@ def _flag(env: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
-def recorder_plan(job: Job, environs: Mapping[int, dict[str, str]]) -> str | None:
+def recorder_plan(
+    job: Job, environs: Mapping[int, dict[str, str]], probes: Mapping[int, Probe] | None = None
+) -> str | None:
     """For an NCCL job: where and when its ranks write their recorder, and how to get a dump now,
     from their launch environment (settings made in code, e.g. torchtitan's, are not visible)."""
     if job.backend not in ("nccl", "mixed"):
@@ -263,7 +275,7 @@ def recorder_plan(job: Job, environs: Mapping[int, dict[str, str]]) -> str | Non
     stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
     if stem:
         now = f" A dump now: write a byte to {stem}<rank>.pipe (dump_stacks does it)."
-    elif any(probe_of(p.pid) is not None for p in job.ranks):
+    elif probes if probes is not None else find_probes(job):
         now = " rankscope.probe's recorder is on: dump_stacks asks it for a dump."
     else:
         now = (
@@ -325,6 +337,7 @@ WORKER_SOCKET = "TORCH_WORKER_SERVER_SOCKET"
 """torch.distributed.elastic.control_plane.worker_main serves c10d's worker handlers (``fr_trace_json``,
 ``dump_traceback``...) on this unix socket; they answer from C++ threads while the rank is stuck."""
 WORKER_TIMEOUT_S = 10.0
+MAX_TRACE = 64 * 1024 * 1024
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -356,9 +369,6 @@ def worker_trace(path: str, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]
     finally:
         conn.close()
     return data if isinstance(data, dict) else None
-
-
-MAX_TRACE = 64 * 1024 * 1024
 
 
 def _worker_sockets(job: Job, environs: Mapping[int, dict[str, str]]) -> dict[int, str]:
@@ -412,16 +422,21 @@ def debug_server_flight(job: Job) -> FlightReport | None:
 
 
 def pick_up(
-    job: Job, *, ask: bool = True, environs: Mapping[int, dict[str, str]] | None = None
+    job: Job,
+    *,
+    ask: bool = True,
+    environs: Mapping[int, dict[str, str]] | None = None,
+    probes: Mapping[int, Probe] | None = None,
 ) -> FlightReport | None:
     """The analysis of the dumps the job's ranks wrote in this run (and, with ``ask``, of the ones
     asked for through the channels the job opened: debug pipes, the probe's signal, worker-server
-    sockets), or None when there are none. ``environs``: the ranks' environments when the caller
-    already read them."""
+    sockets), or None when there are none. ``environs`` and ``probes``: what the caller already
+    read of the ranks."""
     environs = environs if environs is not None else _environs(job)
-    paths = find_dumps(job, environs)
+    probes = probes if probes is not None else find_probes(job)
+    paths = find_dumps(job, environs, probes)
     if ask:
-        paths += request_dumps(job, paths, environs=environs)
+        paths += request_dumps(job, paths, environs=environs, probes=probes)
     dumps, errors = read_dumps([os.fspath(p) for p in paths]) if paths else ([], [])
     if ask:
         have = {d.rank for d in dumps}
@@ -443,6 +458,7 @@ __all__ = [
     "dump_path",
     "exception_dump_note",
     "find_dumps",
+    "find_probes",
     "pick_up",
     "probe_of",
     "read_exception_dump",

@@ -30,6 +30,7 @@ from rankscope.capabilities import discovery
 from rankscope.capabilities.flight_pickup import (
     debug_server_flight,
     exception_dump_note,
+    find_probes,
     pick_up,
     recorder_plan,
 )
@@ -521,9 +522,10 @@ class _Analysis:
     def run(self, stacks: list[RankStack]) -> StacksReport:
         return analyze(self.job, stacks, self.errors, self.flight, source=self.source, ras=self.ras)
 
-    def noting(self, note: str, **update: object) -> _Analysis:
+    def noting(self, note: str, flight: FlightReport | None = None) -> _Analysis:
+        """The same analysis with one more job note (and, when given, the recorder it is about)."""
         job = self.job.model_copy(update={"notes": [*self.job.notes, note]})
-        return dataclasses.replace(self, job=job, **update)  # type: ignore[arg-type]
+        return dataclasses.replace(self, job=job, flight=flight or self.flight)
 
 
 def dump_stacks(
@@ -609,14 +611,16 @@ def _gather(
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
     if flight_recorder and (told := exception_dump_note(job)) is not None:
         notes.append(told)
-    flight = pick_up(job, environs=environs) if flight_recorder else None
+    # read once: the pickup looks for their dumps and asks them, the NCCL recorder plan names them
+    probes = find_probes(job) if flight_recorder or job.backend in ("nccl", "mixed") else {}
+    flight = pick_up(job, environs=environs, probes=probes) if flight_recorder else None
     if flight is not None:
         notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")
     ras_finding = None
     if ras:
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
-    job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs)})
+    job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs, probes)})
     return _Analysis(job, errors, flight, ras_finding, source_lines(stacks))
 
 

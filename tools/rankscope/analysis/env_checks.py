@@ -18,6 +18,7 @@ environment-variable documentation):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from rankscope.analysis.gpu_parsers import non_nvlink_gpu_pairs
 from rankscope.models.core import Finding, NextStep, Severity
@@ -275,6 +276,21 @@ _AT_LAUNCH = (
 )
 
 
+def recorder_off(env: Mapping[str, str]) -> bool:
+    """TORCH_FR_BUFFER_SIZE (or its older name) is 0: the NCCL flight recorder keeps nothing."""
+    return (env.get("TORCH_FR_BUFFER_SIZE") or env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "").strip() == "0"
+
+
+def dump_on_timeout_off(env: Mapping[str, str]) -> bool:
+    """TORCH_NCCL_DUMP_ON_TIMEOUT is off: a watchdog timeout writes no recorder dump."""
+    return env.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "").strip() in _OFF
+
+
+def blocking_wait_on(env: Mapping[str, str]) -> bool:
+    """TORCH_NCCL_BLOCKING_WAIT is on: no watchdog, so no timeout and no dump."""
+    return env.get("TORCH_NCCL_BLOCKING_WAIT", "").strip() in _ON
+
+
 def nccl_recorder_findings(ranks: list[RankEnv]) -> list[Finding]:
     """Settings that take away what an NCCL hang is diagnosed with: the recorder, its dump, the watchdog.
 
@@ -283,12 +299,7 @@ def nccl_recorder_findings(ranks: list[RankEnv]) -> list[Finding]:
     """
     nccl = [r for r in ranks if uses_nccl(r)]
     out: list[Finding] = []
-    fr_off = [
-        r
-        for r in nccl
-        if (r.env.get("TORCH_FR_BUFFER_SIZE") or r.env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "").strip()
-        == "0"
-    ]
+    fr_off = [r for r in nccl if recorder_off(r.env)]
     if fr_off:
         out.append(
             _finding(
@@ -304,7 +315,7 @@ def nccl_recorder_findings(ranks: list[RankEnv]) -> list[Finding]:
                 "analyze_flight_recorder",
             )
         )
-    no_dump = [r for r in nccl if r.env.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "").strip() in _OFF]
+    no_dump = [r for r in nccl if dump_on_timeout_off(r.env)]
     if no_dump:
         out.append(
             _finding(
@@ -321,7 +332,7 @@ def nccl_recorder_findings(ranks: list[RankEnv]) -> list[Finding]:
                 "analyze_flight_recorder",
             )
         )
-    blocking = [r for r in nccl if r.env.get("TORCH_NCCL_BLOCKING_WAIT", "").strip() in _ON]
+    blocking = [r for r in nccl if blocking_wait_on(r.env)]
     if blocking:
         out.append(
             _finding(

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rankscope.analysis.env_checks import blocking_wait_on, dump_on_timeout_off, recorder_off
 from rankscope.analysis.flight import LoadedDump
 from rankscope.analysis.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
@@ -235,14 +236,6 @@ def request_dumps(
     return got
 
 
-def _flag(env: Mapping[str, str], *names: str) -> str | None:
-    for name in names:
-        value = env.get(name)
-        if value is not None and value.strip():
-            return value.strip()
-    return None
-
-
 def recorder_plan(
     job: Job, environs: Mapping[int, dict[str, str]], probes: Mapping[int, Probe] | None = None
 ) -> str | None:
@@ -254,18 +247,18 @@ def recorder_plan(
     if env is None:
         return None
     seen = "read from the ranks' launch environment; settings made in code do not show"
-    if _flag(env, "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") == "0":
+    if recorder_off(env):
         return (
             f"The flight recorder is off in this job (TORCH_FR_BUFFER_SIZE=0; {seen}): no dump will come. For the "
             "next run unset it (torch 2.13 keeps 2000 entries by default)."
         )
-    if _flag(env, "TORCH_NCCL_BLOCKING_WAIT") == "1":
+    if blocking_wait_on(env):
         return (
             f"TORCH_NCCL_BLOCKING_WAIT=1 ({seen}) removes NCCL's watchdog: no timeout and no dump will come. For "
             "the next run unset it."
         )
     pattern = f"{os.fspath(dump_path(0, env))[:-1]}<rank>"
-    if _flag(env, "TORCH_NCCL_DUMP_ON_TIMEOUT") == "0":
+    if dump_on_timeout_off(env):
         when = "No dump comes on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT=0); for the next run unset it."
     else:
         when = (

@@ -94,3 +94,12 @@ def parse_hosts(value: str) -> list[str]:
             fix="Pass a comma-separated host list, e.g. --hosts node1,node2 or node[01-04].",
         )
     return list(dict.fromkeys(hosts))
+
+
+_HOST_PORT = re.compile(r"\[?([^\]]+?)\]?:(\d+)")
+
+
+def host_port(spec: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as (host, port); None when ``spec`` is not one."""
+    m = _HOST_PORT.fullmatch(spec)
+    return (m.group(1), int(m.group(2))) if m else None

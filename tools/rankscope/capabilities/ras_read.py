@@ -16,12 +16,12 @@ is not called a hang.
 from __future__ import annotations
 
 import logging
-import re
 import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rankscope.analysis.hostlist import host_port
 from rankscope.analysis.ras import finding, parse_json, parse_text
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job
@@ -52,11 +52,9 @@ def ras_address(environs: Mapping[int, Mapping[str, str]]) -> tuple[str, int] | 
         if env.get("NCCL_RAS_ENABLE", "1").strip() == "0":
             return None
     for env in environs.values():
-        spec = env.get("NCCL_RAS_ADDR")
-        if spec:
-            m = re.fullmatch(r"\[?([^\]]+?)\]?:(\d+)", spec.strip())
-            if m:
-                return m.group(1), int(m.group(2))
+        where = host_port((env.get("NCCL_RAS_ADDR") or "").strip())
+        if where is not None:
+            return where
     return DEFAULT_ADDR
 
 

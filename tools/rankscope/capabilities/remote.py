@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from rankscope.analysis.hostlist import expand_hostlist, split_top
+from rankscope.analysis.hostlist import expand_hostlist, host_port, split_top
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
@@ -515,13 +515,13 @@ def store_address(hosts: Sequence[str] | None, job: str | None, env: Mapping[str
     spec = (hosts[0] if hosts else None) or job
     if spec is None and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
         spec = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
-    m = re.fullmatch(r"\[?([^\]]+?)\]?:(\d+)", spec or "")
-    if not m:
+    where = host_port(spec or "")
+    if where is None:
         raise InvalidInput(
             f"--via debug-server needs the job's store as ADDR:PORT, got {spec!r}",
             "Pass --hosts MASTER_ADDR:MASTER_PORT (the torchrun rendezvous address), or set MASTER_ADDR/MASTER_PORT.",
         )
-    return m.group(1), int(m.group(2))
+    return where
 
 
 def _http_post(url: str, timeout: float) -> bytes:

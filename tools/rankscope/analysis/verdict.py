@@ -33,7 +33,7 @@ from rankscope.analysis.gpu_busy import idle_minority
 from rankscope.analysis.group_members import members as group_members
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits, cycle_phrase, find_cycle, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.waits import GPU_LIKE, wait_phrase
+from rankscope.analysis.waits import GPU_LIKE, under_own_line, wait_phrase
 from rankscope.models.core import (
     Backend,
     CallSite,
@@ -576,15 +576,14 @@ def _in_c_under_own_line(f: Facts, ranks: list[int]) -> list[int]:
     be waiting for the GPU rather than be where it is stuck."""
     if f.backend not in (None, "unknown"):
         return []
-    out = []
-    for s in f.live:
-        thread = next((t for t in s.threads if t.is_main), None)
-        if s.rank not in ranks or thread is None or any(fr.native for fr in thread.frames):
-            continue
-        innermost = next(iter(thread.frames), None)
-        if innermost is not None and is_user_frame(innermost) and s.wait == "other":
-            out.append(s.rank)
-    return sorted(r for r in out if r is not None)
+    return sorted(
+        s.rank
+        for s in f.live
+        if s.rank in ranks
+        and s.wait == "other"
+        and (thread := main_thread(s)) is not None
+        and under_own_line(thread.frames) is not None
+    )
 
 
 def rule_mismatched(f: Facts) -> Verdict | None:

@@ -122,6 +122,15 @@ def _python_gpu_frame(frames: Sequence[Frame], on_gpu: bool) -> Frame | None:
     return None
 
 
+def under_own_line(frames: Sequence[Frame]) -> Frame | None:
+    """The job's own frame a thread read from Python frames alone stops in, when it is the innermost
+    one: the thread runs C code called from that line (a GPU sync, a lock, a sleep: the line says).
+    None with native frames, or when the innermost frame is torch's or a library's."""
+    if not frames or any(f.native for f in frames):
+        return None
+    return frames[0] if is_user_frame(frames[0]) else None
+
+
 def classify_wait(
     frames: Sequence[Frame],
     op: str | None,
@@ -161,16 +170,15 @@ def classify_wait(
             "gpu",
             f"inferred: `{user_line.strip()[:80]}`{where} synchronises with the GPU{known}; --native confirms",
         )
-    innermost = next((f for f in frames if not f.native), None)
-    if backend in ("nccl", "mixed") and not has_native and user_line is None and innermost is not None:
-        if is_user_frame(innermost):
-            where = user_site or f"{innermost.file.rsplit('/', 1)[-1]}:{innermost.line}"
-            return (
-                "maybe_gpu",
-                f"inferred: the innermost frame is the job's own line {where}, in C code called from it, and "
-                "that line is not readable here; on NCCL that is most likely a GPU wait (.item(), .cpu(), "
-                "synchronize()); --native, or the line, decides",
-            )
+    own = under_own_line(frames)
+    if backend in ("nccl", "mixed") and user_line is None and own is not None:
+        where = user_site or f"{own.file.rsplit('/', 1)[-1]}:{own.line}"
+        return (
+            "maybe_gpu",
+            f"inferred: the innermost frame is the job's own line {where}, in C code called from it, and "
+            "that line is not readable here; on NCCL that is most likely a GPU wait (.item(), .cpu(), "
+            "synchronize()); --native, or the line, decides",
+        )
     return "other", "no collective and no GPU wait in the frames" + (
         "" if has_native else " (Python frames only; --native shows GPU waits)"
     )

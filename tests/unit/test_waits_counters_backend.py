@@ -317,3 +317,15 @@ def test_ranks_in_c_code_under_an_unread_line_are_not_blamed_on_nccl() -> None:
     kind, suspects, confidence, summary = _extra_barrier("gloo")
     assert (kind, suspects, confidence) == ("divergent_ranks", [0, 1, 3], "high")
     assert "NCCL" not in summary
+
+
+def test_creating_communicator_from_native_or_python_frames() -> None:
+    from rankscope.analysis.waits import creating_communicator
+
+    assert creating_communicator([nat("pncclCommInitRankConfig"), nat("c10d::NCCLComm::create")])
+    assert creating_communicator([nat("c10d::ProcessGroupNCCL::getNCCLComm(std::string const&)")])
+    assert creating_communicator(
+        [pyf("init_process_group", file=SP + "torch/distributed/distributed_c10d.py")]
+    )
+    assert creating_communicator([pyf("init_device_mesh", file=SP + "torch/distributed/device_mesh.py")])
+    assert not creating_communicator([nat("cudaStreamSynchronize"), pyf("all_reduce"), pyf("main")])

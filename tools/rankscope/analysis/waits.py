@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from rankscope.analysis.frames import is_user_frame
 from rankscope.models.core import Backend, Frame, WaitKind
 
+COMM_INIT_NATIVE = r"broadcastUniqueNCCLID|ncclCommInitRank|NCCLComm::create|initNCCLComm"
+"""Native frames of a rank creating an NCCL communicator."""
+
 # Native frames, innermost first in a stack; the first match wins.
 _NATIVE_WAITS: tuple[tuple[re.Pattern[str], WaitKind, str], ...] = (
     # communicator init and rendezvous: a CPU-visible wait with gloo semantics
     (
-        re.compile(
-            r"broadcastUniqueNCCLID|ncclCommInitRank|NCCLComm::create|initNCCLComm|c10d::TCPStore::(get|wait)"
-        ),
+        re.compile(rf"{COMM_INIT_NATIVE}|c10d::TCPStore::(get|wait)"),
         "collective",
         "communicator init / TCPStore wait",
     ),
@@ -120,6 +121,18 @@ def _python_gpu_frame(frames: Sequence[Frame], on_gpu: bool) -> Frame | None:
             if frame.function == func or frame.function.endswith("." + func):
                 return frame
     return None
+
+
+_CREATING_COMM = re.compile(
+    rf"{COMM_INIT_NATIVE}|ncclCommInit|getNCCLComm|init_process_group|new_group|new_subgroups|init_device_mesh"
+    r"|split_group"
+)
+
+
+def creating_communicator(frames: Sequence[Frame]) -> bool:
+    """Whether a thread is creating a communicator or process group (native or Python frames): the
+    moment when an NCCL RAS status query has crashed jobs (NVIDIA/nccl#2346)."""
+    return any(_CREATING_COMM.search(f.function) for f in frames)
 
 
 def under_own_line(frames: Sequence[Frame]) -> Frame | None:

@@ -26,6 +26,7 @@ from rankscope.analysis.frames import is_user_frame
 from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
+from rankscope.analysis.waits import creating_communicator
 from rankscope.capabilities import discovery
 from rankscope.capabilities.flight_pickup import (
     debug_server_flight,
@@ -454,33 +455,14 @@ def counter_pass(
     return [s.model_copy(update=read[s.pid]) if s.pid in read else s for s in stacks]
 
 
-_COMM_INIT = (
-    "ncclCommInit",
-    "NCCLComm::create",
-    "getNCCLComm",
-    "broadcastUniqueNCCLID",
-    "init_process_group",
-    "new_group",
-    "new_subgroups",
-    "init_device_mesh",
-    "split_group",
-)
-"""Frames of a rank still creating a communicator: RAS is not asked then (NVIDIA/nccl#2346)."""
-
-
-def _creating_comm(stacks: list[RankStack]) -> list[int]:
-    return sorted(
-        s.rank
-        for s in stacks
-        if s.rank is not None
-        and any(any(k in f.function for k in _COMM_INIT) for t in s.threads if t.is_main for f in t.frames)
-    )
-
-
 def _ras(
     job: Job, stacks: list[RankStack], environs: dict[int, dict[str, str]]
 ) -> tuple[RasFinding | None, str]:
-    creating = _creating_comm(stacks)
+    creating = sorted(
+        s.rank
+        for s in stacks
+        if s.rank is not None and any(t.is_main and creating_communicator(t.frames) for t in s.threads)
+    )
     if creating:
         return None, (
             f"NCCL RAS not read: ranks {creating} are creating a communicator, when a status query has crashed "

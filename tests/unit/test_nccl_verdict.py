@@ -173,22 +173,10 @@ def test_answer_is_no_larger_than_the_stacks_it_summarises() -> None:
 def test_cannot_tell_leads_with_this_jobs_recorder_and_offers_ras() -> None:
     from rankscope.analysis.bound import bound_report
     from rankscope.analysis.stacks import analyze as analyze_stacks
-    from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+    from rankscope.models.core import Job
+    from tests.unit.test_waits_counters_backend import gpu_waiting_ranks
 
-    frames = [
-        Frame(function="cudaStreamSynchronize", file="/usr/lib/libcudart.so.12", native=True),
-        Frame(function="main", file="/job/train.py", line=47),
-    ]
-    stacks = [
-        RankStack(
-            rank=r,
-            pid=10 + r,
-            host="h",
-            state="running",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
-        )
-        for r in range(4)
-    ]
+    stacks = gpu_waiting_ranks(4, lambda r: {})
     plan = "Each rank writes its recorder when its watchdog times out (...) to /d/fr_<rank>; analyze those files."
     report = analyze_stacks(Job(job_id="j", world_size=4, backend="nccl", recorder=plan), stacks, [])
     steps = report.verdict.next_steps

@@ -9,8 +9,9 @@ import pytest
 from rankscope.analysis.ras import finding, parse_json, parse_text
 from rankscope.analysis.stacks import analyze
 from rankscope.errors import InvalidInput
-from rankscope.models.core import Frame, Job, RankProcess, RankStack, ThreadStack
+from rankscope.models.core import Job, RankProcess, RankStack
 from rankscope.models.ras import RasStatus
+from tests.unit.test_waits_counters_backend import gpu_waiting_ranks
 
 DATA = Path(__file__).parents[1] / "data" / "ras"
 PIDS = {41000 + r: r for r in range(8)}
@@ -92,26 +93,8 @@ def test_broken_json_is_a_clear_error(text: str) -> None:
 
 
 def _gpu_waiting_job(n: int) -> tuple[Job, list[RankStack]]:
-    frames = [
-        Frame(function="cudaStreamSynchronize", file="/usr/lib/libcudart.so.12", native=True),
-        Frame(
-            function="at::native::_local_scalar_dense_cuda(at::Tensor const&)",
-            file="/x/libtorch_cuda.so",
-            native=True,
-        ),
-        Frame(function="train_step", file="/job/train.py", line=88),
-        Frame(function="main", file="/job/train.py", line=120),
-    ]
-    stacks = [
-        RankStack(
-            rank=r,
-            pid=41000 + r,
-            host="h",
-            state="running",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
-        )
-        for r in range(n)
-    ]
+    """``n`` NCCL ranks all waiting for the GPU at one line, with the pids RAS reports for them."""
+    stacks = gpu_waiting_ranks(n, lambda r: {"pid": 41000 + r})
     job = Job(
         job_id="j",
         world_size=n,
@@ -148,7 +131,13 @@ def test_ras_agreeing_says_the_hang_is_below_python_and_ignores_gloo() -> None:
     assert "not at the ranks' code" in v.summary and v.next_steps[0].tool == "analyze_flight_recorder"
     gloo = job.model_copy(update={"backend": "gloo"})
     plain = [
-        s.model_copy(update={"threads": [t.model_copy(update={"frames": t.frames[2:]}) for t in s.threads]})
+        s.model_copy(
+            update={
+                "threads": [
+                    t.model_copy(update={"frames": [f for f in t.frames if not f.native]}) for t in s.threads
+                ]
+            }
+        )
         for s in stacks
     ]
     assert "NCCL RAS" not in analyze(gloo, plain, [], ras=agree).verdict.summary

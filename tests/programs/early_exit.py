@@ -1,9 +1,14 @@
-"""Rank 1 runs out of batches and returns (exit code 0) while rank 0 waits for it in all_reduce:
-torchrun keeps the job up, since a rank that succeeds is not a failure. Rank 1 says why on stderr.
+"""Rank 1 runs out of batches and returns (exit code 0) while rank 0 waits for it: torchrun keeps
+the job up, since a rank that succeeds is not a failure. Rank 1 says why on stderr.
+
+Rank 0 waits on the job's TCPStore for a key rank 1 would have set, not in a gloo collective:
+gloo notices a peer's closed connection and fails the collective at once, which would end the
+job before it can be looked at.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import timedelta
 
@@ -23,7 +28,13 @@ def main() -> None:
             "rank 1: StopIteration: the shard has no batch 2, leaving the loop", file=sys.stderr, flush=True
         )
         return
-    dist.all_reduce(t)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(seconds=300),
+    )
+    store.wait(["rank1/epoch_done"])
 
 
 if __name__ == "__main__":

@@ -76,6 +76,19 @@ def test_hosts_from_slurm_environment() -> None:
     assert "--hosts" in exc.value.fix
 
 
+def test_every_stacks_option_reaches_the_remote_command() -> None:
+    """--window, --no-counters, --no-fr and --ras travel to every host, not only pid and the dump flags."""
+    argv = stacks_argv(
+        "rankscope", window=7.5, counters=False, flight_recorder=False, ras=True, locals=True, nonblocking=True
+    )
+    for flag in ("--no-counters", "--no-fr", "--ras", "--locals", "--nonblocking"):
+        assert flag in argv
+    assert argv[argv.index("--window") + 1] == "7.5"
+    plain = stacks_argv("rankscope")
+    assert not {"--no-counters", "--no-fr", "--ras"} & set(plain)
+    assert plain[plain.index("--window") + 1] == "1"
+
+
 def test_command_construction_follows_documented_syntax() -> None:
     remote = stacks_argv("/opt/venv/bin/rankscope", pid=42, native=True, timeout=30)
     assert remote == [
@@ -86,6 +99,8 @@ def test_command_construction_follows_documented_syntax() -> None:
         "--pid",
         "42",
         "--native",
+        "--window",
+        "1",
         "--timeout",
         "24",
     ]
@@ -272,6 +287,6 @@ def test_kubectl_pods_of_job_then_exec(tmp_path: Path, monkeypatch: pytest.Monke
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[0] == "get pods -n ml -l job-name=bert -o json"
     assert sorted(calls[1:]) == [
-        f"exec -n ml bert-{i} -- rankscope stacks --local --json --timeout 16" for i in range(2)
+        f"exec -n ml bert-{i} -- rankscope stacks --local --json --window 1 --timeout 16" for i in range(2)
     ]
     assert {r.rank: r.host for r in report.job.ranks} == {0: "bert-0", 1: "bert-0", 2: "bert-1", 3: "bert-1"}

@@ -307,10 +307,13 @@ def _extra_barrier(backend: str | None) -> tuple[str, list[int], str, str]:
 
 def test_ranks_in_c_code_under_an_unread_line_are_not_blamed_on_nccl() -> None:
     """Faulthandler-style stacks of an NCCL job: ranks 0,1,3 at train.py:47 (``loss.item()`` in a
-    file not on this host), rank 2 in an extra barrier. The CPU side cannot tell who is stuck."""
+    file not on this host), rank 2 in an extra barrier. The three are never blamed for where their
+    CPU stopped; rank 2, inside a collective no other rank is in, is the lead, at low confidence
+    because the others' GPU wait is inferred from a line that cannot be read here."""
     kind, suspects, confidence, summary = _extra_barrier("nccl")
-    assert (kind, suspects, confidence) == ("inconclusive", [], "low")
+    assert (kind, suspects, confidence) == ("mismatched_collectives", [2], "low")
     assert "ranks 0-1,3 wait in C code, most likely for the GPU" in summary
+    assert "issued a collective the others did not" in summary
     kind, suspects, confidence, summary = _extra_barrier(None)
     assert (kind, suspects, confidence) == ("divergent_ranks", [0, 1, 3], "medium")
     assert "if this job runs NCCL that may be a wait for the GPU instead" in summary

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from rankscope.errors import InvalidInput
 
+MAX_WINDOW_S = 120.0
+"""The longest window a caller may ask for: the call must stay an inspection, not a watch."""
+
 
 @dataclass(frozen=True)
 class DumpOptions:
@@ -33,6 +36,9 @@ class DumpOptions:
             run together with the stacks (on NCCL its sequence numbers outrank CPU positions).
         ras: read NCCL RAS's per-rank launch counts too (NCCL >= 2.24). Off by default:
             querying RAS has crashed jobs on NCCL 2.26-2.29 (NVIDIA/nccl#2346).
+        window: seconds the job is watched before anyone is named (0: a single look). A job
+            that moves in that time (counters, lines of its own code) is never called hung;
+            widen it when a step takes longer than the window.
     """
 
     native: bool = False
@@ -42,8 +48,14 @@ class DumpOptions:
     counters: bool = True
     flight_recorder: bool = True
     ras: bool = False
+    window: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.window <= MAX_WINDOW_S:
+            raise InvalidInput(
+                f"window (--window / window_s) must be between 0 and {MAX_WINDOW_S:g} seconds, got {self.window:g}.",
+                fix="Pass how long to watch the job, e.g. 1 (the default) or 30 for slow steps; 0 takes one look.",
+            )
         if not self.timeout > 0:
             raise InvalidInput(
                 f"timeout (--timeout) must be positive, got {self.timeout:g}.",

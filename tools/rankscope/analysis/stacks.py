@@ -34,6 +34,8 @@ from rankscope.analysis.frames import (
 )
 from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
+from rankscope.analysis.progress_verdict import PROGRESS_KINDS, progress_verdict
+from rankscope.analysis.progress_verdict import evidence as progress_evidence
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.analysis.verdict import BACKWARD_OP, decide, facts
 from rankscope.analysis.waits import GPU_LIKE, classify_wait
@@ -49,6 +51,7 @@ from rankscope.models.core import (
     StacksReport,
 )
 from rankscope.models.flight import FlightReport
+from rankscope.models.progress import Progress
 from rankscope.models.ras import RasFinding
 
 MAX_GROUP_FRAMES = 60
@@ -396,6 +399,7 @@ def analyze(
     *,
     source: Mapping[tuple[str, int], str] | None = None,
     ras: RasFinding | None = None,
+    progress: Progress | None = None,
 ) -> StacksReport:
     """Annotate every rank's stack, group the ranks and reach a verdict.
 
@@ -403,7 +407,8 @@ def analyze(
     host reported is counted as missing. ``flight`` is the job's flight-recorder analysis when
     dumps were found: on NCCL its sequence numbers outrank the CPU positions. ``source`` holds
     the text of the ranks' innermost user lines, read by the shell. ``ras`` is what NCCL RAS's
-    launch counts said, when it was asked (``--ras``).
+    launch counts said, when it was asked (``--ras``). ``progress`` is what the window of looks
+    saw (live captures): a job that moved gets its verdict from it and no hang rule runs.
     """
     ddp = _ddp_in_use(stacks)
     backend = job_backend(job, stacks)
@@ -429,7 +434,7 @@ def analyze(
 
     groups = group_by_op(annotated)
     stack_groups = group_by_stack(annotated)
-    verdict = decide(
+    verdict = progress_verdict(progress, annotated) or decide(
         facts(
             job,
             annotated,
@@ -443,8 +448,11 @@ def analyze(
             ras=ras,
         )
     )
+    if progress is not None and verdict.kind not in PROGRESS_KINDS and progress.motion != "unknown":
+        verdict = verdict.model_copy(update={"evidence": [*progress_evidence(progress), *verdict.evidence]})
     return StacksReport(
         job=job,
+        progress=progress,
         groups=groups,
         stack_groups=stack_groups,
         verdict=verdict,

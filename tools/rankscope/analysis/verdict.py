@@ -504,6 +504,57 @@ def rule_gpu_idle(f: Facts) -> Verdict | None:
     )
 
 
+def rule_nccl_lone_collective(f: Facts) -> Verdict | None:
+    """NCCL: a few ranks inside one collective no other rank is in, while the others ran on past it.
+
+    Under NCCL a collective returns once enqueued, so the others went on into their next forward
+    pass and now wait for the GPU (or to launch a kernel), queued behind a collective of theirs
+    that the few never issued. The few issued a collective the others did not (an object
+    collective or a barrier in an evaluation branch, say): they are the suspects. A rank merely
+    blocked launching a kernel is not counted as "inside" a collective: any launch blocks there
+    once the GPU is stuck.
+    """
+    if not f.nccl or f.idle or f.stuck:
+        return None
+    inside = [s for s in f.live if s.op and s.wait != "launch_queue"]
+    past = [s for s in f.live if not s.op and s.wait in GPU_LIKE]
+    if not inside or not past or len(inside) + len(past) != len(f.live) or len(inside) >= len(past):
+        return None
+    ops = {s.op for s in inside}
+    if len(ops) != 1 or next(iter(ops)) in P2P_DIRECTION:
+        return None
+    op = next(iter(ops))
+    suspects = sorted(s.rank for s in inside if s.rank is not None)
+    sites = sorted({short_site(s.call_site) for s in inside})
+    others = "; ".join(_describe(g) for g in f.gpu_groups if not g.op)
+    # a wait inferred from an unread line (maybe_gpu) may be something else: then only a lead
+    unsure = any(s.wait == "maybe_gpu" for s in past)
+    return Verdict(
+        kind="mismatched_collectives",
+        suspect_ranks=suspects,
+        confidence="low" if unsure else "medium",
+        summary=f"{ranks_phrase(suspects)} {'is' if len(suspects) == 1 else 'are'} inside {op} at {', '.join(sites)}, "
+        f"which no other rank is in, while {others}: on NCCL the others ran on past their last collective and are "
+        f"queued behind one that {ranks_phrase(suspects)} never issued; {ranks_phrase(suspects)} issued a "
+        f"collective the others did not",
+        evidence=f.evidence,
+        next_steps=[
+            _step(
+                f"Read the suspects' call site: a {op} under a rank- or data-dependent branch (evaluation, logging, "
+                "checkpointing) that the other ranks skip. Call it on every rank, or not at all.",
+                None,
+                "mismatched-collectives",
+            ),
+            _step(
+                "Confirm with the flight recorder: the suspects' last entry is that collective, the others' is "
+                "another one at the same sequence number.",
+                "analyze_flight_recorder",
+                "nccl-hangs",
+            ),
+        ],
+    )
+
+
 def rule_divergent(f: Facts) -> Verdict | None:
     """Ranks in no collective (or stopped) while their peers wait in one: they never reached it."""
     if not (f.in_coll and (f.idle or f.stuck)):
@@ -918,6 +969,8 @@ def rule_all_in_same(f: Facts) -> Verdict | None:
     g = f.op_groups[0]
     if g.op in P2P_DIRECTION:
         return _all_in_same_p2p(g, f.waits, f.evidence)
+    if f.backend in ("nccl", "mixed"):
+        return _nccl_same_line(f, g)
     summary = (
         f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}: the ranks agree, so the hang is "
         "elsewhere (a rank on another host, the network or NCCL transport, or a GPU)"
@@ -950,6 +1003,24 @@ def rule_all_in_same(f: Facts) -> Verdict | None:
                 "all-in-same-collective",
             ),
         ],
+    )
+
+
+def _nccl_same_line(f: Facts, g: Group) -> Verdict:
+    """NCCL: every rank's CPU stands in one collective at one line, yet that is not one collective.
+
+    A rank that issued fewer collectives earlier (a skipped step) reaches the same final barrier
+    with a lower sequence number than the others; its CPU stands on the same line. Only the
+    collective state (recorder, RAS) tells them apart.
+    """
+    return Verdict(
+        kind="inconclusive",
+        confidence="low",
+        summary=f"all {len(g.ranks)} ranks stand in {g.op} at {short_site(g.call_site)}: on NCCL that does not "
+        "show they are in the same collective (a rank that issued fewer collectives earlier reaches the same "
+        "line behind the others), so the CPU side cannot tell; the collective state can",
+        evidence=f.evidence,
+        next_steps=_collective_state_steps(f),
     )
 
 
@@ -1021,6 +1092,7 @@ NCCL_RULES: tuple[Rule, ...] = (
     rule_counters,
     rule_nccl_rank_elsewhere,
     rule_gpu_idle,
+    rule_nccl_lone_collective,
     rule_divergent,
     rule_mismatched,
     rule_missing,

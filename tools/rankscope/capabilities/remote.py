@@ -104,8 +104,12 @@ def stacks_argv(
     locals: bool = False,
     nonblocking: bool = False,
     timeout: float = 30.0,
+    window: float = 1.0,
+    counters: bool = True,
+    flight_recorder: bool = True,
+    ras: bool = False,
 ) -> list[str]:
-    """The command each host runs: ``rankscope stacks --local --json [flags]``."""
+    """The command each host runs: ``rankscope stacks --local --json [flags]``, every option forwarded."""
     argv = [*shlex.split(rankscope_cmd), "stacks", "--local", "--json"]
     if pid is not None:
         argv += ["--pid", str(pid)]
@@ -115,6 +119,13 @@ def stacks_argv(
         argv.append("--locals")
     if nonblocking:
         argv.append("--nonblocking")
+    if not counters:
+        argv.append("--no-counters")
+    if not flight_recorder:
+        argv.append("--no-fr")
+    if ras:
+        argv.append("--ras")
+    argv += ["--window", f"{window:g}"]
     # leave the remote side a margin inside our own timeout
     argv += ["--timeout", f"{max(1.0, timeout * 0.8):g}"]
     return argv
@@ -680,6 +691,13 @@ def _host_list(
     return host_list
 
 
+def _check_remote_call(timeout: float, via: str) -> None:
+    if timeout <= 0:
+        raise InvalidInput(f"timeout must be positive, got {timeout}", "Pass --timeout in seconds, e.g. 30.")
+    if via not in ("ssh", "srun", "kubectl", "debug-server", "local"):
+        raise InvalidInput(f"unknown --via {via!r}", "Use --via ssh, srun, kubectl or debug-server.")
+
+
 def dump_stacks_remote(
     hosts: list[str] | None = None,
     *,
@@ -694,6 +712,10 @@ def dump_stacks_remote(
     rankscope_cmd: str = "rankscope",
     ssh_options: list[str] | None = None,
     pids: Mapping[str, int] | None = None,
+    window: float = 1.0,
+    counters: bool = True,
+    flight_recorder: bool = True,
+    ras: bool = False,
 ) -> StacksReport:
     """Capture the stacks of a job's ranks on every host at once and judge them together.
 
@@ -702,26 +724,26 @@ def dump_stacks_remote(
     ``via="kubectl"``, the running pods of ``job``. ``pids`` maps a host to the
     pid to inspect there (overrides ``pid`` for that host).
     """
-    if timeout <= 0:
-        raise InvalidInput(f"timeout must be positive, got {timeout}", "Pass --timeout in seconds, e.g. 30.")
-    if via not in ("ssh", "srun", "kubectl", "debug-server", "local"):
-        raise InvalidInput(f"unknown --via {via!r}", "Use --via ssh, srun, kubectl or debug-server.")
+    _check_remote_call(timeout, via)
     if via == "debug-server":
         return dump_stacks_debug_server(hosts, job=job, timeout=timeout)
     host_list = _host_list(hosts, via, job, namespace, timeout)
 
     redactor = Redactor()
     started = time.monotonic()
+    forwarded = dict(
+        native=native,
+        locals=locals,
+        nonblocking=nonblocking,
+        timeout=timeout,
+        window=window,
+        counters=counters,
+        flight_recorder=flight_recorder,
+        ras=ras,
+    )
 
     def argv_for(host: str) -> list[str]:
-        remote = stacks_argv(
-            rankscope_cmd,
-            pid=(pids or {}).get(host, pid),
-            native=native,
-            locals=locals,
-            nonblocking=nonblocking,
-            timeout=timeout,
-        )
+        remote = stacks_argv(rankscope_cmd, pid=(pids or {}).get(host, pid), **forwarded)  # type: ignore[arg-type]
         if via == "ssh":
             return ssh_argv(host, remote, timeout=timeout, ssh_options=ssh_options or ())
         if via == "kubectl":
@@ -734,10 +756,8 @@ def dump_stacks_remote(
         slurm_job = job or os.environ.get("SLURM_JOB_ID")
         if not slurm_job:
             raise InvalidInput("--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`).")
-        remote = stacks_argv(
-            rankscope_cmd, pid=pid, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout
-        )
-        results = _srun_all(slurm_job, host_list, remote, timeout + 5.0, redactor)
+        remote = stacks_argv(rankscope_cmd, pid=pid, **forwarded)  # type: ignore[arg-type]
+        results = _srun_all(slurm_job, host_list, remote, timeout + window + 5.0, redactor)
     else:
         if via in ("ssh", "kubectl"):
             _need(via, via)
@@ -746,20 +766,29 @@ def dump_stacks_remote(
         )
         with ThreadPoolExecutor(max_workers=min(64, len(host_list))) as pool:
             futures = {
-                h: pool.submit(_one_host, h, argv_for(h), via, timeout, env_for(h), redactor)
+                h: pool.submit(_one_host, h, argv_for(h), via, timeout + window, env_for(h), redactor)
                 for h in host_list
             }
             results = {h: f.result() for h, f in futures.items()}
 
+    return _judge_hosts(results, host_list, f"collected via {via} in {time.monotonic() - started:.1f}s")
+
+
+def _judge_hosts(
+    results: Mapping[str, StacksReport | RankError], host_list: list[str], note: str
+) -> StacksReport:
+    """One verdict from every host's report (and each failed host's error)."""
     reports = {h: r for h, r in results.items() if isinstance(r, StacksReport)}
     failed = [r for r in results.values() if isinstance(r, RankError)]
     merged_job, stacks, errors, _ = merge_reports(reports, failed, host_list)
-    merged_job = merged_job.model_copy(
-        update={"notes": [*merged_job.notes, f"collected via {via} in {time.monotonic() - started:.1f}s"]}
-    )
+    merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, note]})
+    from rankscope.analysis.progress import merge_progress
     from rankscope.analysis.stacks import analyze
 
-    return account_for_unseen(analyze(merged_job, stacks, errors), failed)
+    progress = merge_progress(
+        [r.progress for r in reports.values() if r.progress is not None], merged_job.backend
+    )
+    return account_for_unseen(analyze(merged_job, stacks, errors, progress=progress), failed)
 
 
 __all__ = [

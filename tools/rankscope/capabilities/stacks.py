@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rankscope.analysis.backend import job_backend
 from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.counters import int_locals, on_subgroup
 from rankscope.analysis.frames import is_user_frame
 from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
+from rankscope.analysis.progress import judge, place_lines
+from rankscope.analysis.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.analysis.waits import creating_communicator
 from rankscope.capabilities import discovery
@@ -36,6 +39,7 @@ from rankscope.capabilities.flight_pickup import (
     recorder_plan,
 )
 from rankscope.capabilities.gpu_read import gpu_utilisation
+from rankscope.capabilities.progress_watch import DEFAULT_WINDOW_S, Window
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.models.core import (
@@ -50,6 +54,7 @@ from rankscope.models.core import (
     ThreadStack,
 )
 from rankscope.models.flight import FlightReport
+from rankscope.models.progress import Progress
 from rankscope.models.ras import RasFinding
 from rankscope.runtime import pyspy
 from rankscope.runtime.redact import Redactor
@@ -329,6 +334,16 @@ def _plan_dumps(
     return settled, dumps
 
 
+def _parent_nprocs(parent: _Dump | None) -> int | None:
+    """The world size an mp.spawn parent's dump shows, if it was dumped and shows one."""
+    if parent is None:
+        return None
+    if parent.failure is not None:
+        log.info("cannot read nprocs from spawn parent %d: %s", parent.pid, parent.failure)
+        return None
+    return _nprocs_from(parent.threads) if parent.threads is not None else None
+
+
 def capture_job(
     job: Job,
     *,
@@ -340,13 +355,16 @@ def capture_job(
     exe: str | None = None,
     environs: dict[int, dict[str, str]] | None = None,
     during: Callable[[], None] | None = None,
+    window: Window | None = None,
 ) -> tuple[Job, list[RankStack], list[RankError]]:
     """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors.
 
     ``exe``: a py-spy already checked by :func:`pyspy.check_pyspy` (default: check now).
     ``environs``, when given, receives each rank's environment (pid -> variables), read once
     while the dumps run, for the callers that need it after (recorder paths, RAS address);
-    ``during`` runs then too (nvidia-smi), so that neither adds to the pause.
+    ``during`` runs then too (nvidia-smi), so that neither adds to the pause. ``window``, when
+    given, is the first look of a progress window: the dumps take locals (only their integers are
+    kept, unless ``locals``) and each rank's main thread is handed to it before anything is dropped.
     """
     exe = exe or pyspy.check_pyspy()
     procs = [r for r in job.ranks if ranks is None or r.rank in ranks]
@@ -356,7 +374,7 @@ def capture_job(
     if job.launcher == "mp_spawn" and job.world_size is None and job.launcher_pid and procs:
         parent = _Dump(pid=job.launcher_pid, rank=None, locals=True, nonblocking=False)
         dumps.append(parent)
-    settled, planned = _plan_dumps(procs, locals, nonblocking)
+    settled, planned = _plan_dumps(procs, locals or window is not None, nonblocking)
     dumps += planned
     redactor = Redactor()
 
@@ -372,15 +390,14 @@ def capture_job(
             during()
 
     _run_dumps(dumps, exe, native, timeout, meanwhile)
+    if window is not None:
+        for d in dumps:
+            if d.rank is not None and d.threads is not None:
+                window.first_look(d.pid, d.threads)
     peers = {} if locals else _p2p_peers(dumps, exe, timeout)
     by_pid = {d.pid: d for d in dumps if d.rank is not None}
     results = [settled[r.pid] if r.pid in settled else _result(by_pid[r.pid]) for r in procs]
-    nprocs: int | None = None
-    if parent is not None:
-        if parent.failure is not None:
-            log.info("cannot read nprocs from spawn parent %d: %s", parent.pid, parent.failure)
-        elif parent.threads is not None:
-            nprocs = _nprocs_from(parent.threads)
+    nprocs = _parent_nprocs(parent)
     stacks: list[RankStack] = []
     errors: list[RankError] = []
     new_ranks = list(job.ranks)
@@ -437,20 +454,34 @@ def counter_pass(
     if not todo:
         return stacks
     _run_dumps(todo, exe, False, timeout, lambda: None)
+    dumped = {d.pid: d.threads for d in todo if d.threads is not None}
+    return locals_read(stacks, dumped, procs, world)
+
+
+def locals_read(
+    stacks: list[RankStack],
+    dumped: dict[int, list[ThreadStack]],
+    procs: list[RankProcess],
+    world: int | None,
+    only: set[int] | None = None,
+) -> list[RankStack]:
+    """``stacks`` with the counters, subgroup and group tables read from dumps taken with locals
+    (``dumped``: pid -> threads), for the ranks whose Python stack did not change in between."""
+    by_pid = {p.pid: p for p in procs}
     read: dict[int, dict[str, object]] = {}
-    for d in todo:
-        if d.threads is None:
+    for pid, threads in dumped.items():
+        if pid not in by_pid or (only is not None and by_pid[pid].rank not in only):
             continue
-        before = [
-            (f.function, f.file) for f in _main_frames(_stack_of(stacks, d.pid).threads) if not f.native
-        ]
-        after = _main_frames(d.threads)
+        stack = next((s for s in stacks if s.pid == pid), None)
+        if stack is None or not stack.threads:
+            continue
+        before = [(f.function, f.file) for f in _main_frames(stack.threads) if not f.native]
+        after = _main_frames(threads)
         if [(f.function, f.file) for f in after if not f.native] == before:
-            rank = by_pid[d.pid].rank
-            read[d.pid] = {
+            read[pid] = {
                 "counters": int_locals(after),
                 "subgroup": on_subgroup(after),
-                "group_locals": read_group_locals(after, rank, world),
+                "group_locals": read_group_locals(after, by_pid[pid].rank, world),
             }
     return [s.model_copy(update=read[s.pid]) if s.pid in read else s for s in stacks]
 
@@ -500,9 +531,19 @@ class _Analysis:
     flight: FlightReport | None
     ras: RasFinding | None
     source: dict[tuple[str, int], str]
+    flight_recorder: bool = True
+    progress: Progress | None = None
 
     def run(self, stacks: list[RankStack]) -> StacksReport:
-        return analyze(self.job, stacks, self.errors, self.flight, source=self.source, ras=self.ras)
+        return analyze(
+            self.job,
+            stacks,
+            self.errors,
+            self.flight,
+            source=self.source,
+            ras=self.ras,
+            progress=self.progress,
+        )
 
     def noting(self, note: str, flight: FlightReport | None = None) -> _Analysis:
         """The same analysis with one more job note (and, when given, the recorder it is about)."""
@@ -522,16 +563,20 @@ def dump_stacks(
     flight_recorder: bool = True,
     job_id: str | None = None,
     ras: bool = False,
+    window: float = DEFAULT_WINDOW_S,
 ) -> StacksReport:
-    """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), dump all its ranks,
-    analyse them.
+    """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), watch it for
+    ``window`` seconds, dump all its ranks, analyse them.
 
+    ``window``: how long the job is watched (0: one look, as a saved dump). A job that moves
+    in that time gets a progress verdict (progressing, straggler, busy), never a hang one.
     ``counters``: when the first verdict is not sure (confidence below high), read the
-    ranks' integer locals (step, epoch) in one more pass. ``flight_recorder``: analyse the
-    recorder dumps the ranks already wrote in this run, ask the ranks that opened a channel
-    for it (a debug pipe, rankscope.probe's signal, a worker socket) for one, and, when the
-    verdict is still unsure, the job's debug server. ``ras``: read NCCL RAS's launch counts
-    twice (never by default: querying it has crashed jobs on some NCCL versions).
+    ranks' integer locals (step, epoch) (from the window's last look, or one more pass).
+    ``flight_recorder``: analyse the recorder dumps the ranks already wrote in this run, ask
+    the ranks that opened a channel for it (a debug pipe, rankscope.probe's signal, a worker
+    socket) for one, and, when the verdict is still unsure, the job's debug server. ``ras``:
+    read NCCL RAS's launch counts twice (never by default: querying it has crashed jobs on
+    some NCCL versions).
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
@@ -540,37 +585,103 @@ def dump_stacks(
     _check_ranks(job, ranks)
     environs: dict[int, dict[str, str]] = {}
     util: dict[int, int] = {}
-    job, stacks, errors = capture_job(
-        job,
-        native=native,
-        locals=locals,
-        nonblocking=nonblocking,
-        timeout=timeout,
-        ranks=ranks,
-        exe=exe,
-        environs=environs,
-        during=lambda: util.update(gpu_utilisation(job)),
+    watch = (
+        Window.open([r for r in job.ranks if ranks is None or r.rank in ranks], exe) if window > 0 else None
     )
-    if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
-        raise PermissionDenied(errors[0].message)
-    if ranks is not None:
-        stacks = [s for s in stacks if s.rank in ranks]
-    if util:
-        stacks = [
-            s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
+    try:
+        job, stacks, errors = capture_job(
+            job,
+            native=native,
+            locals=locals,
+            nonblocking=nonblocking,
+            timeout=timeout,
+            ranks=ranks,
+            exe=exe,
+            environs=environs,
+            during=lambda: util.update(gpu_utilisation(job)),
+            window=watch,
+        )
+        if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
+            raise PermissionDenied(errors[0].message)
+        if ranks is not None:
+            stacks = [s for s in stacks if s.rank in ranks]
+        if util:
+            stacks = [
+                s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
+            ]
+        if watch is not None:
+            watch.procs = [r for r in job.ranks if r.pid in watch.cpu]
+            watch.sample({s.pid: s.state for s in stacks})
+        analysis = _gather(
+            job, stacks, errors, environs, ranks=ranks, flight_recorder=flight_recorder, ras=ras
+        )
+        last: dict[int, list[ThreadStack]] | None = None
+        if watch is not None:
+            analysis, last = _close_window(watch, window, analysis, stacks, exe, timeout, nonblocking)
+    finally:
+        if watch is not None:
+            watch.stop()
+    return _decide(analysis, stacks, exe, timeout, nonblocking, counters=counters and not locals, last=last)
+
+
+def _close_window(
+    watch: Window,
+    window: float,
+    analysis: _Analysis,
+    stacks: list[RankStack],
+    exe: str,
+    timeout: float,
+    nonblocking: bool,
+) -> tuple[_Analysis, dict[int, list[ThreadStack]]]:
+    """End the window: the last look with locals, then what moved (with the source of every place seen)."""
+    states = {s.pid: s for s in stacks}
+
+    def last_look(pids: list[int]) -> dict[int, list[ThreadStack]]:
+        todo = [
+            _Dump(pid=p, rank=None, locals=True, nonblocking=nonblocking, state=states[p].state)
+            for p in pids
+            if p in states and states[p].state not in ("stopped", "tracing_stop", "zombie", "dead")
         ]
-    analysis = _gather(job, stacks, errors, environs, ranks=ranks, flight_recorder=flight_recorder, ras=ras)
+        _run_dumps(todo, exe, False, timeout, lambda: None)
+        return {d.pid: d.threads for d in todo if d.threads is not None}
+
+    watches, last = watch.close(watch.started + window, last_look)
+    source = dict(analysis.source)
+    for key in sorted(place_lines(watches) - source.keys()):
+        text = linecache.getline(*key)
+        if text:
+            source[key] = text.rstrip("\r\n")
+    backend = job_backend(analysis.job, stacks)
+    progress = judge(watches, backend=backend, source=source, window_s=time.monotonic() - watch.started)
+    return dataclasses.replace(analysis, source=source, progress=progress), last
+
+
+def _decide(
+    analysis: _Analysis,
+    stacks: list[RankStack],
+    exe: str,
+    timeout: float,
+    nonblocking: bool,
+    *,
+    counters: bool,
+    last: dict[int, list[ThreadStack]] | None,
+) -> StacksReport:
+    """The verdict; when unsure, again with the ranks' counters and group tables, then the debug server's recorder."""
     report = analysis.run(stacks)
     unsure = report.verdict.confidence != "high"
-    if counters and not locals and (unsure or report.verdict.kind == "mismatched_collectives"):
+    if (
+        counters
+        and report.verdict.kind not in PROGRESS_KINDS
+        and (unsure or report.verdict.kind == "mismatched_collectives")
+    ):
         # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
         only = None if unsure else set(report.verdict.suspect_ranks)
-        stacks, analysis = _locals_pass(stacks, analysis, exe, timeout, nonblocking, only)
+        stacks, analysis = _locals_pass(stacks, analysis, exe, timeout, nonblocking, only, last)
         if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
             report = analysis.run(stacks)
-    if flight_recorder and analysis.flight is None and report.verdict.confidence != "high":
+    if analysis.flight_recorder and analysis.flight is None and report.verdict.confidence != "high":
         # still unsure: a debug server the job started has every rank's recorder
-        flight = debug_server_flight(job)
+        flight = debug_server_flight(analysis.job)
         if flight is not None:
             note = f"flight recorder: {len(flight.dumps)} trace(s) from the job's debug server, analysed with the stacks"
             report = analysis.noting(note, flight=flight).run(stacks)
@@ -603,7 +714,7 @@ def _gather(
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
     job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs, probes)})
-    return _Analysis(job, errors, flight, ras_finding, source_lines(stacks))
+    return _Analysis(job, errors, flight, ras_finding, source_lines(stacks), flight_recorder)
 
 
 def _locals_pass(
@@ -613,10 +724,19 @@ def _locals_pass(
     timeout: float,
     nonblocking: bool,
     only: set[int] | None,
+    last: dict[int, list[ThreadStack]] | None = None,
 ) -> tuple[list[RankStack], _Analysis]:
     """One more pass with locals: counters, subgroups, group tables (of every rank when a suspect's
-    group is in one)."""
+    group is in one). ``last``: the window's last look, taken with locals: read instead of a pass."""
     job = analysis.job
+    if last is not None:
+        stacks = locals_read(stacks, last, job.ranks, job.world_size, only)
+        if only is not None and _needs_group_tables(stacks):
+            rest = {s.rank for s in stacks if s.rank is not None} - only
+            stacks = locals_read(stacks, last, job.ranks, job.world_size, rest)
+        if any(s.counters for s in stacks):
+            analysis = analysis.noting("progress counters read from the window's last look (integers only)")
+        return stacks, analysis
     stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only, job.world_size)
     if only is not None and _needs_group_tables(stacks):
         rest = {s.rank for s in stacks if s.rank is not None} - only

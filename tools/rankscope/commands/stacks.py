@@ -60,6 +60,14 @@ class StacksCommand(Command):
         )
         parser.add_argument("--timeout", type=float, default=20.0, help="seconds per rank (default 20)")
         parser.add_argument(
+            "--window",
+            type=float,
+            default=1.0,
+            metavar="SECONDS",
+            help="watch the job this long before naming anyone (default 1; 0: one look): a job whose counters or "
+            "lines move is reported as progressing, straggler or busy, never as hung; widen it for long steps",
+        )
+        parser.add_argument(
             "--no-counters",
             dest="counters",
             action="store_false",
@@ -106,6 +114,7 @@ class StacksCommand(Command):
             counters=args.counters,
             flight_recorder=args.flight_recorder,
             ras=args.ras,
+            window=args.window,
         )
         hosts = _hosts(args.hosts)
         via: str = args.via
@@ -129,6 +138,10 @@ class StacksCommand(Command):
                 nonblocking=args.nonblocking,
                 timeout=timeout,
                 rankscope_cmd=args.rankscope_cmd,
+                window=args.window,
+                counters=args.counters,
+                flight_recorder=args.flight_recorder,
+                ras=args.ras,
             )
         else:
             report = api.dump_stacks(
@@ -142,6 +155,7 @@ class StacksCommand(Command):
                 flight_recorder=args.flight_recorder,
                 job_id=args.job,
                 ras=args.ras,
+                window=args.window,
             )
         # --local answers a fan-out from another host, which merges whole reports
         full = bool(args.full or args.local)

@@ -89,6 +89,9 @@ async def dump_stacks(
         bool, arg("Read this run's recorder dumps, asking ranks with a dump channel for one.")
     ] = True,
     ras: Annotated[bool, arg("Read NCCL RAS launch counts (off by default: it has crashed jobs).")] = False,
+    window_s: Annotated[
+        float, arg("Seconds to watch the job before naming anyone (0: one look); widen for long steps.")
+    ] = 1.0,
     from_paths: Annotated[
         list[str] | None, arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
     ] = None,
@@ -103,12 +106,10 @@ async def dump_stacks(
 ) -> StacksReport:
     """Capture the stack of every rank of a job (or read saved ones) and name the rank and line at fault.
 
-    Read verdict.kind, suspect_ranks, confidence, summary, then next_steps. Kinds:
-    mismatched_collectives (ranks in different collectives), divergent_ranks (some ranks left
-    the common path), missing_ranks (exited, or on another host), all_in_same_collective
-    (the ranks agree: look elsewhere; all in send/recv is an ordering deadlock), no_collective
-    (not a communication hang), inconclusive. On NCCL, stacks[].wait 'gpu' means the CPU waits
-    for the GPU, queued behind the stuck collective. Bounded: full_ranks gives whole stacks.
+    It watches the job for window_s first: a moving job gets progressing, straggler or busy (look
+    again with a longer window_s), never a hang kind (mismatched_collectives, divergent_ranks,
+    missing_ranks, all_in_same_collective, no_collective, inconclusive). Read verdict.kind, suspects,
+    confidence, summary, next_steps. On NCCL, wait 'gpu' = queued behind the stuck collective.
     """
     remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
     api.check_stacks_call(
@@ -122,6 +123,7 @@ async def dump_stacks(
         counters=counters,
         flight_recorder=flight_recorder,
         ras=ras,
+        window=window_s,
     )
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
@@ -131,6 +133,13 @@ async def dump_stacks(
     else:
         where = dict(hosts=hosts, via=via, job=job, namespace=namespace, pid=pid) if remote else None
         report = await _capture(ctx, options, where, pid=pid, ranks=ranks, job_id=job_id)
+    return await _answer(ctx, report, full=full, full_ranks=full_ranks)
+
+
+async def _answer(
+    ctx: Context[Any, Any] | None, report: StacksReport, *, full: bool, full_ranks: list[int] | None
+) -> StacksReport:
+    """Keep the whole report for the next call (a repro from it), return it bounded unless ``full``."""
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
     LAST_ANSWERS.stacks = report
     if full:
@@ -177,6 +186,7 @@ def _local(
         flight_recorder=options.flight_recorder,
         job_id=job_id,
         ras=options.ras,
+        window=options.window,
     )
 
 
@@ -187,6 +197,10 @@ def _remote(options: api.DumpOptions, **where: Any) -> StacksReport:
         locals=options.locals,
         nonblocking=options.nonblocking,
         timeout=options.timeout,
+        window=options.window,
+        counters=options.counters,
+        flight_recorder=options.flight_recorder,
+        ras=options.ras,
     )
     return report
 

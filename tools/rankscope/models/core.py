@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from rankscope.models.base import Model as Model
+from rankscope.models.progress import Progress
 
 Severity = Literal["info", "warning", "error", "critical"]
 
@@ -43,18 +46,14 @@ VerdictKind = Literal[
     "all_in_same_collective",
     "no_collective",
     "inconclusive",
+    "progressing",
+    "straggler",
+    "busy",
 ]
-
-
-class Model(BaseModel):
-    """Base for all rankscope models: forbid typos in field names at construction.
-
-    ``defer_build``: a model's validator and serializer are built on its first use, not at
-    import, so a command or the MCP server pays only for the models it touches (about 80
-    are defined; `rankscope stacks` uses a dozen, and `rankscope mcp` none until a tool runs).
-    """
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+"""The hang kinds, then what a moving job gets instead (it is never called hung): ``progressing``
+= it moves; ``straggler`` = it moves, held back by one rank; ``busy`` = nothing completed in the
+window, but the ranks that do not wait compute in their own code (slow or stuck cannot be told
+yet: look again over a longer window)."""
 
 
 class NextStep(Model):
@@ -318,6 +317,10 @@ class StacksReport(Model):
     early has read the answer."""
 
     verdict: Verdict
+    progress: Progress | None = Field(
+        default=None,
+        description="Whether the job moved while it was watched (live captures), and where its time goes.",
+    )
     job: Job
     groups: list[Group] = Field(default_factory=list, description="By (op, call site).")
     stack_groups: list[Group] = Field(

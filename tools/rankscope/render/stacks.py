@@ -125,6 +125,8 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
             yield f"       fix: {err.fix}"
     if report.errors:
         yield ""
+    if report.progress is not None:
+        yield f"progress over {report.progress.window_s:.1f} s: {report.progress.summary}"
     verdict = report.verdict
     yield (
         f"verdict: {verdict.kind}"

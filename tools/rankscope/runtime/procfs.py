@@ -89,6 +89,21 @@ def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
         return None
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time the process used so far, user + system, in seconds (/proc/PID/stat utime, stime);
+    None when gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (IndexError, ValueError):
+        return None
+
+
 _EXIT_CODE_FIELD = 49
 """``exit_code`` (field 52 of /proc/PID/stat, Linux 3.5+) in :func:`stat_fields`' numbering."""
 

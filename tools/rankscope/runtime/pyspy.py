@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -243,6 +244,60 @@ def dump(
     )
 
 
+def record_argv(pid: int, exe: str, output: str, *, rate: int) -> list[str]:
+    """``py-spy record`` of one pid into ``output`` as raw collapsed stacks, one line per thread and
+    stack, without pausing the process (``--nonblocking``), idle threads included (a rank blocked
+    in a collective is idle, and its waiting is what is measured), until it is interrupted."""
+    return [
+        exe,
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--output",
+        output,
+        "--threads",
+        "--idle",
+        "--nonblocking",
+        "--full-filenames",
+        "--rate",
+        str(rate),
+    ]
+
+
+def start_record(pid: int, output: str, *, rate: int, exe: str) -> subprocess.Popen[bytes]:
+    """Start sampling one pid in the background; :func:`stop_record` ends it and reads what it saw."""
+    try:
+        return subprocess.Popen(
+            record_argv(pid, exe, output, rate=rate),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise DumpFailed("failed", f"cannot run py-spy record: {exc}") from exc
+
+
+def stop_record(proc: subprocess.Popen[bytes], output: str, timeout: float = 5.0) -> str:
+    """Interrupt a started ``py-spy record`` (it writes its file on SIGINT), reap it within
+    ``timeout`` seconds (killed past that) and return the file's text; '' when it wrote none."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+    try:
+        return Path(output).read_text(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(output)
+
+
 __all__ = [
     "DumpFailed",
     "check_pyspy",
@@ -253,5 +308,8 @@ __all__ = [
     "find_pyspy",
     "finish_dump",
     "parse_dump",
+    "record_argv",
     "start_dump",
+    "start_record",
+    "stop_record",
 ]

@@ -1,0 +1,354 @@
+"""Hung, slow or fine: whether a live job moves, read from several looks at each rank.
+
+One instant of a moving job looks like a hang: its ranks stand in collectives, one rank is a
+step ahead of another, on NCCL every CPU waits for the GPU. So before anyone is named, each
+rank is looked at several times over a short window (py-spy dumps at both ends, py-spy's
+sampler in between, CPU time from /proc at both ends), and this module decides from those
+looks alone:
+
+- a rank **moved** when a loop counter of its own code (step, epoch, i) changed, or the line
+  of its own code it stands at did (the innermost frame outside torch and the standard
+  library: training loops in third-party trainers count as its own);
+- a rank is **busy** when it stands at one place of its own code but burns CPU there (a long
+  evaluation, a checkpoint write, a compile), and **blocked** when it stands still without CPU
+  of its own, or waits in a collective or for the GPU. On NCCL a CPU that waits for the GPU
+  spins, so CPU time never counts as motion for a rank that waits;
+- the job **moves** when every rank moved. Then no hang rule runs: the verdict is
+  ``progressing``, or ``straggler`` when one rank is rarely waiting while the others mostly
+  wait (for it). When some rank is blocked while the ranks that do not wait are busy in their
+  own code, the verdict is ``busy``: slow or stuck cannot be told from this window.
+
+Pure: the shell hands the looks in; nothing here reads /proc or the clock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rankscope.analysis.counters import KNOWN_COUNTERS, internal_file
+from rankscope.analysis.frames import short_path
+from rankscope.analysis.progress_verdict import BUSY_CPU_PCT
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.stacks import recognise_op
+from rankscope.analysis.waits import GPU_LIKE, classify_wait
+from rankscope.models.core import Backend, Frame
+from rankscope.models.progress import JobMotion, Motion, Progress, RankMotion
+
+STRAGGLER_GAP_PCT = 30
+"""How much less (in percentage points of samples) a straggler waits than every other rank."""
+
+STRAGGLER_OTHERS_WAIT_PCT = 50
+"""The median share of waiting of the other ranks above which they are said to wait for it."""
+
+MAX_HOT = 3
+"""Lines of its own code listed per rank."""
+
+
+@dataclass
+class RankWatch:
+    """Everything the shell saw of one rank during the window.
+
+    ``looks``: the main thread's frames at each dump (innermost first), in order;
+    ``counters``: the progress counters read at the first and the last dump that had locals;
+    ``samples``: the main thread's stacks py-spy's sampler saw, with how often;
+    ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look.
+    """
+
+    rank: int
+    looks: list[list[Frame]] = field(default_factory=list)
+    counters: list[dict[str, int]] = field(default_factory=list)
+    samples: list[tuple[list[Frame], int]] = field(default_factory=list)
+    cpu_s: float | None = None
+    wall_s: float = 0.0
+
+
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
+_THREAD = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)")
+
+
+def parse_record(text: str) -> dict[int, list[tuple[list[Frame], int]]]:
+    """py-spy ``record --format raw --threads`` output -> os thread id -> [(frames innermost first, count)].
+
+    Each line is ``thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT``, outermost
+    first. Lines that do not parse are skipped: a sampler's garbled line never fails a capture.
+    """
+    out: dict[int, list[tuple[list[Frame], int]]] = {}
+    for line in text.splitlines():
+        head, _, count = line.rstrip().rpartition(" ")
+        if not head or not count.isdigit():
+            continue
+        parts = head.split(";")
+        m = _THREAD.match(parts[0])
+        if m is None:
+            continue
+        tid = int(m["tid"], 16) if m["tid"].startswith("0x") else int(m["tid"])
+        frames: list[Frame] = []
+        for part in reversed(parts[1:]):
+            fm = _FRAME.match(part)
+            if fm is None:
+                continue
+            frames.append(
+                Frame(function=fm["func"], file=fm["file"], line=int(fm["line"]) if fm["line"] else None)
+            )
+        out.setdefault(tid, []).append((frames, int(count)))
+    return out
+
+
+def own_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of the job's own code (or a third-party training loop): where the rank is."""
+    return next((f for f in frames if not f.native and f.file and not internal_file(f.file)), None)
+
+
+def _place(frames: Sequence[Frame]) -> tuple[str, int | None] | None:
+    own = own_frame(frames)
+    return (own.file, own.line) if own is not None else None
+
+
+def _where(frame: Frame) -> str:
+    return f"{frame.function} ({os.path.basename(frame.file)}:{frame.line})"
+
+
+def _waiting(frames: list[Frame], backend: Backend | None, source: Mapping[tuple[str, int], str]) -> bool:
+    """Whether one sampled stack waits: in a collective, or for the GPU (as the hang analysis reads it)."""
+    python = [f for f in frames if not f.native]
+    op, _ = recognise_op(python)
+    if op is not None:
+        return True
+    own = own_frame(python)
+    line = source.get((own.file, own.line)) if own is not None and own.line is not None else None
+    kind, _ = classify_wait(python, None, backend=backend, has_native=False, user_line=line)
+    return kind in GPU_LIKE
+
+
+def _moved_counters(counters: list[dict[str, int]]) -> dict[str, list[int]]:
+    if len(counters) < 2:
+        return {}
+    first, last = counters[0], counters[-1]
+    return {k: [first[k], last[k]] for k in first if k in last and first[k] != last[k]}
+
+
+def _samples(w: RankWatch) -> list[tuple[list[Frame], int]]:
+    """The sampler's stacks, else the dumps themselves (one sample each)."""
+    return w.samples or [(frames, 1) for frames in w.looks]
+
+
+def _hot(weighted: list[tuple[list[Frame], int, bool]], total: int) -> list[str]:
+    own: Counter[str] = Counter()
+    for frames, n, waiting in weighted:
+        frame = own_frame(frames)
+        if not waiting and frame is not None:
+            own[_where(frame)] += n
+    return [f"{where} {100 * n // max(total, 1)}%" for where, n in own.most_common(MAX_HOT)]
+
+
+def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[str, int], str]) -> RankMotion:
+    """How one rank spent the window: its motion, CPU, share of waiting and hot lines."""
+    weighted = [(frames, n, _waiting(frames, backend, source)) for frames, n in _samples(w)]
+    total = sum(n for _, n, _ in weighted)
+    waited = sum(n for _, n, waiting in weighted if waiting)
+    places = {_place(frames) for frames in w.looks} | {_place(frames) for frames, _, _ in weighted}
+    places.discard(None)
+    counters = _moved_counters(w.counters)
+    cpu_pct = None if w.cpu_s is None or w.wall_s <= 0 else round(100 * w.cpu_s / w.wall_s)
+    last_waits = bool(w.looks) and _waiting(w.looks[-1], backend, source)
+    motion: Motion
+    if not w.looks and not w.samples:
+        motion = "unknown"
+    elif counters or len(places) > 1:
+        motion = "moving"
+    elif not last_waits and cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT:
+        motion = "busy"
+    else:
+        motion = "blocked"
+    return RankMotion(
+        rank=w.rank,
+        motion=motion,
+        counters=counters,
+        moved_lines=len(places),
+        cpu_pct=cpu_pct,
+        samples=total,
+        waiting_pct=100 * waited // total if total else None,
+        hot=_hot(weighted, total),
+    )
+
+
+def _job_motion(ranks: list[RankMotion]) -> JobMotion:
+    known = [r for r in ranks if r.motion != "unknown"]
+    if not known:
+        return "unknown"
+    if all(r.motion == "moving" for r in known):
+        return "moving"
+    if not any(r.motion == "blocked" for r in known):
+        return "busy"
+    return "no_progress"
+
+
+def _counter_name(key: str) -> str:
+    return key.rsplit(":", 1)[-1]
+
+
+def _best_counter(ranks: list[RankMotion]) -> str | None:
+    """The counter that moved on most ranks, known names (step, epoch) first."""
+    seen: Counter[str] = Counter(k for r in ranks for k in r.counters)
+    if not seen:
+        return None
+
+    def order(key: str) -> tuple[int, int, str]:
+        name = _counter_name(key).lower()
+        known = KNOWN_COUNTERS.index(name) if name in KNOWN_COUNTERS else len(KNOWN_COUNTERS)
+        return (-seen[key], known, key)
+
+    return min(seen, key=order)
+
+
+def counters_phrase(ranks: list[RankMotion], window_s: float) -> str | None:
+    """``step 421 → 547 on every rank in 1.2 s``: the counter that moved, and on whom."""
+    key = _best_counter(ranks)
+    if key is None:
+        return None
+    moved = {r.rank: r.counters[key] for r in ranks if key in r.counters}
+    firsts = {v[0] for v in moved.values()}
+    lasts = {v[1] for v in moved.values()}
+    known = [r for r in ranks if r.motion != "unknown"]
+    who = "every rank" if len(moved) == len(known) and len(known) > 1 else ranks_phrase(sorted(moved))
+    name = _counter_name(key)
+    change = f"{name} {_span(firsts)} → {_span(lasts)}"
+    return f"{change} on {who} in {window_s:.1f} s"
+
+
+def _span(values: set[int]) -> str:
+    return str(min(values)) if len(values) == 1 else f"{min(values)}-{max(values)}"
+
+
+def wait_words(backend: Backend | None) -> str:
+    """What waiting means on this backend: on gloo there is no GPU to wait for."""
+    return "in collectives" if backend == "gloo" else "in collectives or for the GPU"
+
+
+def _share_phrase(ranks: list[RankMotion], backend: Backend | None) -> str | None:
+    shares = [r.waiting_pct for r in ranks if r.waiting_pct is not None]
+    if not shares:
+        return None
+    lo, hi = min(shares), max(shares)
+    span = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
+    return f"waiting {wait_words(backend)} {span} of the samples, the rest in their own code"
+
+
+def find_straggler(ranks: list[RankMotion]) -> int | None:
+    """The one rank that rarely waits while the others mostly wait (for it), or None.
+
+    It must wait at least :data:`STRAGGLER_GAP_PCT` points less than every other rank, and
+    the others must wait more than :data:`STRAGGLER_OTHERS_WAIT_PCT` % (median): a job whose
+    ranks all compute most of the time has no straggler, whatever their small differences.
+    """
+    measured = [r for r in ranks if r.waiting_pct is not None and r.samples >= 3]
+    if len(measured) < 2:
+        return None
+    low = min(measured, key=lambda r: (r.waiting_pct or 0, r.rank))
+    others = [r.waiting_pct or 0 for r in measured if r.rank != low.rank]
+    if min(others) - (low.waiting_pct or 0) < STRAGGLER_GAP_PCT:
+        return None
+    if statistics.median(others) < STRAGGLER_OTHERS_WAIT_PCT:
+        return None
+    return low.rank
+
+
+def _no_progress_phrase(ranks: list[RankMotion], window_s: float) -> str:
+    blocked = sorted(r.rank for r in ranks if r.motion == "blocked")
+    active = [r for r in ranks if r.motion in ("busy", "moving")]
+    text = f"nothing moved in {window_s:.1f} s on {ranks_phrase(blocked)}: same stack, counters unchanged"
+    cpus = [r.cpu_pct for r in ranks if r.motion == "blocked" and r.cpu_pct is not None]
+    if cpus:
+        text += f", CPU {max(cpus)}% at most" if max(cpus) < BUSY_CPU_PCT else ", CPU spinning in a wait"
+    for r in active:
+        text += f"; rank {r.rank} {'moves' if r.motion == 'moving' else 'is busy'}"
+        text += f" (CPU {r.cpu_pct}%)" if r.cpu_pct is not None else ""
+        if r.hot:
+            text += f" in {r.hot[0]}"
+    return text
+
+
+def judge(
+    watches: Sequence[RankWatch],
+    *,
+    backend: Backend | None,
+    source: Mapping[tuple[str, int], str] | None = None,
+    window_s: float,
+) -> Progress:
+    """Whether the job moved during the window, rank by rank, and where its time goes."""
+    src = source or {}
+    ranks = [watch_rank(w, backend=backend, source=src) for w in watches]
+    return summarize(ranks, window_s=window_s, backend=backend)
+
+
+def summarize(ranks: Sequence[RankMotion], *, window_s: float, backend: Backend | None) -> Progress:
+    """The job's motion, straggler and summary from what each rank did."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    motion = _job_motion(ranks)
+    looks = max((r.samples for r in ranks), default=0)
+    straggler = find_straggler(ranks) if motion == "moving" else None
+    if motion == "moving":
+        moved = counters_phrase(ranks, window_s)
+        lines = f"the lines of their own code changed on every rank in {window_s:.1f} s"
+        summary = "; ".join(p for p in (moved or lines, _share_phrase(ranks, backend)) if p)
+    elif motion == "busy":
+        summary = f"no counter moved in {window_s:.1f} s, but no rank is blocked: " + "; ".join(
+            f"rank {r.rank} {r.motion}" + (f" (CPU {r.cpu_pct}%)" if r.cpu_pct is not None else "")
+            for r in ranks
+        )
+    elif motion == "no_progress":
+        summary = _no_progress_phrase(ranks, window_s)
+    else:
+        summary = "each rank was looked at once: whether the job moves was not checked"
+    return Progress(
+        motion=motion,
+        window_s=round(window_s, 2),
+        looks=looks,
+        summary=summary,
+        straggler=straggler,
+        ranks=ranks,
+    )
+
+
+def merge_progress(parts: Sequence[Progress], backend: Backend | None) -> Progress | None:
+    """One job's progress from each host's: the ranks of all hosts, judged together."""
+    if not parts:
+        return None
+    ranks = [r for p in parts for r in p.ranks]
+    return summarize(ranks, window_s=max(p.window_s for p in parts), backend=backend)
+
+
+def place_lines(watches: Sequence[RankWatch]) -> set[tuple[str, int]]:
+    """The (file, line) of every place of the job's own code the looks saw: the shell reads their
+    source text, which tells a GPU wait (``loss.item()``) from compute."""
+    wanted: set[tuple[str, int]] = set()
+    for w in watches:
+        for frames in [*w.looks, *(f for f, _ in w.samples)]:
+            own = own_frame(frames)
+            if own is not None and own.line is not None:
+                wanted.add((own.file, own.line))
+    return wanted
+
+
+def short_where(frame: Frame) -> str:
+    return f"{frame.function} ({short_path(frame.file)}:{frame.line})"
+
+
+__all__ = [
+    "BUSY_CPU_PCT",
+    "RankWatch",
+    "counters_phrase",
+    "find_straggler",
+    "judge",
+    "merge_progress",
+    "own_frame",
+    "parse_record",
+    "place_lines",
+    "summarize",
+    "watch_rank",
+]

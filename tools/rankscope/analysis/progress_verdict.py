@@ -1,0 +1,213 @@
+"""The verdicts a job that is not hung gets: ``progressing``, ``straggler`` and ``busy``.
+
+They are read before any hang rule (:func:`rankscope.analysis.stacks.analyze`): a job that
+moved during the window is never called hung, and a job whose only ranks that do not wait
+compute in their own code is "no progress yet", not a deadlock. Everything else goes to the
+hang rules, with what the window saw added to their evidence.
+"""
+
+from __future__ import annotations
+
+from rankscope.analysis.frames import short_site
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.waits import GPU_LIKE, wait_phrase
+from rankscope.models.core import Confidence, NextStep, RankStack, Verdict
+from rankscope.models.progress import Progress, RankMotion
+
+BUSY_CPU_PCT = 25
+"""CPU of its own, in % of one core over the window, above which a rank that stands still computes."""
+
+PROGRESS_KINDS = ("progressing", "straggler", "busy")
+"""The verdict kinds of a job that is not hung."""
+
+_SECTION = "skill/hangs.md#"
+MAX_EVIDENCE_RANKS = 6
+"""Ranks given an evidence line of their own; the rest are summed up in one."""
+
+
+def _step(
+    section: str, action: str, tool: str | None = None, args: dict[str, object] | None = None
+) -> NextStep:
+    return NextStep(action=action, tool=tool, args=args, skill_section=_SECTION + section)
+
+
+def _rank_line(r: RankMotion) -> str:
+    parts = [f"rank {r.rank}: {r.motion}"]
+    if r.counters:
+        key, (a, b) = next(iter(r.counters.items()))
+        parts.append(f"{key.rsplit(':', 1)[-1]} {a} → {b}")
+    if r.waiting_pct is not None:
+        parts.append(f"waiting {r.waiting_pct}% of {r.samples} samples")
+    if r.cpu_pct is not None:
+        parts.append(f"CPU {r.cpu_pct}%")
+    if r.hot:
+        parts.append("own code: " + ", ".join(r.hot))
+    return "; ".join(parts)
+
+
+def evidence(progress: Progress, first: list[int] | None = None) -> list[str]:
+    """The window in a few lines: the summary, then the ranks that matter first, the rest summed up."""
+    lines = [f"progress over {progress.window_s:.1f} s: {progress.summary}"]
+    lead = set(first or [])
+    ordered = sorted(progress.ranks, key=lambda r: (r.rank not in lead, r.rank))
+    shown = ordered[:MAX_EVIDENCE_RANKS]
+    lines += [_rank_line(r) for r in shown]
+    rest = ordered[MAX_EVIDENCE_RANKS:]
+    if rest:
+        waits = [r.waiting_pct for r in rest if r.waiting_pct is not None]
+        span = f", waiting {min(waits)}-{max(waits)}%" if waits else ""
+        motions = ", ".join(sorted({r.motion for r in rest}))
+        lines.append(f"{ranks_phrase([r.rank for r in rest])}: {motions}{span}")
+    return lines
+
+
+def _wider(progress: Progress) -> int:
+    return int(max(10, round(progress.window_s * 10)))
+
+
+def _progressing(progress: Progress) -> Verdict:
+    counted = all(r.counters for r in progress.ranks if r.motion != "unknown")
+    return Verdict(
+        kind="progressing",
+        confidence="high" if counted else "medium",
+        summary=f"the job makes progress, it is not hung: {progress.summary}; no rank holds the others back",
+        evidence=evidence(progress),
+        next_steps=[
+            _step(
+                "progressing",
+                "Nothing to fix here. If it is slower than expected, profile a few steps (torch.profiler) and compare "
+                "the time per step with the last good run; if it stops later, call dump_stacks again then.",
+            ),
+            _step(
+                "progressing",
+                "A step longer than the window can hide a stall: watch longer.",
+                "dump_stacks",
+                {"window_s": _wider(progress)},
+            ),
+        ],
+    )
+
+
+def _straggler(progress: Progress) -> Verdict:
+    rank = progress.straggler
+    if rank is None:  # pragma: no cover - only called with a straggler
+        raise ValueError("no straggler")
+    r = next(m for m in progress.ranks if m.rank == rank)
+    others = [m.waiting_pct or 0 for m in progress.ranks if m.rank != rank and m.waiting_pct is not None]
+    strong = r.samples >= 20 and (r.waiting_pct or 0) <= 20 and min(others, default=0) >= 60
+    confidence: Confidence = "high" if strong else "medium"
+    where = f"; its time goes to {', '.join(r.hot)}" if r.hot else ""
+    return Verdict(
+        kind="straggler",
+        suspect_ranks=[rank],
+        confidence=confidence,
+        summary=f"the job makes progress but rank {rank} holds it back: it waits {r.waiting_pct}% of the time, the "
+        f"others {min(others)}-{max(others)}% (for it){where}. Slow, not hung",
+        evidence=evidence(progress, [rank]),
+        next_steps=[
+            _step(
+                "straggler",
+                f"Read rank {rank}'s hot lines: why it does more work per step than the others (a bigger data shard, "
+                "longer sequences or larger images, a rank-dependent branch, a slower device or host).",
+            ),
+            _step(
+                "straggler",
+                f"Read rank {rank}'s locals at those lines (sizes, shard, path) against another rank's.",
+                "dump_stacks",
+                {
+                    "locals": True,
+                    "full_ranks": [rank, next(m.rank for m in progress.ranks if m.rank != rank)],
+                },
+            ),
+        ],
+    )
+
+
+def _waits(stack: RankStack) -> bool:
+    return bool(stack.op) or stack.wait in GPU_LIKE or stack.wait == "collective"
+
+
+def _busy_phrase(r: RankMotion) -> str:
+    cpu = f", CPU {r.cpu_pct}%" if r.cpu_pct is not None else ""
+    where = f" in {r.hot[0]}" if r.hot else " in its own code"
+    return f"rank {r.rank} is busy{where}{cpu}"
+
+
+def _waiting_phrase(blocked: list[RankMotion], by_rank: dict[int, RankStack]) -> str:
+    """``ranks 1-3 wait in barrier at train.py:77``: the blocked ranks by what they wait in."""
+    places: dict[str, list[int]] = {}
+    for r in blocked:
+        s = by_rank.get(r.rank)
+        site = f" at {short_site(s.call_site)}" if s is not None and s.call_site is not None else ""
+        if s is not None and s.op:
+            what = f"in {s.op}"
+        else:
+            what = wait_phrase((s.wait if s is not None else None) or "other").removeprefix("wait ")
+        places.setdefault(f"{what}{site}", []).append(r.rank)
+    return "; ".join(
+        f"{ranks_phrase(ranks)} wait{'s' if len(ranks) == 1 else ''} {what}" for what, ranks in places.items()
+    )
+
+
+def _busy(progress: Progress, annotated: list[RankStack]) -> Verdict | None:
+    """Nothing completed, but the ranks that do not wait compute in their own code."""
+    by_rank = {s.rank: s for s in annotated if s.rank is not None}
+    active = [
+        r
+        for r in progress.ranks
+        if r.motion in ("busy", "moving")
+        and (r.cpu_pct is None or r.cpu_pct >= BUSY_CPU_PCT)
+        and not (r.rank in by_rank and _waits(by_rank[r.rank]))
+    ]
+    blocked = [r for r in progress.ranks if r.motion == "blocked"]
+    if not active or any(r.rank in by_rank and not _waits(by_rank[r.rank]) for r in blocked):
+        return None
+    who = ranks_phrase([r.rank for r in active])
+    wide = _wider(progress)
+    where = "; ".join(_busy_phrase(r) for r in active)
+    if blocked:
+        summary = (
+            f"no progress in {progress.window_s:.1f} s: {_waiting_phrase(blocked, by_rank)} while {where}: "
+            f"{who} hold{'s' if len(active) == 1 else ''} the others back. Not a deadlock as far as this window "
+            "shows: slow or stuck cannot be told yet"
+        )
+    else:
+        summary = (
+            f"no counter moved in {progress.window_s:.1f} s, but no rank is blocked: {where}: slow, not stuck"
+        )
+    return Verdict(
+        kind="busy",
+        suspect_ranks=[r.rank for r in active] if blocked else [],
+        confidence="medium",
+        summary=summary,
+        evidence=evidence(progress, [r.rank for r in active]),
+        next_steps=[
+            _step(
+                "busy",
+                f"Look again over {wide} s: if {who} reach{'es' if len(active) == 1 else ''} the collective and the "
+                "counters move, the job is slow; if they stand at the same lines with no counter moving, they are "
+                "stuck there (an endless loop, a retry, a compile that never ends).",
+                "dump_stacks",
+                {"window_s": wide},
+            ),
+            _step(
+                "busy",
+                f"Read {who}'s hot lines: an evaluation, checkpoint save or data preparation that only "
+                f"{'it runs' if len(active) == 1 else 'they run'} holds the others in their collective.",
+            ),
+        ],
+    )
+
+
+def progress_verdict(progress: Progress | None, annotated: list[RankStack]) -> Verdict | None:
+    """The verdict of a job that is not hung, or None when the hang rules must decide."""
+    if progress is None:
+        return None
+    if progress.motion == "moving":
+        return _straggler(progress) if progress.straggler is not None else _progressing(progress)
+    if progress.motion in ("busy", "no_progress"):
+        return _busy(progress, annotated)
+    return None
+
+
+__all__ = ["BUSY_CPU_PCT", "PROGRESS_KINDS", "evidence", "progress_verdict"]

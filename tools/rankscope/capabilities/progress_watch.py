@@ -1,0 +1,142 @@
+"""Watch a live job for a moment: py-spy's sampler on every rank between two dumps, CPU time at both ends.
+
+The first dump is the capture itself (taken with locals, integers kept, when a window is
+asked); then every rank is sampled without pausing it (``py-spy record --nonblocking``) while
+the rest of the evidence is gathered; then every rank is dumped once more with locals. What
+each rank did in between goes to :func:`rankscope.analysis.progress.judge`. The window is
+bounded (at most :data:`MAX_WINDOW_S`), every sampler is interrupted at its end and reaped
+(killed if it does not stop), and one rank's failure leaves the others' looks intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rankscope.analysis.counters import int_locals
+from rankscope.analysis.progress import RankWatch, parse_record
+from rankscope.models.core import Frame, RankProcess, ThreadStack
+from rankscope.runtime import procfs, pyspy
+
+log = logging.getLogger("rankscope.capabilities.progress_watch")
+
+DEFAULT_WINDOW_S = 1.0
+"""How long a live capture watches the job by default: long enough for a training loop to pass a
+few steps, short enough for the first call of an incident."""
+
+SAMPLE_RATE = 50
+"""Samples per second per rank while the job is watched."""
+
+_GONE = ("stopped", "tracing_stop", "zombie", "dead")
+
+
+def main_frames(threads: list[ThreadStack] | None) -> list[Frame]:
+    thread = next((t for t in threads or [] if t.is_main), None)
+    return thread.frames if thread is not None else []
+
+
+@dataclass
+class Window:
+    """A window of looks under way: when it started, each rank's CPU time then, its samplers."""
+
+    procs: list[RankProcess]
+    exe: str
+    started: float = field(default_factory=time.monotonic)
+    cpu: dict[int, float | None] = field(default_factory=dict)
+    samplers: dict[int, tuple[subprocess.Popen[bytes], str]] = field(default_factory=dict)
+    folder: str = ""
+    first: dict[int, tuple[list[Frame], dict[str, int]]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, procs: list[RankProcess], exe: str) -> Window:
+        """Note the time and each rank's CPU time, just before the first dump."""
+        window = cls(procs=procs, exe=exe)
+        window.cpu = {p.pid: procfs.cpu_seconds(p.pid) for p in procs}
+        return window
+
+    def first_look(self, pid: int, threads: list[ThreadStack] | None) -> None:
+        """The capture's own dump of ``pid`` (locals not yet dropped): its main thread and counters."""
+        frames = main_frames(threads)
+        self.first[pid] = (_strip(frames), int_locals(frames))
+
+    def sample(self, states: dict[int, str]) -> None:
+        """Start a sampler on every rank that runs (a stopped rank is never attached)."""
+        folder = tempfile.mkdtemp(prefix="rankscope-window-")
+        for p in self.procs:
+            if states.get(p.pid) in _GONE or p.pid not in self.first:
+                continue
+            out = os.path.join(folder, f"{p.pid}.txt")
+            try:
+                self.samplers[p.pid] = (pyspy.start_record(p.pid, out, rate=SAMPLE_RATE, exe=self.exe), out)
+            except pyspy.DumpFailed as exc:
+                log.info("no sampler on pid %d: %s", p.pid, exc)
+        self.folder = folder
+
+    def stop(self) -> dict[int, list[tuple[list[Frame], int]]]:
+        """Stop every sampler (interrupted, reaped, killed if need be) and read what each saw."""
+        samples: dict[int, list[tuple[list[Frame], int]]] = {}
+        for pid, (proc, out) in list(self.samplers.items()):
+            samples[pid] = _read(proc, out)
+            del self.samplers[pid]
+        if self.folder:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.folder)
+        return samples
+
+    def close(
+        self, until: float, last_look: Callable[[list[int]], dict[int, list[ThreadStack]]]
+    ) -> tuple[list[RankWatch], dict[int, list[ThreadStack]]]:
+        """Wait until ``until`` (monotonic), stop the samplers, take the last look; the watches and
+        the last dumps (with locals, for the counters pass)."""
+        delay = until - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        samples = self.stop()
+        last = last_look(sorted(self.first))
+        wall = time.monotonic() - self.started
+        watches: list[RankWatch] = []
+        for p in self.procs:
+            if p.rank is None or p.pid not in self.first:
+                continue
+            watches.append(self._watch(p, samples.get(p.pid, []), last.get(p.pid), wall))
+        return watches, last
+
+    def _watch(
+        self,
+        proc: RankProcess,
+        samples: list[tuple[list[Frame], int]],
+        last: list[ThreadStack] | None,
+        wall: float,
+    ) -> RankWatch:
+        frames, counters = self.first[proc.pid]
+        watch = RankWatch(rank=proc.rank or 0, looks=[frames], counters=[counters], samples=samples)
+        if last is not None:
+            end = main_frames(last)
+            watch.looks.append(_strip(end))
+            watch.counters.append(int_locals(end))
+        before, after = self.cpu.get(proc.pid), procfs.cpu_seconds(proc.pid)
+        if before is not None and after is not None:
+            watch.cpu_s = max(0.0, after - before)
+        watch.wall_s = wall
+        return watch
+
+
+def _strip(frames: list[Frame]) -> list[Frame]:
+    """Frames without their locals: only the integers (read apart) are kept."""
+    return [f.model_copy(update={"locals": None}) if f.locals else f for f in frames]
+
+
+def _read(proc: subprocess.Popen[bytes], out: str) -> list[tuple[list[Frame], int]]:
+    """The main thread's samples of one sampler (its os thread id is the pid)."""
+    text = pyspy.stop_record(proc, out)
+    pid = int(os.path.basename(out).split(".")[0])
+    return parse_record(text).get(pid, [])
+
+
+__all__ = ["DEFAULT_WINDOW_S", "Window", "main_frames"]

@@ -113,7 +113,7 @@ def test_command_construction_follows_documented_syntax() -> None:
         "2222",
         "node1",
         "--",
-        "/opt/venv/bin/rankscope stacks --local --json --pid 42 --native --timeout 24",
+        "/opt/venv/bin/rankscope stacks --local --json --pid 42 --native --window 1 --timeout 24",
     ]
 
     # srun(1): --overlap (share the step's resources), --jobid, -N/--nodes, --ntasks-per-node, --nodelist, --label

@@ -669,6 +669,12 @@ def _decide(
     """The verdict; when unsure, again with the ranks' counters and group tables, then the debug server's recorder."""
     report = analysis.run(stacks)
     unsure = report.verdict.confidence != "high"
+    if analysis.flight_recorder and unsure and report.verdict.kind not in PROGRESS_KINDS:
+        # only a hang the stacks leave open needs it: reading the store imports torch (seconds on CUDA builds)
+        told = exception_dump_note(analysis.job)
+        if told is not None:
+            analysis = analysis.noting(told)
+            report = analysis.run(stacks)
     if (
         counters
         and report.verdict.kind not in PROGRESS_KINDS
@@ -702,8 +708,6 @@ def _gather(
     notes = list(job.notes)
     if ranks is not None:
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
-    if flight_recorder and (told := exception_dump_note(job)) is not None:
-        notes.append(told)
     # read once: the pickup looks for their dumps and asks them, the NCCL recorder plan names them
     probes = find_probes(job) if flight_recorder or job.backend in ("nccl", "mixed") else {}
     flight = pick_up(job, environs=environs, probes=probes) if flight_recorder else None

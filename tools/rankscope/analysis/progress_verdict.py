@@ -65,12 +65,21 @@ def _wider(progress: Progress) -> int:
     return int(max(10, round(progress.window_s * 10)))
 
 
+def _own_time(progress: Progress) -> str:
+    """``; its own time goes to evaluate (eval.py:50) on every rank`` when the ranks agree on their top line."""
+    tops = {r.hot[0].rsplit(" ", 1)[0] for r in progress.ranks if r.hot}
+    if len(tops) == 1 and all(r.hot for r in progress.ranks if r.motion != "unknown"):
+        return f"; its own time goes to {tops.pop()} on every rank"
+    return ""
+
+
 def _progressing(progress: Progress) -> Verdict:
     counted = all(r.counters for r in progress.ranks if r.motion != "unknown")
     return Verdict(
         kind="progressing",
         confidence="high" if counted else "medium",
-        summary=f"the job makes progress, it is not hung: {progress.summary}; no rank holds the others back",
+        summary=f"the job makes progress, it is not hung: {progress.summary}{_own_time(progress)}; no rank holds "
+        "the others back",
         evidence=evidence(progress),
         next_steps=[
             _step(

@@ -81,7 +81,9 @@ _PY_GPU_FRAMES: tuple[tuple[str, str, bool], ...] = (
 # A user line that synchronises with the GPU when its tensor lives there.
 _SYNC_CALL = re.compile(
     r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|\.to\(\s*['\"]cpu|synchronize\(|\bfloat\(|\bint\(|\bbool\(|"
-    r"\.nonzero\(|torch\.unique\("
+    r"\.nonzero\(|torch\.unique\(|"
+    # a copy to the GPU from pageable memory waits for the stream's earlier work (not with non_blocking=True)
+    r"\.cuda\((?![^)]*non_blocking\s*=\s*True)|\.to\(\s*(['\"]cuda|device\b|[\w.]*\.device\b)(?![^)]*non_blocking\s*=\s*True)"
 )
 
 GPU_LIKE: frozenset[str] = frozenset({"gpu", "launch_queue", "allocator", "maybe_gpu"})

@@ -42,7 +42,7 @@ from rankscope.errors import RankscopeError
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
 from rankscope.probe.flight import MARKER_PREFIX, TRACE_PREFIX
-from rankscope.runtime import procfs
+from rankscope.runtime import procfs, tcpstore
 
 log = logging.getLogger("rankscope.capabilities.flight_pickup")
 
@@ -288,9 +288,22 @@ STORE_TIMEOUT_S = 3.0
 def read_exception_dump(addr: str, port: int, timeout: float = STORE_TIMEOUT_S) -> int | None:
     """The global rank in the store's ``exception_dump`` key; None when it is not set.
 
-    Raises OSError when the store cannot be reached and ImportError without torch (its
-    TCPStore client is the only one that speaks the store's protocol).
+    Read with the store's own protocol (no torch import: seconds and hundreds of MB with a CUDA
+    build); a store that speaks an older dialect is read with torch's client instead. Raises
+    OSError when the store cannot be reached, ImportError when only torch could read it and
+    torch is missing.
     """
+    try:
+        raw = tcpstore.read_key(addr, port, EXCEPTION_DUMP, timeout)
+    except tcpstore.StoreProtocolError as exc:
+        log.info("store %s:%s: %s; reading it with torch's client", addr, port, exc)
+        raw = _read_with_torch(addr, port, timeout)
+    if raw is None:
+        return None
+    return int.from_bytes(raw[:4], sys.byteorder, signed=True) if len(raw) >= 4 else None
+
+
+def _read_with_torch(addr: str, port: int, timeout: float) -> bytes | None:
     from datetime import timedelta
 
     from torch._C._distributed_c10d import TCPStore  # where torch.distributed takes it from
@@ -301,8 +314,7 @@ def read_exception_dump(addr: str, port: int, timeout: float = STORE_TIMEOUT_S) 
         raise OSError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
     if not store.check([EXCEPTION_DUMP]):
         return None
-    raw = bytes(store.get(EXCEPTION_DUMP))
-    return int.from_bytes(raw[:4], sys.byteorder, signed=True) if len(raw) >= 4 else None
+    return bytes(store.get(EXCEPTION_DUMP))
 
 
 def exception_dump_note(job: Job) -> str | None:

@@ -1,0 +1,115 @@
+"""Hung, slow or fine, on real gloo jobs that are not hung: rankscope watches before it names anyone.
+
+Each job marks itself ready once it is where the test wants it (tests/programs/progress_jobs.py);
+the jobs are reaped by the ``jobs`` fixture, pass or fail. Live NCCL jobs of the same kinds were
+captured on a GPU (tests/data/progress_nccl) and are replayed in tests/unit/test_progress_nccl.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rankscope.api import dump_stacks
+from rankscope.models.core import StacksReport
+from tests.jobs import JobFactory, run_cli, wait_for
+
+pytestmark = pytest.mark.slow
+
+READY_S = 180.0
+HANG_KINDS = {
+    "mismatched_collectives",
+    "divergent_ranks",
+    "missing_ranks",
+    "all_in_same_collective",
+    "no_collective",
+    "inconclusive",
+}
+
+
+def _until(pid: int, kind: str, timeout: float = 90.0, **kw: object) -> StacksReport:
+    """Capture until the verdict is ``kind``; every report seen on the way must not call the job hung."""
+    seen: list[StacksReport] = []
+
+    def ok() -> bool:
+        seen.append(dump_stacks(pid, **kw))  # type: ignore[arg-type]
+        return seen[-1].verdict.kind == kind
+
+    try:
+        wait_for(ok, timeout, f"a {kind} verdict", interval=0.2)
+    except TimeoutError:
+        raise AssertionError(f"last verdicts: {[r.verdict.summary for r in seen[-3:]]}") from None
+    return seen[-1]
+
+
+def test_a_healthy_job_is_never_called_hung(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun("progress_jobs.py", nproc=4, args=["--mode", "healthy"])
+    job.wait_ready(timeout=READY_S)
+    for _ in range(3):
+        report = dump_stacks(job.pid)
+        assert report.verdict.kind == "progressing", report.verdict.summary
+        assert report.verdict.suspect_ranks == [] and report.verdict.confidence == "high"
+        progress = report.progress
+        assert progress is not None and progress.motion == "moving" and progress.straggler is None
+        assert "step" in progress.summary and "on every rank" in progress.summary
+        assert {r.rank for r in progress.ranks} == {0, 1, 2, 3}
+        assert all(r.counters and r.cpu_pct is not None and r.samples > 0 for r in progress.ranks)
+    # the CLI: --window sets how long, the answer leads with the progress verdict
+    code_out = run_cli("stacks", "--pid", str(job.pid), "--window", "0.5", "--json")
+    assert code_out.returncode == 0, code_out.stderr
+    data = json.loads(code_out.stdout)
+    assert data["verdict"]["kind"] == "progressing" and data["progress"]["motion"] == "moving"
+    assert 0.5 <= data["progress"]["window_s"] < 5
+    text = run_cli("stacks", "--pid", str(job.pid))
+    assert "progress over" in text.stdout and "verdict: progressing" in text.stdout
+
+
+def test_one_look_is_what_window_zero_asks_for(jobs: JobFactory, pyspy_works: str) -> None:
+    job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy"])
+    job.wait_ready(timeout=READY_S)
+    report = dump_stacks(job.pid, window=0)
+    assert report.progress is None
+    bad = run_cli("stacks", "--pid", str(job.pid), "--window", "-1")
+    assert bad.returncode == 2 and "--window" in bad.stderr
+
+
+def test_a_straggler_is_named_with_where_its_time_goes(jobs: JobFactory, pyspy_works: str) -> None:
+    """Rank 2's images are 16x wider: each step it decodes while the others wait in all_reduce."""
+    job = jobs.torchrun("progress_jobs.py", nproc=4, args=["--mode", "straggler", "--odd", "2"])
+    job.wait_ready(timeout=READY_S)
+    report = _until(job.pid, "straggler")
+    assert report.verdict.suspect_ranks == [2]
+    assert "load_batch" in report.verdict.summary and "not hung" in report.verdict.summary
+    progress = report.progress
+    assert progress is not None and progress.straggler == 2
+    rank2 = next(r for r in progress.ranks if r.rank == 2)
+    others = [r for r in progress.ranks if r.rank != 2]
+    assert rank2.waiting_pct is not None and all((r.waiting_pct or 0) > rank2.waiting_pct for r in others)
+    assert rank2.hot and "load_batch" in rank2.hot[0]
+    step = report.verdict.next_steps[1]
+    assert step.tool == "dump_stacks" and step.args is not None and step.args["full_ranks"][0] == 2
+
+
+def test_a_long_evaluation_on_one_rank_is_busy_not_hung(jobs: JobFactory, pyspy_works: str) -> None:
+    """Rank 0 evaluates for an hour in its own code while ranks 1-3 wait in barrier()."""
+    job = jobs.torchrun("progress_jobs.py", nproc=4, args=["--mode", "busy", "--odd", "0"])
+    job.wait_ready(timeout=READY_S)
+    report = _until(job.pid, "busy")
+    verdict = report.verdict
+    assert verdict.suspect_ranks == [0] and verdict.confidence == "medium"
+    assert "ranks 1-3 wait in barrier" in verdict.summary and "evaluate" in verdict.summary
+    assert "deadlock" in verdict.summary  # "not a deadlock as far as this window shows"
+    assert report.progress is not None and report.progress.motion == "no_progress"
+    look_again = verdict.next_steps[0]
+    assert look_again.tool == "dump_stacks" and look_again.args is not None
+    assert look_again.args["window_s"] >= 10
+
+
+def test_every_rank_computing_in_its_own_code_is_not_hung(jobs: JobFactory, pyspy_works: str) -> None:
+    """No collective anywhere, every rank in one long CPU loop: the job computes, nobody is blocked."""
+    job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "spin"])
+    job.wait_ready(timeout=READY_S)
+    report = _until(job.pid, "progressing")
+    assert report.verdict.suspect_ranks == []
+    assert "evaluate" in report.verdict.summary

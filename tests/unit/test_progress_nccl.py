@@ -66,7 +66,9 @@ def _window(mode: str) -> tuple[list[RankWatch], list[RankStack]]:
                 wall_s=wall,
             )
         )
-        stacks.append(RankStack(rank=rank, pid=pid, host="h", state="running", threads=looks[0], backend="nccl"))
+        stacks.append(
+            RankStack(rank=rank, pid=pid, host="h", state="running", threads=looks[0], backend="nccl")
+        )
     return watches, stacks
 
 
@@ -78,7 +80,9 @@ def _judged(mode: str) -> tuple[Progress, list[RankStack]]:
 
 def _verdict(mode: str) -> tuple[str, list[int], str, str]:
     progress, stacks = _judged(mode)
-    report = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, [], source=SOURCE, progress=progress)
+    report = analyze(
+        Job(job_id="j", world_size=4, backend="nccl"), stacks, [], source=SOURCE, progress=progress
+    )
     v = report.verdict
     return v.kind, v.suspect_ranks, v.confidence, v.summary
 
@@ -142,7 +146,10 @@ def _sampled(mode: str) -> Progress:
     wall = float(times[-1][1]) - float(times[0][1])
     watches = []
     for rank, pid in pids.items():
-        looks = [_main(parse_dump(json.loads((d / f"sample{i}_rank{rank}.json").read_text()), pid)) for i in range(1, 7)]
+        looks = [
+            _main(parse_dump(json.loads((d / f"sample{i}_rank{rank}.json").read_text()), pid))
+            for i in range(1, 7)
+        ]
         watches.append(
             RankWatch(
                 rank=rank,

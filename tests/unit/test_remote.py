@@ -79,7 +79,13 @@ def test_hosts_from_slurm_environment() -> None:
 def test_every_stacks_option_reaches_the_remote_command() -> None:
     """--window, --no-counters, --no-fr and --ras travel to every host, not only pid and the dump flags."""
     argv = stacks_argv(
-        "rankscope", window=7.5, counters=False, flight_recorder=False, ras=True, locals=True, nonblocking=True
+        "rankscope",
+        window=7.5,
+        counters=False,
+        flight_recorder=False,
+        ras=True,
+        locals=True,
+        nonblocking=True,
     )
     for flag in ("--no-counters", "--no-fr", "--ras", "--locals", "--nonblocking"):
         assert flag in argv

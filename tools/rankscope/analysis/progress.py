@@ -157,8 +157,8 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
     cpu_pct = None if w.cpu_s is None or w.wall_s <= 0 else round(100 * w.cpu_s / w.wall_s)
     last_waits = bool(w.looks) and _waiting(w.looks[-1], backend, source)
     motion: Motion
-    if not w.looks and not w.samples:
-        motion = "unknown"
+    if len(w.looks) < 2 and not w.samples:
+        motion = "unknown"  # one look shows where a rank is, never whether it moves
     elif counters or len(places) > 1:
         motion = "moving"
     elif not last_waits and cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT:

@@ -1,0 +1,222 @@
+"""The progress window's rules on hand-built looks: motion per rank, the job's motion, the straggler,
+the verdicts of a job that is not hung, and the sampler's raw output."""
+
+from __future__ import annotations
+
+from rankscope.analysis.progress import (
+    RankWatch,
+    counters_phrase,
+    find_straggler,
+    judge,
+    merge_progress,
+    parse_record,
+    watch_rank,
+)
+from rankscope.analysis.progress_verdict import progress_verdict
+from rankscope.analysis.stacks import analyze
+from rankscope.models.core import Frame, Job, RankStack, ThreadStack
+from rankscope.models.progress import RankMotion
+
+T = "/job/train.py"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def own(line: int, function: str = "main") -> Frame:
+    return Frame(function=function, file=T, line=line)
+
+
+def all_reduce(line: int) -> list[Frame]:
+    return [Frame(function="all_reduce", file=C10D, line=2800), own(line)]
+
+
+def barrier(line: int) -> list[Frame]:
+    return [Frame(function="barrier", file=C10D, line=4800), own(line)]
+
+
+def watch(
+    rank: int, *looks: list[Frame], counters: tuple[int, int] | None = None, cpu: float | None = 0.0
+) -> RankWatch:
+    steps = (
+        [{"train.py:main:step": counters[0]}, {"train.py:main:step": counters[1]}] if counters else [{}, {}]
+    )
+    return RankWatch(rank=rank, looks=list(looks), counters=steps, cpu_s=cpu, wall_s=1.0)
+
+
+def test_parse_record_keeps_each_threads_stacks_innermost_first() -> None:
+    text = (
+        "thread (101): MainThread;<module> (/job/train.py:90);main (/job/train.py:40);load (/job/data.py:7) 12\n"
+        "thread (101): MainThread;<module> (/job/train.py:90);main (/job/train.py:41) 3\n"
+        "thread (205): pt_autograd_0;run (/usr/lib/python3.11/threading.py:982) 15\n"
+        "thread (0x7F2E1C5D6740) 4\n"
+        "a garbled line\n"
+    )
+    parsed = parse_record(text)
+    assert set(parsed) == {101, 205, 0x7F2E1C5D6740}
+    frames, count = parsed[101][0]
+    assert count == 12 and [f.function for f in frames] == ["load", "main", "<module>"]
+    assert frames[0].file == "/job/data.py" and frames[0].line == 7
+    assert parsed[0x7F2E1C5D6740] == [([], 4)]
+
+
+def test_a_rank_moves_when_its_counter_or_its_own_line_changes() -> None:
+    by_counter = watch_rank(
+        watch(0, all_reduce(30), all_reduce(30), counters=(5, 9)), backend="gloo", source={}
+    )
+    assert by_counter.motion == "moving" and by_counter.counters == {"train.py:main:step": [5, 9]}
+    by_line = watch_rank(watch(0, all_reduce(30), [own(25)]), backend="gloo", source={})
+    assert by_line.motion == "moving" and by_line.moved_lines == 2
+
+
+def test_torch_frames_that_change_under_one_own_line_are_not_motion() -> None:
+    """A wait that polls inside torch or the stdlib (the innermost frames churn) is still blocked."""
+    churn = [Frame(function="_poll", file="/usr/lib/python3.11/threading.py", line=320), *all_reduce(30)]
+    w = watch(1, all_reduce(30), churn)
+    assert watch_rank(w, backend="gloo", source={}).motion == "blocked"
+
+
+def test_cpu_in_its_own_code_is_busy_but_cpu_in_a_wait_is_not() -> None:
+    """Same place twice: with CPU of its own it computes (a long call); on NCCL a CPU waiting for
+    the GPU spins, and that is never motion."""
+    compute = watch(0, [own(50, "evaluate")], [own(50, "evaluate")], cpu=0.9)
+    assert watch_rank(compute, backend="gloo", source={}).motion == "busy"
+    sync = [own(19)]
+    spin = watch(1, sync, sync, cpu=1.0)
+    source = {(T, 19): "        print(loss.item())"}
+    assert watch_rank(spin, backend="nccl", source=source).motion == "blocked"
+    idle = watch(2, [own(50, "evaluate")], [own(50, "evaluate")], cpu=0.01)
+    assert watch_rank(idle, backend="gloo", source={}).motion == "blocked"
+
+
+def test_one_step_apart_in_a_moving_job_is_progress_not_divergence() -> None:
+    """The counters differ by a step between ranks (CPUs run ahead): the job moves; no hang rule runs."""
+    watches = [
+        watch(r, all_reduce(30), all_reduce(30), counters=(100 + (r == 3), 140 + (r == 3))) for r in range(4)
+    ]
+    progress = judge(watches, backend="nccl", source={}, window_s=1.0)
+    assert progress.motion == "moving" and progress.straggler is None
+    assert progress.summary.startswith("step 100-101 → 140-141 on every rank in 1.0 s")
+    stacks = [
+        RankStack(
+            rank=r,
+            pid=10 + r,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=all_reduce(30))],
+        )
+        for r in range(4)
+    ]
+    report = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, [], progress=progress)
+    assert report.verdict.kind == "progressing" and report.verdict.suspect_ranks == []
+    assert report.progress == progress
+
+
+def _motion(rank: int, waiting: int, samples: int = 50, hot: list[str] | None = None) -> RankMotion:
+    return RankMotion(rank=rank, motion="moving", samples=samples, waiting_pct=waiting, hot=hot or [])
+
+
+def test_the_straggler_is_the_one_rank_the_others_wait_for() -> None:
+    assert find_straggler([_motion(0, 90), _motion(1, 85), _motion(2, 10), _motion(3, 95)]) == 2
+    assert find_straggler([_motion(0, 80), _motion(1, 5)]) == 1
+    # everyone computes most of the time: no straggler, whatever the small differences
+    assert find_straggler([_motion(0, 30), _motion(1, 35), _motion(2, 0)]) is None
+    # two ranks wait little: no single straggler
+    assert find_straggler([_motion(0, 90), _motion(1, 10), _motion(2, 12), _motion(3, 90)]) is None
+    # too few samples say nothing
+    assert find_straggler([_motion(0, 90, 2), _motion(1, 0, 2)]) is None
+
+
+def test_straggler_verdict_names_its_hot_lines() -> None:
+    watches = []
+    for r in range(4):
+        own_time = [own(10, "load_batch"), own(40)]
+        waiting = all_reduce(45)
+        w = watch(r, waiting, waiting, counters=(7, 9))
+        w.samples = [(own_time, 45 if r == 2 else 2), (waiting, 5 if r == 2 else 48)]
+        watches.append(w)
+    progress = judge(watches, backend="gloo", source={}, window_s=1.0)
+    assert progress.straggler == 2
+    verdict = progress_verdict(progress, [])
+    assert verdict is not None and verdict.kind == "straggler" and verdict.suspect_ranks == [2]
+    assert "load_batch (train.py:10) 90%" in verdict.summary and "in collectives or for the GPU" not in (
+        progress.summary
+    )
+
+
+def _stack(rank: int, frames: list[Frame], op: str | None, wait: str) -> RankStack:
+    return RankStack(
+        rank=rank,
+        pid=10 + rank,
+        host="h",
+        threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        op=op,
+        wait=wait,  # type: ignore[arg-type]
+    )
+
+
+def test_busy_rank_while_the_others_wait_is_busy_not_deadlock() -> None:
+    watches = [watch(0, [own(50, "evaluate")], [own(51, "evaluate")], cpu=0.97)]
+    watches += [watch(r, barrier(77), barrier(77), cpu=0.0) for r in (1, 2, 3)]
+    progress = judge(watches, backend="gloo", source={}, window_s=1.2)
+    assert progress.motion == "no_progress"
+    annotated = [_stack(0, [own(50, "evaluate")], None, "other")]
+    annotated += [_stack(r, barrier(77), "barrier", "collective") for r in (1, 2, 3)]
+    verdict = progress_verdict(progress, annotated)
+    assert verdict is not None and verdict.kind == "busy" and verdict.suspect_ranks == [0]
+    assert verdict.next_steps[0].args == {"window_s": 12}
+
+
+def test_a_blocked_rank_outside_any_wait_leaves_the_verdict_to_the_hang_rules() -> None:
+    """Rank 0 busy, rank 3 blocked on a queue (no collective, no CPU): not 'busy', a hang rule decides."""
+    watches = [watch(0, [own(50, "evaluate")], [own(51, "evaluate")], cpu=0.9)]
+    watches += [watch(r, barrier(77), barrier(77)) for r in (1, 2)]
+    watches += [watch(3, [own(60, "read_queue")], [own(60, "read_queue")])]
+    progress = judge(watches, backend="gloo", source={}, window_s=1.0)
+    annotated = [
+        _stack(0, [own(50, "evaluate")], None, "other"),
+        _stack(3, [own(60, "read_queue")], None, "other"),
+    ]
+    annotated += [_stack(r, barrier(77), "barrier", "collective") for r in (1, 2)]
+    assert progress_verdict(progress, annotated) is None
+
+
+def test_every_rank_computing_without_moving_lines_is_busy_without_a_suspect() -> None:
+    watches = [watch(r, [own(12, "compile")], [own(12, "compile")], cpu=0.99) for r in range(2)]
+    progress = judge(watches, backend="gloo", source={}, window_s=1.0)
+    assert progress.motion == "busy"
+    verdict = progress_verdict(progress, [_stack(r, [own(12, "compile")], None, "other") for r in range(2)])
+    assert verdict is not None and verdict.kind == "busy" and verdict.suspect_ranks == []
+
+
+def test_a_hang_keeps_its_rule_and_its_evidence_says_nothing_moved() -> None:
+    watches = [watch(r, barrier(77), barrier(77)) for r in (0, 1)] + [
+        watch(2, all_reduce(30), all_reduce(30))
+    ]
+    progress = judge(watches, backend="gloo", source={}, window_s=1.0)
+    stacks = [
+        RankStack(rank=r, pid=10 + r, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=f)])
+        for r, f in ((0, barrier(77)), (1, barrier(77)), (2, all_reduce(30)))
+    ]
+    report = analyze(Job(job_id="j", world_size=3, backend="gloo"), stacks, [], progress=progress)
+    assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [2]
+    assert report.verdict.evidence[0].startswith("progress over 1.0 s: nothing moved in 1.0 s on ranks 0-2")
+
+
+def test_one_look_decides_nothing_about_motion() -> None:
+    progress = judge([RankWatch(rank=0, looks=[[own(3)]])], backend="gloo", source={}, window_s=0.0)
+    assert progress.motion == "unknown" and progress.ranks[0].motion == "unknown"
+    assert progress_verdict(progress, []) is None and "not checked" in progress.summary
+
+
+def test_counters_phrase_and_hosts_merged() -> None:
+    ranks = [
+        RankMotion(rank=0, motion="moving", counters={"t.py:main:step": [421, 547]}),
+        RankMotion(
+            rank=1, motion="moving", counters={"t.py:main:step": [421, 547], "t.py:main:tokens": [3, 9]}
+        ),
+    ]
+    assert counters_phrase(ranks, 1.23) == "step 421 → 547 on every rank in 1.2 s"
+    a = judge([watch(0, [own(1)], [own(2)])], backend="gloo", source={}, window_s=1.0)
+    b = judge([watch(1, barrier(7), barrier(7))], backend="gloo", source={}, window_s=1.4)
+    merged = merge_progress([a, b], "gloo")
+    assert merged is not None and [r.rank for r in merged.ranks] == [0, 1]
+    assert merged.motion == "no_progress" and merged.window_s == 1.4
+    assert merge_progress([], "gloo") is None

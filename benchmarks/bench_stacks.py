@@ -10,7 +10,9 @@ same run and alternating:
   discovery, concurrent py-spy, analysis, JSON);
 * ``py-spy dump --json --pid`` over the same ranks one after another;
 
-each with and without ``--native``. Medians are reported as ratios rankscope / sequential.
+each with and without ``--native``. Medians are reported as ratios rankscope / sequential. These
+are single looks (``--window 0``), the same work as a py-spy loop; what the progress window adds
+is measured by bench_window.py.
 Beside them: the start-up floor (an interpreter that only imports the report models), the warm
 in-process ``dump_stacks`` of ``rankscope mcp``, and a second job whose 8 ranks all wait in recv
 (where rankscope dumps them twice, the second time for their peers). Then the pure analysis of 1,024 synthetic rank stacks (built from a real native capture),
@@ -90,14 +92,14 @@ def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, rep
             statistics.median(loop),
         )
     )
-    dump_stacks(job_pid, ranks=[0])  # warm: every module and model built once, as in a running server
+    dump_stacks(job_pid, ranks=[0], window=0)  # warm: every module and model built once, as in a running server
     for n in (1, 2, 4, 8):
         seq = seq8[:n]
         ours: list[float] = []
         loop = []
         for _ in range(repeats):
             start = time.perf_counter()
-            dump_stacks(job_pid, ranks=list(range(n)))
+            dump_stacks(job_pid, ranks=list(range(n)), window=0)
             ours.append(time.perf_counter() - start)
             loop.append(timed(seq)[0])
         pairs.append(
@@ -134,7 +136,7 @@ def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]
         for native in (False, True):
             for n in (1, 2, 4, 8):
                 flag = ["--native"] if native else []
-                ours = [RANKSCOPE, "stacks", "--pid", str(job.pid), "--json", *flag]
+                ours = [RANKSCOPE, "stacks", "--pid", str(job.pid), "--json", "--window", "0", *flag]
                 for r in range(n):
                     ours += ["--rank", str(r)]
                 seq = [[pyspy, "dump", "--json", *flag, "--pid", str(pids[r])] for r in range(n)]
@@ -159,7 +161,7 @@ def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]
         ours_ring: list[float] = []
         loop_ring: list[float] = []
         for _ in range(repeats):
-            ours_ring.append(timed([[RANKSCOPE, "stacks", "--pid", str(ring.pid), "--json"]])[0])
+            ours_ring.append(timed([[RANKSCOPE, "stacks", "--pid", str(ring.pid), "--json", "--window", "0"]])[0])
             loop_ring.append(timed([[pyspy, "dump", "--json", "--pid", str(pid)] for pid in ring_pids])[0])
         pairs.append(
             (

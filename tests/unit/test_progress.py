@@ -220,3 +220,40 @@ def test_counters_phrase_and_hosts_merged() -> None:
     assert merged is not None and [r.rank for r in merged.ranks] == [0, 1]
     assert merged.motion == "no_progress" and merged.window_s == 1.4
     assert merge_progress([], "gloo") is None
+
+
+def test_a_bounded_answer_keeps_the_progress_evidence_for_many_ranks() -> None:
+    """64 moving ranks, one straggler: the bounded answer stays small, leads with the verdict and the
+    window's evidence, and lists the straggler's motion; the others are summed up."""
+    from rankscope.analysis.bound import bound_report
+    from rankscope.analysis.fit import size_of
+    from rankscope.models.compact import compact
+    from rankscope.render.stacks import render_stacks_brief
+
+    watches = []
+    for r in range(64):
+        w = watch(r, all_reduce(45), all_reduce(45), counters=(7, 9))
+        w.samples = [
+            ([own(10, "load_batch"), own(40)], 45 if r == 17 else 2),
+            (all_reduce(45), 5 if r == 17 else 48),
+        ]
+        watches.append(w)
+    progress = judge(watches, backend="gloo", source={}, window_s=1.0)
+    stacks = [
+        RankStack(
+            rank=r,
+            pid=100 + r,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=all_reduce(45))],
+        )
+        for r in range(64)
+    ]
+    report = analyze(Job(job_id="j", world_size=64, backend="gloo"), stacks, [], progress=progress)
+    assert report.verdict.kind == "straggler" and report.verdict.suspect_ranks == [17]
+    bounded = bound_report(report)
+    assert size_of(compact(bounded)) <= 8_000
+    assert bounded.progress is not None and [r.rank for r in bounded.progress.ranks] == [17]
+    assert "progress.ranks lists only the suspects" in (bounded.hint or "")
+    text = "\n".join(render_stacks_brief(bounded))
+    assert text.startswith("verdict: straggler") and "- progress over 1.0 s: step 7 → 9 on every rank" in text
+    assert len(text) <= 4_000

@@ -19,6 +19,7 @@ from rankscope.models.core import Finding, Frame, Group, JobList, RankProcess, R
 from rankscope.models.env import EnvReport
 from rankscope.models.flight import FlightReport, FrDump, FrEntry, FrMismatch, FrProcessGroup, FrRankProgress
 from rankscope.models.logs import TriageReport
+from rankscope.models.progress import Progress
 from rankscope.models.repro import TemplateList
 
 _FRAME_STEPS = (16, 8, 4, 2)
@@ -150,6 +151,9 @@ def bound_report(
         hint += f" {left} more capture errors were left out."
     if len(report.groups) > _MAX_GROUPS or len(report.stack_groups) > _MAX_GROUPS:
         hint += f" Only the {_MAX_GROUPS} largest groups are listed."
+    progress = _bounded_motions(report.progress, suspects)
+    if progress is not report.progress:
+        hint += " progress.ranks lists only the suspects (the evidence sums up the others); full=true has every rank."
     out = report
     for limit in _FRAME_STEPS:
         out = report.model_copy(
@@ -161,12 +165,26 @@ def bound_report(
                 "errors": errors,
                 "truncated": True,
                 "hint": hint,
+                "progress": progress,
             }
         )
         if size_of(compact(out)) <= max_bytes:
             return out
     # Still too big (thousands of distinct groups): drop the display groups, keep the op groups.
     return out.model_copy(update={"stack_groups": [], "hint": hint + " Whole-stack groups were left out."})
+
+
+_MAX_PROGRESS_RANKS = 8
+
+
+def _bounded_motions(progress: Progress | None, suspects: set[int]) -> Progress | None:
+    """The window's per-rank motions of the suspects (and the straggler) only, once there are many
+    ranks: the verdict's evidence already sums them up, and 64 ranks' motions are kilobytes."""
+    if progress is None or len(progress.ranks) <= _MAX_PROGRESS_RANKS:
+        return progress
+    keep = suspects | ({progress.straggler} if progress.straggler is not None else set())
+    ranks = [r for r in progress.ranks if r.rank in keep][:_MAX_PROGRESS_RANKS]
+    return progress.model_copy(update={"ranks": ranks})
 
 
 def brief_jobs(jobs: JobList) -> JobList:

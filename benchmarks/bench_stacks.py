@@ -92,7 +92,9 @@ def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, rep
             statistics.median(loop),
         )
     )
-    dump_stacks(job_pid, ranks=[0], window=0)  # warm: every module and model built once, as in a running server
+    dump_stacks(
+        job_pid, ranks=[0], window=0
+    )  # warm: every module and model built once, as in a running server
     for n in (1, 2, 4, 8):
         seq = seq8[:n]
         ours: list[float] = []
@@ -161,7 +163,9 @@ def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]
         ours_ring: list[float] = []
         loop_ring: list[float] = []
         for _ in range(repeats):
-            ours_ring.append(timed([[RANKSCOPE, "stacks", "--pid", str(ring.pid), "--json", "--window", "0"]])[0])
+            ours_ring.append(
+                timed([[RANKSCOPE, "stacks", "--pid", str(ring.pid), "--json", "--window", "0"]])[0]
+            )
             loop_ring.append(timed([[pyspy, "dump", "--json", "--pid", str(pid)] for pid in ring_pids])[0])
         pairs.append(
             (

@@ -102,6 +102,9 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "all_in_same_collective",
         "no_collective",
         "inconclusive",
+        "progressing",
+        "straggler",
+        "busy",
     }
     params = set(tools["dump_stacks"].input_schema["properties"])
     assert params == {
@@ -119,6 +122,7 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "counters",
         "flight_recorder",
         "ras",
+        "window_s",
         "from_paths",
         "backend",
         "job_id",

@@ -197,7 +197,7 @@ def test_a_hang_keeps_its_rule_and_its_evidence_says_nothing_moved() -> None:
     ]
     report = analyze(Job(job_id="j", world_size=3, backend="gloo"), stacks, [], progress=progress)
     assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [2]
-    assert report.verdict.evidence[0].startswith("progress over 1.0 s: nothing moved in 1.0 s on ranks 0-2")
+    assert report.verdict.evidence[0].startswith("window: nothing moved in 1.0 s on ranks 0-2")
 
 
 def test_one_look_decides_nothing_about_motion() -> None:
@@ -253,7 +253,7 @@ def test_a_bounded_answer_keeps_the_progress_evidence_for_many_ranks() -> None:
     bounded = bound_report(report)
     assert size_of(compact(bounded)) <= 8_000
     assert bounded.progress is not None and [r.rank for r in bounded.progress.ranks] == [17]
-    assert "progress.ranks lists only the suspects" in (bounded.hint or "")
+    assert "progress.ranks is cut to the suspects" in (bounded.hint or "")
     text = "\n".join(render_stacks_brief(bounded))
-    assert text.startswith("verdict: straggler") and "- progress over 1.0 s: step 7 → 9 on every rank" in text
+    assert text.startswith("verdict: straggler") and "- window: step 7 → 9 on every rank" in text
     assert len(text) <= 4_000

@@ -47,7 +47,7 @@ def _rank_line(r: RankMotion) -> str:
 
 def evidence(progress: Progress, first: list[int] | None = None) -> list[str]:
     """The window in a few lines: the summary, then the ranks that matter first, the rest summed up."""
-    lines = [f"progress over {progress.window_s:.1f} s: {progress.summary}"]
+    lines = [f"window: {progress.summary}"]
     lead = set(first or [])
     ordered = sorted(progress.ranks, key=lambda r: (r.rank not in lead, r.rank))
     shown = ordered[:MAX_EVIDENCE_RANKS]

@@ -449,7 +449,10 @@ def analyze(
         )
     )
     if progress is not None and verdict.kind not in PROGRESS_KINDS and progress.motion != "unknown":
-        verdict = verdict.model_copy(update={"evidence": [*progress_evidence(progress), *verdict.evidence]})
+        # nothing moved: the window's one line says so; the ranks' motions are in ``progress``
+        verdict = verdict.model_copy(
+            update={"evidence": [*progress_evidence(progress)[:1], *verdict.evidence]}
+        )
     return StacksReport(
         job=job,
         progress=progress,

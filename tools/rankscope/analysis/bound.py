@@ -15,7 +15,16 @@ from rankscope.analysis.fit import size_of
 from rankscope.analysis.frames import is_torch_or_stdlib, short_path
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.compact import compact
-from rankscope.models.core import Finding, Frame, Group, JobList, RankProcess, RankStack, StacksReport
+from rankscope.models.core import (
+    Finding,
+    Frame,
+    Group,
+    JobList,
+    MissingRank,
+    RankProcess,
+    RankStack,
+    StacksReport,
+)
 from rankscope.models.env import EnvReport
 from rankscope.models.flight import FlightReport, FrDump, FrEntry, FrMismatch, FrProcessGroup, FrRankProgress
 from rankscope.models.logs import TriageReport
@@ -96,6 +105,16 @@ def _new_splits(report: StacksReport) -> list[Group]:
     return [g for g in report.stack_groups if tuple(g.ranks) not in op_sets]
 
 
+def _missing_once(report: StacksReport) -> list[MissingRank]:
+    """One detail per status: 64 ranks on another host say it once."""
+    seen_status: set[str] = set()
+    missing = []
+    for m in report.job.missing:
+        missing.append(m if m.status not in seen_status else m.model_copy(update={"detail": ""}))
+        seen_status.add(m.status)
+    return missing
+
+
 def bound_report(
     report: StacksReport, max_bytes: int = 7_000, full_ranks: list[int] | None = None
 ) -> StacksReport:
@@ -127,11 +146,7 @@ def bound_report(
             + "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
             + f" (pids {rank_ranges(pids)})"
         )
-    seen_status: set[str] = set()
-    missing = []
-    for m in report.job.missing:  # one detail per status: 64 ranks on another host say it once
-        missing.append(m if m.status not in seen_status else m.model_copy(update={"detail": ""}))
-        seen_status.add(m.status)
+    missing = _missing_once(report)
     recorder = report.job.recorder
     if recorder is not None and any(step.action == recorder for step in report.verdict.next_steps):
         recorder = None  # the first next step already says it

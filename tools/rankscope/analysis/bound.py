@@ -9,6 +9,7 @@ come only on request (``full_ranks``).
 from __future__ import annotations
 
 import re
+from typing import Any, cast
 
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.fit import size_of
@@ -379,11 +380,14 @@ def bound_triage(report: TriageReport) -> TriageReport:
         update: dict[str, object] = {}
         if detailed.get(f.kind) != id(f):  # source and line_numbers say where to read it
             update.update({"explanation": "", "fix": "", "next_steps": [], "excerpt": ""})
+            if "call_site" in f.facts and not set(f.ranks) & suspects:
+                update["facts"] = {k: v for k, v in f.facts.items() if k != "call_site"}
         elif _short_excerpt(f.excerpt) != f.excerpt:
             update["excerpt"] = _short_excerpt(f.excerpt)
-        big = [k for k, v in f.facts.items() if size_of(v) > _BIG_FACT]
+        facts = cast("dict[str, Any]", update.get("facts", f.facts))
+        big = [k for k, v in facts.items() if size_of(v) > _BIG_FACT]
         if big:  # e.g. a copy of torchrun's failure table, which `failures` holds once
-            update["facts"] = {k: v for k, v in f.facts.items() if k not in big}
+            update["facts"] = {k: v for k, v in facts.items() if k not in big}
             notes.append(f"{f.kind} facts {', '.join(big)}: full=true")
         out.append(f.model_copy(update=update) if update else f)
     if any(a is not b for a, b in zip(out, report.findings, strict=False)) or len(out) < len(report.findings):

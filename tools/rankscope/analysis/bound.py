@@ -326,16 +326,23 @@ _PER_KIND = 2
 """Findings of one kind kept in a bounded triage (the suspects' first); the rest are counted."""
 
 
+_SUSPECT_FINDINGS = 8
+
+
 def _kept_findings(report: TriageReport, notes: list[str]) -> list[Finding]:
+    """Per kind, every finding about a suspect (up to 8) and at least one about another rank: the
+    suspects' findings and the contrast that made them suspects are never cut; repeats are."""
     suspects = set(report.suspect_ranks)
     by_kind: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_kind.setdefault(f.kind, []).append(f)
     keep: set[int] = set()
     for kind, found in by_kind.items():
-        ranked = sorted(found, key=lambda f: not (set(f.ranks) & suspects))
-        keep.update(id(f) for f in ranked[:_PER_KIND])
-        rest = ranked[_PER_KIND:]
+        theirs = [f for f in found if set(f.ranks) & suspects][:_SUSPECT_FINDINGS]
+        others = [f for f in found if not set(f.ranks) & suspects]
+        kept = theirs + others[: max(1, _PER_KIND - len(theirs))]
+        keep.update(id(f) for f in kept)
+        rest = [f for f in found if id(f) not in keep]
         if rest:
             ranks = sorted({r for f in rest for r in f.ranks})
             notes.append(f"{len(rest)} more {kind} findings (ranks {rank_ranges(ranks) or '?'}): full=true")
@@ -404,6 +411,11 @@ def bound_triage(report: TriageReport) -> TriageReport:
     ]  # torchrun's boilerplate says nothing
     if len(failures) < len(report.failures):
         notes.append(f"{len(report.failures) - len(failures)} more torchrun failure records: full=true")
+    lead = {"flight_recorder": "flight", "stacks": "stacks"}.get(report.decided_by or "")
+    verdicts: dict[str, object] = {}
+    if lead and getattr(report, lead) is not None:  # its evidence and steps are the answer's own, above
+        verdicts[lead] = getattr(report, lead).model_copy(update={"evidence": [], "next_steps": []})
+        notes.append(f"{lead}.evidence and {lead}.next_steps: in evidence and next_steps above")
     if not notes:
         return report
     return report.model_copy(
@@ -413,6 +425,7 @@ def bound_triage(report: TriageReport) -> TriageReport:
             "evidence": merge_rank_lines(report.evidence),
             "stats": {},
             "left_out": [*report.left_out, *notes],
+            **verdicts,
         }
     )
 

@@ -51,7 +51,9 @@ _PG_RANK = re.compile(
     r"\[(?:PG ID (?P<pg_id>\d+) PG GUID (?P<pg_guid>[^\]]*?) |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\]"
 )
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
-_EXCEPTION_LINE = re.compile(r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)\w*)(?:: (?P<exc_message>.*))?$")
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)\w*)(?:: (?P<exc_message>.*))?$"
+)
 _LIBRARY_FILES = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "/torch/")
 _TRACE_SPAN = 60
 """A user frame more than this many lines before an error is not that error's traceback."""
@@ -90,6 +92,7 @@ TABLE_NEEDLES: tuple[str, ...] = (
     " NCCL INFO comm ",
     'File "',
     "Traceback (most recent call last)",
+    "(most recent call first)",
     "Error",
     "Exception",
 )
@@ -177,6 +180,8 @@ class LogScanner:
         self.world_size: int | None = None
         self._frames: dict[tuple[str, int | None], tuple[int, str]] = {}
         self._threads: dict[tuple[str, int | None], tuple[str, int | None, str]] = {}
+        self.stack_sources: set[str] = set()
+        """Sources that hold faulthandler stacks ("most recent call first"): saved stacks as well as logs."""
 
     # -- input -----------------------------------------------------------------------------------------
     def feed(self, line: str, line_no: int, source: str, rank_hint: int | None = None) -> None:
@@ -213,6 +218,9 @@ class LogScanner:
         """Follow Python tracebacks: the innermost user frame (for facts.call_site) and the exception
         that ends a dead thread's traceback. True when the line is a traceback line and nothing more."""
         key = (source, rank)
+        if "(most recent call first)" in text:
+            self.stack_sources.add(source)
+            return True
         if "Traceback (most recent call last)" in text:
             self._frames.pop(key, None)
             return True
@@ -616,7 +624,15 @@ _CAUSE_KINDS = (
     "unused_parameters",
 )
 _WATCHDOG_EVIDENCE = frozenset(
-    {"collective_timeout", "fr_dump_signal", "nccl_error", "cuda_error", "device_assert", "cuda_oom", "gpu_xid"}
+    {
+        "collective_timeout",
+        "fr_dump_signal",
+        "nccl_error",
+        "cuda_error",
+        "device_assert",
+        "cuda_oom",
+        "gpu_xid",
+    }
 )
 """Kinds after which NCCL's watchdog aborts the process: a SIGABRT that follows one is its consequence."""
 
@@ -651,7 +667,11 @@ def _work(f: Finding) -> str:
     """``ALLREDUCE NumelIn=65536`` (NumelOut only when it differs): what a rank's timed-out work was."""
     op = str(f.facts.get("op") or "work")
     n_in, n_out = f.facts.get("numel_in"), f.facts.get("numel_out")
-    size = "" if n_in is None else f" NumelIn={n_in}" + (f", NumelOut={n_out}" if n_out not in (None, n_in) else "")
+    size = (
+        ""
+        if n_in is None
+        else f" NumelIn={n_in}" + (f", NumelOut={n_out}" if n_out not in (None, n_in) else "")
+    )
     return op + size
 
 
@@ -844,9 +864,11 @@ def _causes(findings: list[Finding], kinds: set[str], blame: _Blame) -> dict[int
     primary = _primary_cause_ranks(findings, kinds)
     for f in findings:
         why = _consequence(f, kinds)
-        if why is not None:
-            for r in f.ranks:
+        for r in f.ranks if why is not None else ():
+            if why is not None and f.facts.get("signal") == "SIGABRT":
                 blame.victim(r, why)
+            else:  # the launcher's SIGTERM: the failures table says it; no evidence line of its own
+                blame.victims.add(r)
     for kind in _CAUSE_KINDS:
         for f in findings:
             if f.kind != kind or not f.ranks or _consequence(f, kinds) is not None:

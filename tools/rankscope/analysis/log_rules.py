@@ -68,7 +68,7 @@ RULES: tuple[Rule, ...] = (
             r".*?Last enqueued (?:NCCL )?work: (?P<last_enqueued>-?\d+), last completed (?:NCCL )?work: "
             r"(?P<last_completed>-?\d+)"
         ),
-        message="NCCL monitor: dump signal from a rank that timed out",
+        message="NCCL: dump signal after a timeout",
         explanation=(
             "PG 0's heartbeat monitor on this rank heard that another rank timed out and dumped its flight "
             "recorder; the line carries this rank's last enqueued and completed work on PG 0. A rank whose last "
@@ -91,13 +91,12 @@ RULES: tuple[Rule, ...] = (
         ),
         message="NCCL watchdog: collective timed out",
         explanation=(
-            "This rank's NCCL watchdog saw a collective run longer than the process-group timeout. The rank that "
-            "reports it was waiting; the cause is usually a rank that never entered the same collective (it is "
-            "behind, stuck elsewhere, or issued a different collective)."
+            "A collective ran longer than the process-group timeout on this rank, which waited in it; the cause is "
+            "usually a rank that never entered the same collective (behind, stuck elsewhere, or in another one)."
         ),
         fix=(
-            "Compare the sequence numbers across ranks: the rank whose last enqueued work is lowest, or that reports "
-            "no timeout, is where to look. Do not just raise the timeout."
+            "Look at the rank whose last enqueued work is behind, whose op or size differs, or that reports no "
+            "timeout (suspect_ranks). Do not just raise the timeout."
         ),
         next_steps=_WATCHDOG_STEPS,
     ),
@@ -403,7 +402,7 @@ RULES: tuple[Rule, ...] = (
         needles=("Duplicate GPU detected",),
         pattern=re.compile(
             r"Duplicate GPU detected : rank (?P<rank>\d+) and rank (?P<other_rank>\d+) both on CUDA device "
-            r"(?P<device>\w+)"
+            r"(?P<bus_id>\w+)"
         ),
         message="two ranks on one GPU (NCCL: Duplicate GPU detected)",
         explanation=(
@@ -464,6 +463,30 @@ RULES: tuple[Rule, ...] = (
             "with the real error instead of hanging."
         ),
         next_steps=(_step("Open the thread's call site (facts.call_site).", f"{_CR}#thread-died"),),
+    ),
+    Rule(
+        kind="launcher_stopped",
+        needles=("death signal, shutting down workers",),
+        pattern=re.compile(r"Received (?P<signum>\d+) death signal"),
+        severity="warning",
+        role="context",
+        message="torchrun was stopped from outside",
+        explanation=(
+            "torchrun itself received a signal (a scheduler's time limit or cancel, a user's kill) and stopped "
+            "its workers with SIGTERM. Nothing in the job failed on its own at that moment: a job stopped this "
+            "way after it made no progress was hung, and the workers' SIGTERMs are the consequence."
+        ),
+        fix=(
+            "Find why the job stopped progressing: the flight-recorder dumps or saved stacks of that moment, or "
+            "a rank's error earlier in the log."
+        ),
+        next_steps=(
+            _step(
+                "Read the recorder dumps and saved stacks with the log (pass the whole folder).",
+                f"{_CR}#dead-job",
+                "triage_logs",
+            ),
+        ),
     ),
     Rule(
         kind="cuda_error",
@@ -612,6 +635,7 @@ SECTIONS: dict[str, str] = {
     "duplicate_gpu": f"{_CE}#gpu-shared",
     "device_assert": f"{_CR}#device-side-assert",
     "thread_died": f"{_CR}#thread-died",
+    "launcher_stopped": f"{_CR}#dead-job",
     "child_failed": f"{_CR}#child-failed",
 }
 

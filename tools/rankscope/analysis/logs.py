@@ -117,7 +117,7 @@ def _facts_from(m: re.Match[str]) -> dict[str, Any]:
         if value is None:
             continue
         value = value.strip()
-        if re.fullmatch(r"-?\d+", value) and key not in ("pci", "pg_guid", "nccl_version"):
+        if re.fullmatch(r"-?\d+", value) and key not in ("pci", "pg_guid", "nccl_version", "bus_id"):
             facts[key] = int(value)
         else:
             facts[key] = value
@@ -347,7 +347,7 @@ class LogScanner:
         if kind == "duplicate_gpu":
             other = facts.get("other_rank")
             me = rank if rank is not None else facts.get("rank")
-            return f"ranks {me} and {other} on one GPU (CUDA device {facts.get('device', '?')}): Duplicate GPU detected"
+            return f"ranks {me} and {other} on one GPU (bus id {facts.get('bus_id', '?')}): Duplicate GPU detected"
         return f"thread {facts.get('thread', '?')} died"
 
     def _add(
@@ -502,6 +502,8 @@ class LogScanner:
                 (r.model_copy(update={"rank": r.local_rank}), s, n) for r, s, n in self._torchrun_failed
             ]
         self._derive_from_records(records)
+        self._fold_duplicate_gpu()
+        self._mark_watchdog_aborts()
         accs = sorted(
             self._accs.values(), key=lambda a: (_ROLE_ORDER[a.role], _SEVERITY_ORDER[a.severity], a.order)
         )
@@ -526,6 +528,32 @@ class LogScanner:
                 )
             )
         return out
+
+    def _mark_watchdog_aborts(self) -> None:
+        """A SIGABRT in a job whose watchdog timed out or saw an error is the watchdog's own abort
+        (TORCH_NCCL_ASYNC_ERROR_HANDLING): every rank that timed out gets one. Said so, as context."""
+        kinds = {k for k, _, _ in self._accs} - {"killed_by_signal"}
+        if not kinds & _WATCHDOG_EVIDENCE:
+            return
+        for (kind, _, _), acc in self._accs.items():
+            if kind == "killed_by_signal" and acc.facts.get("signal") == "SIGABRT":
+                acc.severity, acc.role = "info", "victim"
+                acc.explanation = (
+                    "NCCL's watchdog aborted this process after the collective timeout or error the log shows "
+                    "(TORCH_NCCL_ASYNC_ERROR_HANDLING): a consequence, not a cause."
+                )
+                acc.fix = "Follow the timeout or error, not the abort."
+
+    def _fold_duplicate_gpu(self) -> None:
+        """NCCL's 'invalid usage' error on a rank that printed 'Duplicate GPU detected' is the same failure
+        told twice: its lines join the duplicate_gpu finding instead of standing as a second cause."""
+        for (kind, rank, source), acc in list(self._accs.items()):
+            dup = self._accs.get(("duplicate_gpu", rank, source))
+            if kind != "nccl_error" or dup is None or "invalid usage" not in str(acc.facts.get("reason", "")):
+                continue
+            del self._accs[(kind, rank, source)]
+            dup.facts.setdefault("nccl_error", f"{acc.facts['reason']} at {acc.facts.get('where', '?')}")
+            dup.lines = sorted({*dup.lines, *acc.lines})[:_MAX_LINES_PER_FINDING]
 
     def _derive_from_records(self, records: list[tuple[FailureRecord, str, int]]) -> None:
         failed = [(r, s, n) for r, s, n in records if r.exitcode not in (None, 0) or r.message]
@@ -692,10 +720,7 @@ def _work_contrast(timeouts: dict[int, Finding]) -> dict[int, str]:
         common, most = ordered[0]
         for work, ranks in ordered[1:]:
             for r in ranks:
-                out[r] = (
-                    f"at #{seq} it waits in {work} where {ranks_phrase(sorted(most))} wait in {common}: "
-                    "a different collective or size at the same sequence number"
-                )
+                out[r] = f"waits at #{seq} in {work} where {ranks_phrase(sorted(most))} wait in {common}"
     return out
 
 
@@ -824,8 +849,9 @@ def _conclusion_steps(findings: list[Finding], suspects: list[int], p2p: Sequenc
     """The next steps of the findings about the suspects, each once, point-to-point first."""
     steps: list[NextStep] = [P2P_STEP] if p2p else []
     seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
+    kinds = {f.kind for f in findings}
     for f in findings:
-        if f.severity == "info":
+        if f.severity == "info" or _consequence(f, kinds) is not None:
             continue
         if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
             continue
@@ -838,25 +864,30 @@ def _conclusion_steps(findings: list[Finding], suspects: list[int], p2p: Sequenc
 
 @dataclass
 class _Blame:
-    """Suspects and victims as ``conclude`` builds them, with the evidence for each."""
+    """Suspects and victims as ``conclude`` builds them, with the evidence for each (the suspects' first)."""
 
     suspects: list[int] = field(default_factory=list)
     victims: set[int] = field(default_factory=set)
-    evidence: list[str] = field(default_factory=list)
+    lead: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)
     story: list[str] = field(default_factory=list)
+
+    @property
+    def evidence(self) -> list[str]:
+        return [*self.lead, *self.rest]
 
     def suspect(self, rank: int, why: str, story: bool = False) -> None:
         if rank not in self.suspects:
             self.suspects.append(rank)
         self.victims.discard(rank)
-        self.evidence.append(f"rank {rank}: {why}")
+        self.lead.append(f"rank {rank}: {why}")
         if story:
             self.story.append(f"rank {rank} {why}")
 
     def victim(self, rank: int, why: str) -> None:
         if rank not in self.suspects:
             self.victims.add(rank)
-        self.evidence.append(f"rank {rank}: {why}")
+        self.rest.append(f"rank {rank}: {why}")
 
 
 def _causes(findings: list[Finding], kinds: set[str], blame: _Blame) -> dict[int, str]:
@@ -908,16 +939,14 @@ def conclude(
         blame.suspect(rank, why)
     for rank, why, is_suspect in _timeout_roles(findings, seen, set(peer), blame_silent=not primary):
         if is_suspect:
-            blame.suspect(rank, why, story="fewer collective" in why or "at #" in why)
+            blame.suspect(rank, why, story="fewer collective" in why or "waits at #" in why)
         else:
             blame.victim(rank, why)
-    note = _same_work_note(findings)
-    if note and not blame.suspects:
-        blame.evidence.append(note)
+    note = _same_work_note(findings)  # said in the summary
     first = next((rec for rec in failures if rec.first_observed), None)
     if first is not None and first.rank is not None:
         line, may_blame = _first_observed(first, blame.victims)
-        blame.evidence.append(line)
+        blame.rest.append(line)
         if may_blame and not blame.suspects:
             blame.suspect(first.rank, f"first observed failure with exitcode {first.exitcode}")
     if not blame.suspects and blame.victims and not note:
@@ -1075,6 +1104,11 @@ def _summary(
         parts.append("Shared memory (/dev/shm) ran out.")
     if "gpu_xid" in kinds:
         parts.append("The kernel log shows GPU Xid errors: check the hardware before anything else.")
+    if "launcher_stopped" in kinds and not suspects:
+        parts.append(
+            "torchrun was stopped from outside (a scheduler or a user) while its workers ran: no rank failed on "
+            "its own in the log; a job stopped after it made no progress was hung."
+        )
     if p2p:
         parts.append(
             f"Point-to-point ops timed out ({', '.join(p2p)}): a recv waits for its peer's send and a send for "
@@ -1082,7 +1116,7 @@ def _summary(
             "other side: a send/recv ordering deadlock in the program."
         )
     elif "collective_timeout" in kinds and story:
-        parts.append("Collectives timed out; the watchdog's counts say: " + "; ".join(story) + ".")
+        parts.append("Collectives timed out: " + "; ".join(story) + ".")
     elif "collective_timeout" in kinds:
         parts.append(
             "Collectives timed out: the ranks that waited are victims of the rank that did not arrive."

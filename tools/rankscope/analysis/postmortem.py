@@ -45,7 +45,7 @@ class PostMortem:
 
 
 def _decider(
-    logs: Conclusion, flight: Verdict | None, stacks: Verdict | None
+    logs: Conclusion, findings: list[Finding], flight: Verdict | None, stacks: Verdict | None
 ) -> tuple[DecidedBy, Verdict | None]:
     """Which source leads, and its verdict (None for the logs, whose answer is the Conclusion)."""
     if flight is not None and flight.kind in SPECIFIC:
@@ -61,6 +61,10 @@ def _decider(
     for name, verdict in others:
         if verdict is not None and verdict.kind != "inconclusive":
             return name, verdict
+    if not findings:  # nothing in the logs: the other source's own answer, even an unsure one
+        for name, verdict in others:
+            if verdict is not None:
+                return name, verdict
     return "logs", None
 
 
@@ -95,7 +99,7 @@ def combine(
 ) -> PostMortem:
     """The one answer: the leading source's suspects and summary, every source's evidence."""
     several = flight is not None or stacks is not None
-    decided_by, lead = _decider(logs, flight, stacks)
+    decided_by, lead = _decider(logs, findings, flight, stacks)
     if lead is None:
         suspects, summary, evidence = logs.suspect_ranks, logs.summary, list(logs.evidence)
         steps = _steps(logs.next_steps)
@@ -105,6 +109,8 @@ def combine(
         summary = f"From the {name}: {lead.summary}."
         if findings:
             summary += f" Logs: {logs.summary}"
+        elif several:
+            summary += " The logs hold no known failure pattern."
         evidence = [f"{name}: {e}" for e in lead.evidence] + list(logs.evidence)
         steps = _steps(lead.next_steps, logs.next_steps)
         if logs.suspect_ranks and set(logs.suspect_ranks) != set(suspects):

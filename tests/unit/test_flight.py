@@ -26,6 +26,7 @@ from rankscope.models.flight import FlightReport
 from tests.paths import DATA as DATA_ROOT
 
 DATA = DATA_ROOT / "flight"
+GPU_STUCK = DATA_ROOT / "postmortem" / "gpu_stuck" / "fr"
 
 
 def _stacks_report(kind: str, suspects: list[int]) -> StacksReport:
@@ -365,7 +366,7 @@ def test_a_rank_stuck_in_a_recv_before_a_collective_gets_both_stories() -> None:
 def test_real_gpu_stuck_dumps_name_the_rank_whose_gpu_never_started_the_collective() -> None:
     """Real H200 dumps (TORCH_NCCL_ENABLE_TIMING=1): rank 0's GPU ran an endless kernel before
     all_reduce #21, so its #21 is 'scheduled' while ranks 1-3 have it 'started'."""
-    r = analyze_flight_recorder([str(DATA / "nccl_gpu_stuck")], use_torchfrtrace=False)
+    r = analyze_flight_recorder([str(GPU_STUCK)], use_torchfrtrace=False)
     assert r.verdict.kind == "divergent_ranks" and r.verdict.suspect_ranks == [0]
     assert "rank 0's GPU never started nccl:all_reduce #21" in r.verdict.summary
     assert "busy with earlier work" in r.verdict.summary
@@ -374,7 +375,7 @@ def test_real_gpu_stuck_dumps_name_the_rank_whose_gpu_never_started_the_collecti
 
 def test_without_timing_every_pending_entry_is_scheduled_and_no_gpu_is_blamed(tmp_path: Path) -> None:
     for rank in range(4):
-        data = pickle.loads((DATA / "nccl_gpu_stuck" / f"s3_rank_{rank}").read_bytes())
+        data = pickle.loads((GPU_STUCK / f"s3_rank_{rank}").read_bytes())
         for e in data["entries"]:
             if e["state"] == "started":
                 e["state"] = "scheduled"

@@ -51,6 +51,7 @@ _SHORTER: tuple[str, ...] = (
     "terminated with ",
     "out of memory",
     "mismatch between collectives",
+    "most recent call",  # a Python traceback's header, and faulthandler's
 )
 """Substrings of several needles each: one bytes.find pass instead of several (throughput is passes x size)."""
 

@@ -232,3 +232,54 @@ def test_files_are_sorted_by_their_first_bytes(tmp_path: Path) -> None:
 def test_watchdog_answers_stay_small(name: str) -> None:
     text, data = shape_answer(bound_triage(triage_logs([str(WATCHDOG / name)])))
     assert size_of(data) <= 6144 and len(text.encode()) <= 4096  # 4 ranks of watchdog counts
+
+
+def _timeout(rank: int, seq: int, enqueued: int, numel: int = 65536) -> str:
+    return (
+        f"[rank{rank}]:[E1126 09:11:05.100000000 ProcessGroupNCCL.cpp:757] [Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={numel}, NumelOut={numel}, "
+        f"Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n"
+        f"[rank{rank}]:[E1126 09:11:05.200000000 ProcessGroupNCCL.cpp:2395] [PG ID 0 PG GUID 0(default_pg) Rank "
+        f"{rank}]  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {enqueued}, "
+        f"last completed work: {seq - 1}\n"
+    )
+
+
+def _abort_table(ranks: range, first: int) -> str:
+    rows = [
+        f"[{r}]:\n  time      : 2026-11-26_09:11:12\n  host      : node\n  rank      : {r} (local_rank: {r})\n"
+        f"  exitcode  : -6 (pid: {900 + r})\n  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received by PID {900 + r}\n"
+        for r in ranks
+        if r != first
+    ]
+    root = (
+        f"[{first}]:\n  time      : 2026-11-26_09:11:12\n  host      : node\n  rank      : {first} (local_rank: {first})\n"
+        f"  exitcode  : -6 (pid: {900 + first})\n  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received by PID "
+        f"{900 + first}\n"
+    )
+    return (
+        "Failures:\n" + "".join(rows) + "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        + root
+        + "============================================================\n"
+    )
+
+
+def test_illegal_memory_access_on_8_gpus_blames_only_the_failing_rank() -> None:
+    """Rank 5 hits an illegal memory access; the other 7 time out waiting for it and every rank is
+    aborted; torchrun's first observed failure is rank 0. Rank 0 is no extra suspect."""
+    log = "".join(_timeout(r, 100, 101) for r in range(8) if r != 5)
+    log += (
+        "[rank5]:[E1126 09:11:04.000000000 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 5] Process "
+        "group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+    )
+    r = triage_logs([], text=log + _abort_table(range(8), 0))
+    assert r.suspect_ranks == [5]
+    assert 0 in r.victim_ranks
+
+
+def test_watchdog_timeout_on_8_gpus_blames_the_rank_behind_not_rank_0() -> None:
+    log = "".join(_timeout(r, 78, 78 if r == 4 else 79) for r in range(8))
+    r = triage_logs([], text=log + _abort_table(range(8), 0))
+    assert r.suspect_ranks == [4]
+    assert "rank 4 enqueued 1 fewer collective than ranks 0-3,5-7" in r.summary

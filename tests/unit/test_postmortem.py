@@ -111,6 +111,10 @@ def test_detail_mismatch_where_only_some_ranks_report_names_the_rank_they_name()
 
     r = triage_logs([], text="\n".join([line(0, 2, "[4]", "[8]"), line(1, 2, "[4]", "[8]")]))
     assert r.suspect_ranks == [2]
+    only_one = triage_logs([], text=line(0, 2, "[4]", "[8]"))  # e.g. torchrun kept the first error only
+    assert only_one.suspect_ranks == [2]
+    each_other = triage_logs([], text="\n".join([line(0, 1, "[4]", "[8]"), line(1, 0, "[8]", "[4]")]))
+    assert sorted(each_other.suspect_ranks) == [0, 1]  # two ranks: either may be the odd one
 
 
 # -- real texts (H200, torch 2.11.0+cu130, NCCL 2.28.9) ------------------------------------------------------
@@ -186,6 +190,7 @@ def test_loader_hang_folder_the_stacks_name_the_rank_the_log_cannot() -> None:
     assert r.decided_by == "stacks" and r.suspect_ranks == [3]
     assert "Queue.get" in r.summary and "Thread shard-reader died" in r.summary
     assert any(f.kind == "thread_died" for f in r.findings)
+    assert any("dead thread shard-reader names no rank; rank 3" in e for e in r.evidence)
 
 
 def test_recorder_outranks_the_log_where_they_disagree(tmp_path: Path) -> None:

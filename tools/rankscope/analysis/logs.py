@@ -997,8 +997,10 @@ def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
 
     Every rank that checks its fingerprint against the others reports "Rank R is running X, but
     Rank S is running Y": with one odd rank, every other rank names it and it names one of them.
-    The rank named by more than half of the reporting ranks is the one at fault; with no such
-    rank (two ranks naming each other) each reporting rank stays a suspect.
+    The rank most reporting ranks name (at least two, more than any other) is the one at fault, and
+    so is a rank every report names when it reports nothing itself (a log that kept only some
+    ranks' errors); with no such rank (two ranks naming each other) each reporting rank stays a
+    suspect.
     """
     reports: dict[int, int] = {}
     for f in findings:
@@ -1013,7 +1015,7 @@ def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
     ordered = sorted(named.items(), key=lambda kv: -len(kv[1]))
     top, by = ordered[0]
     runner_up = len(ordered[1][1]) if len(ordered) > 1 else 0
-    if len(by) >= 2 and len(by) > runner_up:
+    if (len(by) >= 2 and len(by) > runner_up) or (len(named) == 1 and top not in reports):
         return [
             (top, f"named by ranks {rank_ranges(sorted(by))} as running a different collective than theirs")
         ]

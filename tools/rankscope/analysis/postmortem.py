@@ -83,6 +83,19 @@ def _playbook(decided_by: DecidedBy, findings: list[Finding], suspects: list[int
     return DEAD_JOB_PLAYBOOK if findings else None
 
 
+def _thread_owner(findings: list[Finding], suspects: list[int], decided_by: DecidedBy) -> list[str]:
+    """A dead thread the log names no rank for (no [rankN]: prefix), beside one suspect from another
+    source: most likely that rank's thread; said as a likelihood, not a fact."""
+    if decided_by == "logs" or len(suspects) != 1:
+        return []
+    return [
+        f"the log's dead thread {f.facts.get('thread', '?')} names no rank; rank {suspects[0]}, the one the "
+        f"{_NAMES[decided_by]} single out, most likely owned it"
+        for f in findings
+        if f.kind == "thread_died" and not f.ranks
+    ]
+
+
 def _steps(*lists: list[NextStep]) -> list[NextStep]:
     out: list[NextStep] = []
     seen: set[tuple[str | None, str | None]] = set()
@@ -117,6 +130,7 @@ def combine(
             evidence.append(
                 f"the logs named {ranks_phrase(logs.suspect_ranks)}; the {name} outranks them here"
             )
+    evidence.extend(_thread_owner(findings, suspects, decided_by))
     for other, verdict in _others(flight, stacks):
         if verdict is not None and verdict is not lead:
             evidence.append(f"{_NAMES[other]} ({verdict.kind}): {verdict.summary}")

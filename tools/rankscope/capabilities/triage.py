@@ -226,8 +226,8 @@ def kind_of(path: Path) -> SourceKind:
     except OSError:
         return "file"  # the log reader says why it could not be read
     lead = head.lstrip()[:1]
-    if head[:1] == b"\x80":
-        return "flight_dump"
+    if head[:1] == b"\x80":  # a pickle: a recorder dump starts with its "version" key, a checkpoint does not
+        return "flight_dump" if b"version" in head[:256] or b"pg_config" in head else "file"
     if lead == b"{":
         if b'"pg_config"' in head or (b'"entries"' in head and b'"version"' in head):
             return "flight_dump"

@@ -125,7 +125,10 @@ def combine(
         elif several:
             summary += " The logs hold no known failure pattern."
         evidence = [f"{name}: {e}" for e in lead.evidence] + list(logs.evidence)
-        steps = _steps(lead.next_steps, logs.next_steps)
+        done = {"triage_logs", *(["analyze_flight_recorder"] if flight is not None else [])}
+        steps = [
+            s for s in _steps(lead.next_steps, logs.next_steps) if s.tool not in done
+        ]  # this call did them
         if logs.suspect_ranks and set(logs.suspect_ranks) != set(suspects):
             evidence.append(
                 f"the logs named {ranks_phrase(logs.suspect_ranks)}; the {name} outranks them here"

@@ -259,8 +259,25 @@ def test_a_huge_log_answers_in_8_kb(tmp_path: Any) -> None:
     assert res.content[0].text and res.structured_content["findings"]
 
 
+_SEVERAL_JOBS = ("h200", "watchdog")
+"""Folders of tests/data/logs that hold one job per file."""
+
+
 @pytest.mark.parametrize(
-    "log", sorted(p.name for p in (DATA / "logs").iterdir() if p.name not in ("README.md", "garbage.bin"))
+    "log",
+    sorted(
+        [
+            p.name
+            for p in (DATA / "logs").iterdir()
+            if p.name not in ("README.md", "garbage.bin", *_SEVERAL_JOBS)
+        ]
+        + [
+            f"{d}/{p.name}"
+            for d in _SEVERAL_JOBS
+            if (DATA / "logs" / d).is_dir()
+            for p in (DATA / "logs" / d).iterdir()
+        ]
+    ),
 )
 def test_triage_of_one_jobs_logs_answers_in_4_kb_and_keeps_the_conclusion(log: str) -> None:
     from rankscope import api

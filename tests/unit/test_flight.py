@@ -26,6 +26,7 @@ from rankscope.models.flight import FlightReport
 from tests.paths import DATA as DATA_ROOT
 
 DATA = DATA_ROOT / "flight"
+GPU_STUCK = DATA_ROOT / "postmortem" / "gpu_stuck" / "fr"
 
 
 def _stacks_report(kind: str, suspects: list[int]) -> StacksReport:
@@ -360,3 +361,35 @@ def test_a_rank_stuck_in_a_recv_before_a_collective_gets_both_stories() -> None:
         e.startswith("also: rank 0 receives from rank 1") and "rank 1 waits in nccl:all_reduce #2" in e
         for e in report.verdict.evidence
     )
+
+
+def test_real_gpu_stuck_dumps_name_the_rank_whose_gpu_never_started_the_collective() -> None:
+    """Real H200 dumps (TORCH_NCCL_ENABLE_TIMING=1): rank 0's GPU ran an endless kernel before
+    all_reduce #21, so its #21 is 'scheduled' while ranks 1-3 have it 'started'."""
+    r = analyze_flight_recorder([str(GPU_STUCK)], use_torchfrtrace=False)
+    assert r.verdict.kind == "divergent_ranks" and r.verdict.suspect_ranks == [0]
+    assert "rank 0's GPU never started nccl:all_reduce #21" in r.verdict.summary
+    assert "busy with earlier work" in r.verdict.summary
+    assert "rank 0: nccl:all_reduce #21 state=scheduled" in r.verdict.evidence
+
+
+def test_without_timing_every_pending_entry_is_scheduled_and_no_gpu_is_blamed(tmp_path: Path) -> None:
+    for rank in range(4):
+        data = pickle.loads((GPU_STUCK / f"s3_rank_{rank}").read_bytes())
+        for e in data["entries"]:
+            if e["state"] == "started":
+                e["state"] = "scheduled"
+        (tmp_path / f"s3_rank_{rank}").write_bytes(pickle.dumps(data))
+    r = analyze_flight_recorder([str(tmp_path)], use_torchfrtrace=False)
+    assert r.verdict.kind == "all_in_same_collective" and r.verdict.suspect_ranks == []
+
+
+def test_a_skipped_step_is_told_as_counts_per_op_and_shape() -> None:
+    """Rank 1 skipped one step of 4 all_reduces, so its final barrier meets the others' all_reduce."""
+    r = analyze_flight_recorder([str(DATA / "nccl_skip_step")], use_torchfrtrace=False)
+    assert r.verdict.kind == "mismatched_collectives" and r.verdict.suspect_ranks == [1]
+    story = r.verdict.evidence[-1]
+    assert story.startswith("rank 1 recorded 4 fewer nccl:all_reduce (")
+    assert "in=[[65536]]" in story and "in=[[1]]" in story
+    assert "one step's worth (the recorded pattern repeats every 4 collectives)" in story
+    assert story in r.verdict.summary

@@ -50,3 +50,14 @@ def test_triage_logs_and_collect_env_over_mcp() -> None:
     node = env.structured_content["node"]
     assert "no NVIDIA driver" in node["gpu_note"] and node.get("torch") is None
     assert bad_pid.is_error and "Fix:" in bad_pid.content[0].text
+
+
+def test_triage_logs_over_mcp_reads_a_dead_jobs_folder_in_one_call() -> None:
+    _, (res,) = _call([("triage_logs", {"paths": [str(DATA_ROOT / "postmortem" / "gpu_stuck")]})])
+    assert not res.is_error, res.content
+    data = res.structured_content
+    assert data["suspect_ranks"] == [0] and data["decided_by"] == "flight_recorder"
+    assert data["playbook"] == "skill/communication-errors.md#collective-timeout"
+    assert data["flight"]["kind"] == "divergent_ranks" and data["stacks"]["kind"]
+    text = res.content[0].text
+    assert "Decided by: flight recorder" in text and len(text.encode()) <= 8192

@@ -202,8 +202,9 @@ def test_scanner_is_streaming_and_pure() -> None:
     )
     findings = sc.findings()
     c = conclude(findings, sc.failures(), sc.seen_ranks)
-    # both issued #9 (last enqueued >= 9): nobody lagged on the CPU, both are victims
-    assert c.suspect_ranks == [] and c.victim_ranks == [0, 2]
+    # both issued #9, but rank 2 stopped issuing there while rank 0 went on to #10: rank 2 is behind
+    assert c.suspect_ranks == [2] and c.victim_ranks == [0]
+    assert any("rank 2: enqueued 1 fewer collective than rank 0" in e for e in c.evidence)
     assert parse_size("1.50 MiB") == 1572864 and parse_size("12 B") == 12 and parse_size("huge") is None
 
 

@@ -4,7 +4,7 @@ The layout is the one ``FlightRecorder::dump`` writes (version "2.10", the same
 code that produced the gloo dumps next to this file on CPU): a pickled dict of
 version, pg_config {pg name: {name, desc, ranks (a string)}}, pg_status,
 entries [...] and nccl_comm_state. Run ``python build_nccl_dumps.py`` to
-regenerate ``nccl_dtype/`` and ``nccl_partial/``.
+regenerate ``nccl_dtype/``, ``nccl_partial/`` and ``nccl_skip_step/``.
 """
 
 from __future__ import annotations
@@ -103,6 +103,26 @@ def main() -> None:
         es = [entry(s, "nccl:all_reduce", state="completed", record_id=s) for s in range(first, 10)]
         es.append(entry(10, "nccl:all_gather", state="started", record_id=10))
         write("nccl_partial", rank, dump(es, 4, 9))
+    # 4 ranks, 4 all_reduces a step (sizes 65536, 4096, 256, 1), then a final barrier; rank 1 skipped
+    # one step (`continue` on an empty batch), so its barrier is #193 where the others all-reduce.
+    for rank in range(4):
+        write("nccl_skip_step", rank, skip_step_dump(steps=48 if rank == 1 else 49))
+
+
+def skip_step_dump(steps: int) -> dict[str, Any]:
+    """``steps`` steps of 4 all_reduces, then the barrier; the last 40 entries, as a ring buffer keeps."""
+    sizes = (65536, 4096, 256, 1)
+    es = [
+        entry(s * 4 + k + 1, "nccl:all_reduce", state="completed", size=sizes[k], line=30 + k)
+        for s in range(steps)
+        for k in range(4)
+    ]
+    es.append(entry(steps * 4 + 1, "nccl:all_reduce_barrier", state="scheduled", size=1, line=52))
+    for e in es:
+        if e["collective_seq_id"] >= 193:  # the first collective rank 1 and the others do not share
+            e.update(state="scheduled", retired=False, time_discovered_started_ns=None)
+            e["time_discovered_completed_ns"] = None
+    return dump(es[-40:], 4, 192)
 
 
 if __name__ == "__main__":

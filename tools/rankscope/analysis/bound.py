@@ -9,6 +9,7 @@ come only on request (``full_ranks``).
 from __future__ import annotations
 
 import re
+from typing import Any, cast
 
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.fit import size_of
@@ -354,8 +355,12 @@ _EXCERPT_LINES = 1
 _EXCERPT_CHARS = 240
 
 
+_GLOG_PREFIX = re.compile(r"^\[[EWIF]\d{4} [\d:.]+ [\w.]+:\d+\] ")
+"""c10's log prefix (``[E1126 09:11:05.100007919 ProcessGroupNCCL.cpp:757] ``): line_numbers say where."""
+
+
 def _short_excerpt(text: str) -> str:
-    lines = text.splitlines()[:_EXCERPT_LINES]
+    lines = [_GLOG_PREFIX.sub("", line) for line in text.splitlines()[:_EXCERPT_LINES]]
     return "\n".join(
         line if len(line) <= _EXCERPT_CHARS else line[:_EXCERPT_CHARS] + " [...]" for line in lines
     )
@@ -368,16 +373,43 @@ _PER_KIND = 2
 """Findings of one kind kept in a bounded triage (the suspects' first); the rest are counted."""
 
 
+_SUSPECT_FINDINGS = 8
+
+
+def _aborted(f: Finding, report: TriageReport) -> bool:
+    """A kill the watchdog or the launcher dealt after a timeout: its explanation is not the story."""
+    signal = f.facts.get("signal") if f.kind == "killed_by_signal" else None
+    return signal in ("SIGTERM", "SIGINT") or (signal == "SIGABRT" and "collective_timeout" in report.kinds)
+
+
 def _kept_findings(report: TriageReport, notes: list[str]) -> list[Finding]:
+    """Per kind, every finding about a suspect (up to 8) and at least one about another rank: the
+    suspects' findings and the contrast that made them suspects are never cut; repeats are (and
+    kills that are all consequences, and dump-signal lines that repeat a timeout's counts)."""
     suspects = set(report.suspect_ranks)
+    timed_out = {r for f in report.findings if f.kind == "collective_timeout" for r in f.ranks}
     by_kind: dict[str, list[Finding]] = {}
     for f in report.findings:
+        if f.kind == "fr_dump_signal" and set(f.ranks) <= timed_out and f.ranks and f.kind in by_kind:
+            continue  # the same counts as the rank's own timeout finding: one shows the kind
         by_kind.setdefault(f.kind, []).append(f)
+    repeated = sum(1 for f in report.findings if f.kind == "fr_dump_signal") - len(
+        by_kind.get("fr_dump_signal", [])
+    )
+    if repeated:
+        notes.append(
+            f"{repeated} fr_dump_signal findings of ranks that timed out (counts as theirs): full=true"
+        )
     keep: set[int] = set()
     for kind, found in by_kind.items():
-        ranked = sorted(found, key=lambda f: not (set(f.ranks) & suspects))
-        keep.update(id(f) for f in ranked[:_PER_KIND])
-        rest = ranked[_PER_KIND:]
+        theirs = [f for f in found if set(f.ranks) & suspects][:_SUSPECT_FINDINGS]
+        others = [f for f in found if not set(f.ranks) & suspects]
+        contrast = 0 if theirs and found[0].severity == "info" else max(1, _PER_KIND - len(theirs))
+        kept = theirs + others[:contrast]
+        if all(_aborted(f, report) for f in found):
+            kept = kept[:1]  # every one a consequence: one says it for all
+        keep.update(id(f) for f in kept)
+        rest = [f for f in found if id(f) not in keep]
         if rest:
             ranks = sorted({r for f in rest for r in f.ranks})
             notes.append(f"{len(rest)} more {kind} findings (ranks {rank_ranges(ranks) or '?'}): full=true")
@@ -415,18 +447,33 @@ def bound_triage(report: TriageReport) -> TriageReport:
     kept = _kept_findings(report, notes)
     detailed: dict[str, int] = {}  # per kind, the finding that keeps its explanation: a suspect's first
     for f in kept:
-        if f.severity != "info" and (not suspects or set(f.ranks) & suspects):
+        if f.severity == "info" or _aborted(f, report) or (f.kind == "child_failed" and detailed):
+            continue
+        if not suspects or set(f.ranks) & suspects:
             detailed.setdefault(f.kind, id(f))
+    one_source = len(report.sources) == 1 and all(f.source == report.sources[0].path for f in kept)
+    if one_source and kept:
+        notes.append("findings[].source: sources[0].path")
     out = []
     for f in kept:
         update: dict[str, object] = {}
         if detailed.get(f.kind) != id(f):  # source and line_numbers say where to read it
             update.update({"explanation": "", "fix": "", "next_steps": [], "excerpt": ""})
-        elif _short_excerpt(f.excerpt) != f.excerpt:
-            update["excerpt"] = _short_excerpt(f.excerpt)
-        big = [k for k, v in f.facts.items() if size_of(v) > _BIG_FACT]
+            if "call_site" in f.facts and not set(f.ranks) & suspects:
+                update["facts"] = {k: v for k, v in f.facts.items() if k != "call_site"}
+        else:
+            if _short_excerpt(f.excerpt) != f.excerpt:
+                update["excerpt"] = _short_excerpt(f.excerpt)
+            if f.next_steps and all(s in report.next_steps for s in f.next_steps):
+                update["next_steps"] = []  # the answer's own next_steps hold them
+        if one_source:
+            update["source"] = None
+        facts = cast("dict[str, Any]", update.get("facts", f.facts))
+        if "pg_guid" in facts and "pg_id" in facts:  # the group's id names it; the guid repeats it
+            facts = update["facts"] = {k: v for k, v in facts.items() if k != "pg_guid"}
+        big = [k for k, v in facts.items() if size_of(v) > _BIG_FACT]
         if big:  # e.g. a copy of torchrun's failure table, which `failures` holds once
-            update["facts"] = {k: v for k, v in f.facts.items() if k not in big}
+            update["facts"] = {k: v for k, v in facts.items() if k not in big}
             notes.append(f"{f.kind} facts {', '.join(big)}: full=true")
         out.append(f.model_copy(update=update) if update else f)
     if any(a is not b for a, b in zip(out, report.findings, strict=False)) or len(out) < len(report.findings):
@@ -434,7 +481,7 @@ def bound_triage(report: TriageReport) -> TriageReport:
     failures = [
         x.model_copy(
             update={
-                "message": "" if x.message.startswith("To enable traceback") else x.message,
+                "message": "" if x.message.startswith(("To enable traceback", "Signal ")) else x.message,
                 "error_file": None if x.error_file == "<N/A>" else x.error_file,
             }
         )
@@ -443,6 +490,11 @@ def bound_triage(report: TriageReport) -> TriageReport:
     ]  # torchrun's boilerplate says nothing
     if len(failures) < len(report.failures):
         notes.append(f"{len(report.failures) - len(failures)} more torchrun failure records: full=true")
+    lead = {"flight_recorder": "flight", "stacks": "stacks"}.get(report.decided_by or "")
+    verdicts: dict[str, object] = {}
+    if lead and getattr(report, lead) is not None:  # its evidence and steps are the answer's own, above
+        verdicts[lead] = getattr(report, lead).model_copy(update={"evidence": [], "next_steps": []})
+        notes.append(f"{lead}.evidence and {lead}.next_steps: in evidence and next_steps above")
     if not notes:
         return report
     return report.model_copy(
@@ -452,6 +504,7 @@ def bound_triage(report: TriageReport) -> TriageReport:
             "evidence": merge_rank_lines(report.evidence),
             "stats": {},
             "left_out": [*report.left_out, *notes],
+            **verdicts,
         }
     )
 

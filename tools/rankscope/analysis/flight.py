@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -600,6 +601,122 @@ def _verdict(
     )
 
 
+# -- the story: what the ranks did differently, and which GPU never started -----------------------
+
+_Key = tuple[str, str]
+
+
+def _key(e: FrEntry) -> _Key:
+    return e.op, json.dumps(e.input_sizes)
+
+
+def _period(keys: list[_Key]) -> int | None:
+    """The shortest p that repeats through ``keys`` at least twice (one training step's collectives)."""
+    for p in range(1, len(keys) // 2 + 1):
+        if all(keys[i] == keys[i + p] for i in range(len(keys) - p)):
+            return p
+    return None
+
+
+def _per_op(diff: Counter[_Key], word: str) -> list[str]:
+    """``4 fewer nccl:all_reduce (in=[[1]], in=[[256]], 2x in=[[4096]])``: a count difference per op."""
+    by_op: dict[str, list[tuple[str, int]]] = {}
+    for (op, sizes), n in sorted(diff.items()):
+        by_op.setdefault(op, []).append((sizes, n))
+    return [
+        f"{sum(n for _, n in items)} {word} {op} ("
+        + ", ".join(f"{n}x in={sizes}" if n > 1 else f"in={sizes}" for sizes, n in items)
+        + ")"
+        for op, items in by_op.items()
+    ]
+
+
+def count_story(pg: _PG, suspects: list[int], upto: int) -> str | None:
+    """How the suspects' recorded collectives differ in number from the others', per op and shape.
+
+    Counted over the window every rank's ring buffer still holds; with a repeating pattern (a step),
+    a difference of whole steps is named as such: rank 1 has 4 fewer all_reduces, one step of 4.
+    """
+    members = [r for r in pg.seqs if pg.seqs[r]]
+    others = [r for r in members if r not in suspects]
+    if not others or not suspects:
+        return None
+    lo = max(min(pg.seqs[r]) for r in members)
+    counts = {r: Counter(_key(e) for s, (e, _) in pg.seqs[r].items() if s >= lo) for r in members}
+    if any(counts[o] != counts[others[0]] for o in others[1:]):
+        return None  # the others disagree among themselves: no one reference to compare with
+    ref = counts[others[0]]
+    base = others[0]
+    steps = _period([_key(pg.seqs[base][s][0]) for s in range(lo, upto) if s in pg.seqs[base]])
+    parts: list[str] = []
+    for r in suspects:
+        if r not in counts:
+            continue
+        fewer, more = ref - counts[r], counts[r] - ref
+        said = [*_per_op(fewer, "fewer"), *_per_op(more, "more")]
+        if not said:
+            continue
+        missing = sum(fewer.values()) - sum(more.values())
+        whole = ""
+        if steps and missing > 0 and missing % steps == 0:
+            n = missing // steps
+            whole = (
+                f": {'one step' if n == 1 else f'{n} steps'}'s worth (the recorded pattern repeats every "
+                f"{steps} collectives)"
+            )
+        parts.append(f"rank {r} recorded {', '.join(said)} than {ranks_phrase(others)}{whole}")
+    if not parts:
+        return None
+    return "; ".join(parts) + f" (counted from #{lo}, the oldest entry every dump holds)"
+
+
+def _not_started(pgs: dict[str, _PG], groups: list[FrProcessGroup]) -> Verdict | None:
+    """With TORCH_NCCL_ENABLE_TIMING, a rank whose oldest pending collective is still ``scheduled``
+    while the others' is ``started``: its GPU never reached the collective."""
+    for group in groups:
+        pg = pgs[group.name]
+        pending = {p.rank: p.pending_op for p in group.progress if p.pending_op}
+        seqs = {int(op.rsplit("#", 1)[1]) for op in pending.values()}
+        if len(seqs) != 1:
+            continue
+        seq = seqs.pop()
+        states = {r: pg.seqs[r][seq][0].state for r in pending if seq in pg.seqs[r]}
+        late = sorted(r for r, st in states.items() if st == "scheduled")
+        started = sorted(r for r, st in states.items() if st == "started")
+        if not late or not started:
+            continue
+        entry = pg.seqs[late[0]][seq][0]
+        who = ranks_phrase(late)
+        return Verdict(
+            kind="divergent_ranks",
+            suspect_ranks=late,
+            confidence="high",
+            summary=(
+                f"{who}'s GPU never started {entry.op} #{seq} of group {pg.name}: the entry is 'scheduled' while "
+                f"{ranks_phrase(started)} have it 'started' (TORCH_NCCL_ENABLE_TIMING). {who}'s GPU was still "
+                "busy with earlier work (a kernel queued before the collective that did not finish: a long or "
+                "endless kernel, a GPU fault); the others wait for it"
+            ),
+            evidence=[
+                f"rank {r}: {pg.seqs[r][seq][0].op} #{seq} state={st}" for r, st in sorted(states.items())
+            ],
+            next_steps=[
+                NextStep(
+                    action=f"Find the GPU work {who} queued before #{seq} (the collective is called{_where(entry)}): "
+                    "a kernel that loops, waits on a flag, or faulted; check the node's GPU and kernel log.",
+                    tool="collect_env",
+                    skill_section="skill/hangs.md#nccl-hangs",
+                ),
+                NextStep(
+                    action="If it still runs, read that rank's native stack.",
+                    tool="dump_stacks",
+                    skill_section="skill/hangs.md#nccl-hangs",
+                ),
+            ],
+        )
+    return None
+
+
 _SPECIFIC = ("mismatched_collectives", "divergent_ranks", "missing_ranks")
 
 
@@ -665,6 +782,14 @@ def analyze(
         group.p2p_mismatch = _p2p_mismatch(pg, set(ranks), waiting_in)
     first = _earliest([m for g in groups for m in (g.first_mismatch, g.p2p_mismatch) if m is not None])
     verdict = _verdict(first, groups, ranks, missing)
+    if verdict.kind == "all_in_same_collective":
+        verdict = _not_started(pgs, groups) or verdict
+    elif first is not None and not first.is_p2p and first.process_group in pgs:
+        story = count_story(pgs[first.process_group], first.suspect_ranks, first.seq_id)
+        if story:
+            verdict = verdict.model_copy(
+                update={"summary": f"{verdict.summary}. {story}", "evidence": [*verdict.evidence, story]}
+            )
     # A rank "never entered" a collective may be stuck before it in a send/recv: say so too.
     also = [f"also: {g.p2p_mismatch.description}" for g in groups if g.p2p_mismatch not in (None, first)]
     if also:

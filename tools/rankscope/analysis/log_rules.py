@@ -68,7 +68,7 @@ RULES: tuple[Rule, ...] = (
             r".*?Last enqueued (?:NCCL )?work: (?P<last_enqueued>-?\d+), last completed (?:NCCL )?work: "
             r"(?P<last_completed>-?\d+)"
         ),
-        message="NCCL monitor: dump signal from a rank that timed out",
+        message="NCCL: dump signal after a timeout",
         explanation=(
             "PG 0's heartbeat monitor on this rank heard that another rank timed out and dumped its flight "
             "recorder; the line carries this rank's last enqueued and completed work on PG 0. A rank whose last "
@@ -91,13 +91,12 @@ RULES: tuple[Rule, ...] = (
         ),
         message="NCCL watchdog: collective timed out",
         explanation=(
-            "This rank's NCCL watchdog saw a collective run longer than the process-group timeout. The rank that "
-            "reports it was waiting; the cause is usually a rank that never entered the same collective (it is "
-            "behind, stuck elsewhere, or issued a different collective)."
+            "A collective ran longer than the process-group timeout on this rank, which waited in it; the cause is "
+            "usually a rank that never entered the same collective (behind, stuck elsewhere, or in another one)."
         ),
         fix=(
-            "Compare the sequence numbers across ranks: the rank whose last enqueued work is lowest, or that reports "
-            "no timeout, is where to look. Do not just raise the timeout."
+            "Look at the rank whose last enqueued work is behind, whose op or size differs, or that reports no "
+            "timeout (suspect_ranks). Do not just raise the timeout."
         ),
         next_steps=_WATCHDOG_STEPS,
     ),
@@ -132,7 +131,7 @@ RULES: tuple[Rule, ...] = (
         ),
         pattern=re.compile(
             r"(?:Timed out waiting (?P<timeout_ms>\d+)ms for (?P<op>recv|send) operation to complete)"
-            r"|(?:Rank (?P<rank>\d+) failed to pass monitoredBarrier in (?P<barrier_ms>\d+) ms)"
+            r"|(?:Ranks? (?P<barrier_ranks>\d+(?:, \d+)*) failed to pass monitoredBarrier in (?P<barrier_ms>\d+) ms)"
         ),
         require_match=True,
         message="gloo: collective timed out",
@@ -399,6 +398,97 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        kind="duplicate_gpu",
+        needles=("Duplicate GPU detected",),
+        pattern=re.compile(
+            r"Duplicate GPU detected : rank (?P<rank>\d+) and rank (?P<other_rank>\d+) both on CUDA device "
+            r"(?P<bus_id>\w+)"
+        ),
+        message="two ranks on one GPU (NCCL: Duplicate GPU detected)",
+        explanation=(
+            "NCCL refuses a communicator in which two ranks use the same GPU, so init fails with "
+            "ncclInvalidUsage on both. The ranks never chose their own device: no "
+            "torch.cuda.set_device(LOCAL_RANK) before the first collective, or a launcher that gives every "
+            "rank the same CUDA_VISIBLE_DEVICES. A configuration error, not a GPU fault."
+        ),
+        fix=(
+            "One GPU per rank: call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
+            "init_process_group (or pass device_id=torch.device('cuda', local_rank)), or fix the launcher's "
+            "device mapping (per-rank CUDA_VISIBLE_DEVICES, Slurm --gpus-per-task/--gpu-bind); run no more "
+            "ranks per node than it has GPUs."
+        ),
+        next_steps=(
+            _step(
+                "Check each rank's device mapping (LOCAL_RANK, CUDA_VISIBLE_DEVICES).",
+                f"{_CE}#gpu-shared",
+                "collect_env",
+            ),
+        ),
+    ),
+    Rule(
+        kind="device_assert",
+        needles=("Assertion `",),
+        pattern=re.compile(
+            r"(?P<kernel_file>[^\s:]+):(?P<kernel_line>\d+): (?P<kernel>.+?): block: \[(?P<block>[^\]]*)\], "
+            r"thread: \[(?P<thread>[^\]]*)\] Assertion `(?P<assertion>.*)` failed"
+        ),
+        require_match=True,
+        message="device-side assert",
+        explanation=(
+            "A CUDA kernel's own check failed on the GPU; the line names the kernel's source file and the "
+            "condition. The Python traceback that follows ('device-side assert triggered') may point at a later "
+            "call, because CUDA reports errors asynchronously. A program bug, not a hardware fault."
+        ),
+        fix=(
+            "Fix the input the assertion names; rerun with CUDA_LAUNCH_BLOCKING=1 (debugging only) so the "
+            "traceback points at the op that launched the kernel."
+        ),
+        next_steps=(_step("Check the inputs of the op the assertion names.", f"{_CR}#device-side-assert"),),
+    ),
+    Rule(
+        kind="thread_died",
+        needles=("Exception in thread ",),
+        pattern=re.compile(r"Exception in thread (?P<thread>.+?)(?: \(\w+\))?:\s*$"),
+        require_match=True,
+        message="a thread died",
+        explanation=(
+            "A Python thread of this rank (a data reader, a prefetcher, a logger) raised and died; the rank "
+            "itself goes on. Whatever waits for that thread's output (a queue.get() without a timeout) then "
+            "waits forever, and the other ranks wait for this one in their next collective until the "
+            "watchdog or the scheduler ends the job: the thread's exception is the root cause."
+        ),
+        fix=(
+            "Fix the exception at the thread's call site; make the consumer fail fast: pass the exception to "
+            "the consumer (put it on the queue and raise it there) or get(timeout=...), so the rank dies "
+            "with the real error instead of hanging."
+        ),
+        next_steps=(_step("Open the thread's call site (facts.call_site).", f"{_CR}#thread-died"),),
+    ),
+    Rule(
+        kind="launcher_stopped",
+        needles=("death signal, shutting down workers",),
+        pattern=re.compile(r"Received (?P<signum>\d+) death signal"),
+        severity="warning",
+        role="context",
+        message="torchrun was stopped from outside",
+        explanation=(
+            "torchrun itself received a signal (a scheduler's time limit or cancel, a user's kill) and stopped "
+            "its workers with SIGTERM. Nothing in the job failed on its own at that moment: a job stopped this "
+            "way after it made no progress was hung, and the workers' SIGTERMs are the consequence."
+        ),
+        fix=(
+            "Find why the job stopped progressing: the flight-recorder dumps or saved stacks of that moment, or "
+            "a rank's error earlier in the log."
+        ),
+        next_steps=(
+            _step(
+                "Read the recorder dumps and saved stacks with the log (pass the whole folder).",
+                f"{_CR}#dead-job",
+                "triage_logs",
+            ),
+        ),
+    ),
+    Rule(
         kind="cuda_error",
         needles=(
             "CUDA error:",
@@ -488,8 +578,9 @@ SIGNAL_MEANING: dict[str, tuple[Severity, str, str]] = {
     ),
     "SIGABRT": (
         "error",
-        "An abort: often the NCCL watchdog tearing the process down after a timeout or an error "
-        "(TORCH_NCCL_ASYNC_ERROR_HANDLING), or a failed C++ check.",
+        "An abort: on an NCCL job usually the watchdog tearing the process down after a collective timeout "
+        "or error (TORCH_NCCL_ASYNC_ERROR_HANDLING), which every rank that timed out gets; otherwise a failed "
+        "C++ check.",
         "Read the lines before it on the same rank: a watchdog timeout or a c10::Error names the reason.",
     ),
     "SIGINT": (
@@ -498,6 +589,14 @@ SIGNAL_MEANING: dict[str, tuple[Severity, str, str]] = {
         "Nothing to fix unless nobody pressed Ctrl-C.",
     ),
 }
+
+ASSERT_CUDA_ERROR: tuple[str, tuple[NextStep, ...]] = (
+    "A kernel's assertion failed: the 'Assertion ... failed' line printed before this traceback names the "
+    "kernel and the condition (the device_assert finding). A program bug, not a GPU fault: fix the op's "
+    "inputs; CUDA_LAUNCH_BLOCKING=1 (debugging only) makes the traceback point at the right line.",
+    (_step("Read the assertion and the op's inputs.", f"{_CR}#device-side-assert"),),
+)
+"""The fix and steps of a 'device-side assert triggered' CUDA error, which has nothing to do with Xids."""
 
 XID_MEANING: dict[int, str] = {
     13: "Graphics engine exception: usually an application bug (illegal memory access); can be hardware if it repeats.",
@@ -533,6 +632,10 @@ SECTIONS: dict[str, str] = {
     "shm_exhausted": f"{_CR}#shm-exhausted",
     "cuda_error": f"{_CR}#cuda-error",
     "gpu_xid": f"{_CR}#gpu-xid",
+    "duplicate_gpu": f"{_CE}#gpu-shared",
+    "device_assert": f"{_CR}#device-side-assert",
+    "thread_died": f"{_CR}#thread-died",
+    "launcher_stopped": f"{_CR}#dead-job",
     "child_failed": f"{_CR}#child-failed",
 }
 

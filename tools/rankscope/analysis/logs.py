@@ -19,7 +19,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankscope.analysis.log_rules import ALL_NEEDLES, RULES, SECTIONS, SIGNAL_MEANING, XID_MEANING, Role, Rule
+from rankscope.analysis.log_rules import (
+    ALL_NEEDLES,
+    ASSERT_CUDA_ERROR,
+    RULES,
+    SECTIONS,
+    SIGNAL_MEANING,
+    XID_MEANING,
+    Role,
+    Rule,
+)
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.units import size_or_none
 from rankscope.models.core import Finding, NextStep, Severity
@@ -41,6 +50,17 @@ _TABLE_EXIT = re.compile(r"(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<
 _PG_RANK = re.compile(
     r"\[(?:PG ID (?P<pg_id>\d+) PG GUID (?P<pg_guid>[^\]]*?) |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\]"
 )
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)\w*)(?:: (?P<exc_message>.*))?$"
+)
+_LIBRARY_FILES = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "/torch/")
+_TRACE_SPAN = 60
+"""A user frame more than this many lines before an error is not that error's traceback."""
+_TRACED_KINDS = frozenset(
+    {"cuda_error", "cuda_oom", "nccl_error", "duplicate_gpu", "collective_mismatch", "unused_parameters"}
+)
+"""Kinds whose finding takes the innermost user frame of the traceback printed with it (facts.call_site)."""
 _SIGNUM = {
     "SIGHUP": 1,
     "SIGINT": 2,
@@ -70,6 +90,11 @@ TABLE_NEEDLES: tuple[str, ...] = (
     "closing signal",
     "terminated with exit code",
     " NCCL INFO comm ",
+    'File "',
+    "Traceback (most recent call last)",
+    "(most recent call first)",
+    "Error",
+    "Exception",
 )
 NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(ALL_NEEDLES + TABLE_NEEDLES))
 """Every literal that can make a line interesting; lines without any are skipped."""
@@ -92,11 +117,20 @@ def _facts_from(m: re.Match[str]) -> dict[str, Any]:
         if value is None:
             continue
         value = value.strip()
-        if re.fullmatch(r"-?\d+", value) and key not in ("pci", "pg_guid", "nccl_version"):
+        if re.fullmatch(r"-?\d+", value) and key not in ("pci", "pg_guid", "nccl_version", "bus_id"):
             facts[key] = int(value)
         else:
             facts[key] = value
     return facts
+
+
+def _oom_bytes(facts: dict[str, Any]) -> None:
+    """Add ``<size>_bytes`` beside each size an OOM message printed (``2.00 GiB``)."""
+    for key in ("requested", "total_capacity", "free", "allocated_by_pytorch", "reserved_unallocated"):
+        if isinstance(facts.get(key), str):
+            size = parse_size(facts[key])
+            if size is not None:
+                facts[f"{key}_bytes"] = size
 
 
 @dataclass
@@ -144,6 +178,10 @@ class LogScanner:
         self._pid_rank: dict[tuple[str, int], tuple[int, int]] = {}
         self.seen_ranks: set[int] = set()
         self.world_size: int | None = None
+        self._frames: dict[tuple[str, int | None], tuple[int, str]] = {}
+        self._threads: dict[tuple[str, int | None], tuple[str, int | None, str]] = {}
+        self.stack_sources: set[str] = set()
+        """Sources that hold faulthandler stacks ("most recent call first"): saved stacks as well as logs."""
 
     # -- input -----------------------------------------------------------------------------------------
     def feed(self, line: str, line_no: int, source: str, rank_hint: int | None = None) -> None:
@@ -165,6 +203,8 @@ class LogScanner:
             return
         if self._torchrun_line(text, line_no, source):
             return
+        if self._traceback_line(text, line_no, source, rank):
+            return
         nm = _NCCL_LINE.search(text)
         if nm and rank is None:
             known = self._pid_rank.get((nm["host"], int(nm["pid"])))
@@ -173,6 +213,43 @@ class LogScanner:
         for rule in RULES:
             if any(n in text for n in rule.needles):
                 self._apply(rule, text, line_no, source, rank)
+
+    def _traceback_line(self, text: str, line_no: int, source: str, rank: int | None) -> bool:
+        """Follow Python tracebacks: the innermost user frame (for facts.call_site) and the exception
+        that ends a dead thread's traceback. True when the line is a traceback line and nothing more."""
+        key = (source, rank)
+        if "(most recent call first)" in text:
+            self.stack_sources.add(source)
+            return True
+        if "Traceback (most recent call last)" in text:
+            self._frames.pop(key, None)
+            return True
+        fm = _FRAME.match(text)
+        if fm is not None:
+            if not any(part in fm["file"] for part in _LIBRARY_FILES):
+                self._frames[key] = (line_no, f"{fm['file']}:{fm['line']} in {fm['func']}")
+            return True
+        thread = self._threads.get(key)
+        em = _EXCEPTION_LINE.match(text.strip()) if thread is not None else None
+        if thread is not None and em is not None:
+            del self._threads[key]
+            acc = self._accs.get(("thread_died", thread[1], source))
+            if acc is not None:
+                acc.facts.setdefault("exception", em["exception"])
+                if em["exc_message"]:
+                    acc.facts.setdefault("exception_message", self._redact(em["exc_message"].strip())[:300])
+                site = self.call_site(source, rank, line_no)
+                if site:
+                    acc.facts.setdefault("call_site", site)
+                acc.message = f"thread {thread[0]} died: {self._redact(text.strip())[:200]}"
+                acc.lines.append(line_no)
+                acc.excerpt.append(self._redact(text.strip())[:_EXCERPT_CHARS])
+        return False
+
+    def call_site(self, source: str, rank: int | None, line_no: int) -> str | None:
+        """The innermost user frame of the traceback just printed on this rank, if recent enough."""
+        seen = self._frames.get((source, rank))
+        return seen[1] if seen is not None and line_no - seen[0] <= _TRACE_SPAN else None
 
     def add_failure(self, record: FailureRecord, source: str, line_no: int = 0) -> None:
         """A failure record read from a torchelastic error.json by the shell."""
@@ -185,6 +262,8 @@ class LogScanner:
             return  # the port is taken: address_in_use says it better
         if rule.kind == "peer_closed" and text.lstrip().startswith("ConnectionResetError"):
             return  # a Python socket (multiprocessing, DataLoader fd passing), not a collective peer
+        if rule.kind == "nccl_error" and "Duplicate GPU detected" in text:
+            return  # duplicate_gpu names it with the right fix
         facts: dict[str, Any] = {}
         if rule.pattern is not None:
             m = rule.pattern.search(text)
@@ -207,6 +286,11 @@ class LogScanner:
         severity: Severity = rule.severity
         explanation, fix = rule.explanation, rule.fix
         message = rule.message
+        next_steps = list(rule.next_steps)
+        if rule.kind in _TRACED_KINDS and rule.severity != "warning":
+            site = self.call_site(source, rank, line_no)
+            if site:
+                facts.setdefault("call_site", site)
         if rule.kind == "killed_by_signal":
             sig = facts.pop("signal2", None) or facts.get("signal")
             crash = facts.pop("crash", None)
@@ -223,17 +307,14 @@ class LogScanner:
             facts["meaning"] = XID_MEANING.get(facts["xid"], "See NVIDIA's Xid catalog for this code.")
             message = f"GPU Xid {facts['xid']}"
         elif rule.kind == "cuda_oom":
-            for key in (
-                "requested",
-                "total_capacity",
-                "free",
-                "allocated_by_pytorch",
-                "reserved_unallocated",
-            ):
-                if isinstance(facts.get(key), str):
-                    size = parse_size(facts[key])
-                    if size is not None:
-                        facts[f"{key}_bytes"] = size
+            _oom_bytes(facts)
+        elif rule.kind == "cuda_error" and "device-side assert" in text:
+            fix = ASSERT_CUDA_ERROR[0]
+            next_steps = list(ASSERT_CUDA_ERROR[1])
+        elif rule.kind in ("device_assert", "duplicate_gpu", "thread_died"):
+            message = self._special_message(rule.kind, facts, message, rank)
+            if rule.kind == "thread_died":
+                self._threads[(source, rank)] = (str(facts.get("thread", "?")), rank, text)
         elif rule.kind == "nccl_error" and "warning" in facts:
             warning = str(facts["warning"])
             if "Cuda failure" in warning or "cuda" in warning.lower():
@@ -249,9 +330,25 @@ class LogScanner:
             message,
             explanation,
             fix,
-            list(rule.next_steps),
+            next_steps,
             facts,
         )
+
+    @staticmethod
+    def _special_message(kind: str, facts: dict[str, Any], message: str, rank: int | None) -> str:
+        """The one-line message of a device assert, a shared GPU or a dead thread, from its facts."""
+        if kind == "device_assert":
+            reason = re.search(r'"([^"]+)"', str(facts.get("assertion", "")))
+            if reason:
+                facts["reason"] = reason.group(1)
+            name = str(facts.get("kernel_file", "?")).rsplit("/", 1)[-1]
+            facts["kernel_site"] = f"{name}:{facts.get('kernel_line', '?')} {facts.get('kernel', '')}".strip()
+            return f"device-side assert in {facts['kernel_site']}: `{facts.get('assertion', '')}` failed"
+        if kind == "duplicate_gpu":
+            other = facts.get("other_rank")
+            me = rank if rank is not None else facts.get("rank")
+            return f"ranks {me} and {other} on one GPU (bus id {facts.get('bus_id', '?')}): Duplicate GPU detected"
+        return f"thread {facts.get('thread', '?')} died"
 
     def _add(
         self,
@@ -405,6 +502,8 @@ class LogScanner:
                 (r.model_copy(update={"rank": r.local_rank}), s, n) for r, s, n in self._torchrun_failed
             ]
         self._derive_from_records(records)
+        self._fold_duplicate_gpu()
+        self._mark_watchdog_aborts()
         accs = sorted(
             self._accs.values(), key=lambda a: (_ROLE_ORDER[a.role], _SEVERITY_ORDER[a.severity], a.order)
         )
@@ -429,6 +528,32 @@ class LogScanner:
                 )
             )
         return out
+
+    def _mark_watchdog_aborts(self) -> None:
+        """A SIGABRT in a job whose watchdog timed out or saw an error is the watchdog's own abort
+        (TORCH_NCCL_ASYNC_ERROR_HANDLING): every rank that timed out gets one. Said so, as context."""
+        kinds = {k for k, _, _ in self._accs} - {"killed_by_signal"}
+        if not kinds & _WATCHDOG_EVIDENCE:
+            return
+        for (kind, _, _), acc in self._accs.items():
+            if kind == "killed_by_signal" and acc.facts.get("signal") == "SIGABRT":
+                acc.severity, acc.role = "info", "victim"
+                acc.explanation = (
+                    "NCCL's watchdog aborted this process after the collective timeout or error the log shows "
+                    "(TORCH_NCCL_ASYNC_ERROR_HANDLING): a consequence, not a cause."
+                )
+                acc.fix = "Follow the timeout or error, not the abort."
+
+    def _fold_duplicate_gpu(self) -> None:
+        """NCCL's 'invalid usage' error on a rank that printed 'Duplicate GPU detected' is the same failure
+        told twice: its lines join the duplicate_gpu finding instead of standing as a second cause."""
+        for (kind, rank, source), acc in list(self._accs.items()):
+            dup = self._accs.get(("duplicate_gpu", rank, source))
+            if kind != "nccl_error" or dup is None or "invalid usage" not in str(acc.facts.get("reason", "")):
+                continue
+            del self._accs[(kind, rank, source)]
+            dup.facts.setdefault("nccl_error", f"{acc.facts['reason']} at {acc.facts.get('where', '?')}")
+            dup.lines = sorted({*dup.lines, *acc.lines})[:_MAX_LINES_PER_FINDING]
 
     def _derive_from_records(self, records: list[tuple[FailureRecord, str, int]]) -> None:
         failed = [(r, s, n) for r, s, n in records if r.exitcode not in (None, 0) or r.message]
@@ -514,8 +639,11 @@ class LogScanner:
 
 _CAUSE_KINDS = (
     "gpu_xid",
+    "duplicate_gpu",
+    "device_assert",
     "cuda_oom",
     "cuda_error",
+    "thread_died",
     "killed_by_signal",
     "dataloader_worker_killed",
     "shm_exhausted",
@@ -523,6 +651,18 @@ _CAUSE_KINDS = (
     "collective_mismatch",
     "unused_parameters",
 )
+_WATCHDOG_EVIDENCE = frozenset(
+    {
+        "collective_timeout",
+        "fr_dump_signal",
+        "nccl_error",
+        "cuda_error",
+        "device_assert",
+        "cuda_oom",
+        "gpu_xid",
+    }
+)
+"""Kinds after which NCCL's watchdog aborts the process: a SIGABRT that follows one is its consequence."""
 
 
 @dataclass
@@ -547,61 +687,171 @@ def _on_pg0(f: Finding) -> bool:
     return f.facts.get("pg_id", f.facts.get("pg", 0)) in (0, "0", None)
 
 
-def _timeout_roles(findings: list[Finding], seen: set[int], peer: set[int]) -> list[tuple[int, str, bool]]:
-    """(rank, why, suspect?) from the NCCL watchdog's lines, per skill/hangs.md#nccl-hangs.
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    S is the highest sequence number a rank timed out on: the collective some rank waits in. A rank whose last enqueued work E
-    is below S never issued collective S: the laggard. When every rank's E >= S, every rank
-    issued it and nobody lagged on the CPU: the ranks that timed out are victims. A rank
-    that reported no timeout is a suspect unless its dump-signal line shows E >= S.
+
+def _work(f: Finding) -> str:
+    """``ALLREDUCE NumelIn=65536`` (NumelOut only when it differs): what a rank's timed-out work was."""
+    op = str(f.facts.get("op") or "work")
+    n_in, n_out = f.facts.get("numel_in"), f.facts.get("numel_out")
+    size = (
+        ""
+        if n_in is None
+        else f" NumelIn={n_in}" + (f", NumelOut={n_out}" if n_out not in (None, n_in) else "")
+    )
+    return op + size
+
+
+def _work_contrast(timeouts: dict[int, Finding]) -> dict[int, str]:
+    """Ranks whose timed-out work differs (op or size) from the most ranks' at the same sequence number."""
+    by_seq: dict[int, dict[str, list[int]]] = {}
+    for r, f in timeouts.items():
+        seq = _int(f.facts.get("seq"))
+        if seq is not None and f.facts.get("op"):
+            by_seq.setdefault(seq, {}).setdefault(_work(f), []).append(r)
+    out: dict[int, str] = {}
+    for seq, groups in by_seq.items():
+        if len(groups) < 2:
+            continue
+        ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+        if len(ordered[0][1]) == len(ordered[1][1]):
+            continue  # a tie: no majority to call the others odd
+        common, most = ordered[0]
+        for work, ranks in ordered[1:]:
+            for r in ranks:
+                out[r] = f"waits at #{seq} in {work} where {ranks_phrase(sorted(most))} wait in {common}"
+    return out
+
+
+def _lag(timeouts: dict[int, Finding]) -> dict[int, str]:
+    """Timed-out ranks whose last enqueued work is behind the others': they issued fewer collectives
+    (skipped some, or stopped issuing on the CPU) while the others went on past the stuck one."""
+    enqueued = {r: e for r, f in timeouts.items() if (e := _int(f.facts.get("last_enqueued"))) is not None}
+    if len(enqueued) < 2:
+        return {}
+    top = max(enqueued.values())
+    ahead = sorted(r for r, e in enqueued.items() if e == top)
+    return {
+        r: (
+            f"enqueued {top - e} fewer collective{'s' if top - e > 1 else ''} than {ranks_phrase(ahead)} "
+            f"(last enqueued #{e}, theirs #{top})"
+        )
+        for r, e in enqueued.items()
+        if e < top
+    }
+
+
+def _timeout_roles(
+    findings: list[Finding], seen: set[int], peer: set[int], blame_silent: bool = True
+) -> list[tuple[int, str, bool]]:
+    """(rank, why, suspect?) from the NCCL watchdog's lines, per skill/communication-errors.md#collective-timeout.
+
+    Per rank the watchdog prints the timed-out work (SeqNum, OpType, NumelIn/Out) and how far the rank
+    got (last enqueued, last completed). A rank whose last enqueued work is behind the others' issued
+    fewer collectives (it skipped some, or stopped issuing); a rank whose work at the same sequence
+    number has another op or size called something else there. Ranks that time out on the same work
+    with the same counts are victims. S is the highest sequence number a rank timed out on; a rank that
+    reported no timeout is a suspect unless its dump-signal line shows it issued S (or, with
+    ``blame_silent`` false, because another rank already failed on its own).
     """
-    timeouts = _by_rank(findings, "collective_timeout")
+    every = _by_rank(findings, "collective_timeout")
+    timeouts = {r: f for r, f in every.items() if "barrier_ranks" not in f.facts}
     if not timeouts:
         return []
     signals = _by_rank(findings, "fr_dump_signal")
-    seqs = [f.facts["seq"] for f in timeouts.values() if isinstance(f.facts.get("seq"), int)]
+    seqs = [s for f in timeouts.values() if (s := _int(f.facts.get("seq"))) is not None]
     failing = max(seqs) if seqs else None
+    lag, contrast = _lag(timeouts), _work_contrast(timeouts)
     out: list[tuple[int, str, bool]] = []
     for r, f in sorted(timeouts.items()):
-        e = f.facts.get("last_enqueued")
-        if failing is not None and isinstance(e, int) and e < failing:
-            out.append(
-                (r, f"its last enqueued collective is #{e}, below #{failing} the others timed out on", True)
-            )
+        e = _int(f.facts.get("last_enqueued"))
+        reasons = [x for x in (lag.get(r), contrast.get(r)) if x]
+        if not reasons and failing is not None and e is not None and e < failing:
+            reasons.append(f"its last enqueued collective is #{e}, below #{failing} the others timed out on")
+        if reasons:
+            out.append((r, "; ".join(reasons), True))
         else:
             out.append((r, "timed out waiting in a collective (a victim)", False))
     comparable = failing is not None and all(_on_pg0(f) for f in timeouts.values())
-    for r in sorted(seen - set(timeouts) - peer):
-        e = signals[r].facts.get("last_enqueued") if r in signals else None
-        if comparable and isinstance(e, int) and failing is not None:
+    for r in sorted(seen - set(every) - peer):
+        e = _int(signals[r].facts.get("last_enqueued")) if r in signals else None
+        if comparable and e is not None and failing is not None:
             if e < failing:
                 out.append((r, f"never issued collective #{failing}: its last enqueued work is #{e}", True))
             else:
                 out.append(
                     (r, f"issued collective #{failing} (last enqueued #{e}) and did not time out yet", False)
                 )
-        else:
+        elif blame_silent:
             out.append((r, "reported no collective timeout while its peers waited for it", True))
     return out
 
 
+def _same_work_note(findings: list[Finding]) -> str | None:
+    """When every rank timed out on the same work with the same counts: nobody lagged on the CPU."""
+    timeouts = {
+        r: f for r, f in _by_rank(findings, "collective_timeout").items() if "barrier_ranks" not in f.facts
+    }
+    if len(timeouts) < 2:
+        return None
+    keys = {
+        (f.facts.get("seq"), _work(f), f.facts.get("last_enqueued"), f.facts.get("last_completed"))
+        for f in timeouts.values()
+    }
+    if len(keys) != 1:
+        return None
+    seq, work, enqueued, _ = next(iter(keys))
+    counts = f" with the same last enqueued #{enqueued}" if enqueued is not None else ""
+    return (
+        f"{ranks_phrase(sorted(timeouts))} timed out in the same {work} #{seq}{counts}: no rank fell behind "
+        "on the CPU, so the logs name no suspect; the collective stalled on a GPU (busy with earlier work) "
+        "or the network: the flight recorder's states (TORCH_NCCL_ENABLE_TIMING=1) or the stacks tell which"
+    )
+
+
+def _barrier_named(findings: list[Finding]) -> list[tuple[int, str]]:
+    """Ranks that rank 0's monitored barrier (TORCH_DISTRIBUTED_DEBUG=DETAIL, gloo) names as not arriving."""
+    out: list[tuple[int, str]] = []
+    for f in findings:
+        named = f.facts.get("barrier_ranks") if f.kind == "collective_timeout" else None
+        if named is None:
+            continue
+        reporter = f"rank {f.ranks[0]}" if f.ranks else "rank 0"
+        for part in str(named).split(","):
+            if part.strip().isdigit():
+                out.append((int(part), f"did not reach the monitored barrier ({reporter} names it)"))
+    return out
+
+
+def _consequence(f: Finding, kinds: set[str]) -> str | None:
+    """Why a kill signal is a consequence, not a cause; None when it may be a cause."""
+    if f.kind != "killed_by_signal":
+        return None
+    sig = f.facts.get("signal")
+    if sig in ("SIGTERM", "SIGINT"):
+        return f"stopped by {sig} (a victim)"
+    if sig == "SIGABRT" and kinds & _WATCHDOG_EVIDENCE:
+        return "aborted (SIGABRT) by NCCL's watchdog after a timeout or an error: a consequence, not a cause"
+    return None
+
+
 def _first_observed(first: FailureRecord, victims: set[int]) -> tuple[str, bool]:
-    """What torchrun's "first observed failure" says, and whether it may be blamed."""
+    """What torchrun's "first observed failure" says (the first rank to exit), and whether it may be blamed."""
+    how = f"exitcode {first.exitcode}" + (f", {first.signal}" if first.signal else "")
+    line = f"torchrun named rank {first.rank} as the first observed failure ({how}): the first to exit"
     if first.rank in victims:
-        return (
-            f"torchrun named rank {first.rank} as the first observed failure, but that rank was a victim: "
-            "it exited first because it gave up waiting",
-            False,
-        )
-    return f"torchrun named rank {first.rank} as the first observed failure (exitcode {first.exitcode})", True
+        return line + "; a victim that gave up waiting", False
+    return line + ", not necessarily the cause", True
 
 
 def _conclusion_steps(findings: list[Finding], suspects: list[int], p2p: Sequence[object]) -> list[NextStep]:
     """The next steps of the findings about the suspects, each once, point-to-point first."""
     steps: list[NextStep] = [P2P_STEP] if p2p else []
     seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
+    kinds = {f.kind for f in findings}
     for f in findings:
-        if f.severity == "info":
+        if f.severity == "info" or _consequence(f, kinds) is not None:
             continue
         if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
             continue
@@ -610,6 +860,63 @@ def _conclusion_steps(findings: list[Finding], suspects: list[int], p2p: Sequenc
                 seen_steps.add((s.tool, s.skill_section))
                 steps.append(s)
     return steps
+
+
+@dataclass
+class _Blame:
+    """Suspects and victims as ``conclude`` builds them, with the evidence for each (the suspects' first)."""
+
+    suspects: list[int] = field(default_factory=list)
+    victims: set[int] = field(default_factory=set)
+    lead: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)
+    story: list[str] = field(default_factory=list)
+
+    @property
+    def evidence(self) -> list[str]:
+        return [*self.lead, *self.rest]
+
+    def suspect(self, rank: int, why: str, story: bool = False) -> None:
+        if rank not in self.suspects:
+            self.suspects.append(rank)
+        self.victims.discard(rank)
+        self.lead.append(f"rank {rank}: {why}")
+        if story:
+            self.story.append(f"rank {rank} {why}")
+
+    def victim(self, rank: int, why: str) -> None:
+        if rank not in self.suspects:
+            self.victims.add(rank)
+        self.rest.append(f"rank {rank}: {why}")
+
+
+def _causes(findings: list[Finding], kinds: set[str], blame: _Blame) -> dict[int, str]:
+    """Suspects from each rank's own failure; returns the ranks that failed on their own."""
+    primary = _primary_cause_ranks(findings, kinds)
+    for f in findings:
+        why = _consequence(f, kinds)
+        for r in f.ranks if why is not None else ():
+            if why is not None and f.facts.get("signal") == "SIGABRT":
+                blame.victim(r, why)
+            else:  # the launcher's SIGTERM: the failures table says it; no evidence line of its own
+                blame.victims.add(r)
+    for kind in _CAUSE_KINDS:
+        for f in findings:
+            if f.kind != kind or not f.ranks or _consequence(f, kinds) is not None:
+                continue
+            if kind == "nccl_error" and f.severity == "warning":
+                continue
+            if kind == "nccl_error" and set(f.ranks) <= set(primary) and kinds & {"duplicate_gpu"}:
+                continue  # the shared GPU is this rank's failure; its NCCL error only reports it
+            if kind == "nccl_error" and primary and not set(f.ranks) & set(primary):
+                for r in f.ranks:  # the communicator failed because a peer died first
+                    blame.victim(r, f"NCCL error after {primary[min(primary)]} (a consequence)")
+                continue
+            if kind == "collective_mismatch":
+                continue  # decided together below: the rank the others name
+            for r in f.ranks:
+                blame.suspect(r, f.message)
+    return primary
 
 
 def conclude(
@@ -622,81 +929,55 @@ def conclude(
     seen = set(seen_ranks)
     if world_size:
         seen |= set(range(world_size))
-    evidence: list[str] = []
-    suspects: list[int] = []
-    victims: set[int] = set()
-
-    def suspect(rank: int, why: str) -> None:
-        if rank not in suspects:
-            suspects.append(rank)
-        evidence.append(f"rank {rank}: {why}")
-
+    blame = _Blame()
+    kinds = {f.kind for f in findings}
     peer = _by_rank(findings, "peer_closed")
     for r in sorted(peer):
-        victims.add(r)
-        evidence.append(f"rank {r}: saw its peer's connection close (a victim)")
-    for f in findings:
-        if f.kind == "killed_by_signal" and f.facts.get("signal") in ("SIGTERM", "SIGINT"):
-            victims.update(f.ranks)
-
-    primary = _primary_cause_ranks(findings)
-    for kind in _CAUSE_KINDS:
-        for f in findings:
-            if f.kind != kind or not f.ranks:
-                continue
-            if kind == "killed_by_signal" and f.facts.get("signal") in ("SIGTERM", "SIGINT"):
-                continue
-            if kind == "nccl_error" and f.severity == "warning":
-                continue
-            if kind == "nccl_error" and primary and not set(f.ranks) & set(primary):
-                for r in f.ranks:  # the communicator failed because a peer died first
-                    victims.add(r)
-                    evidence.append(f"rank {r}: NCCL error after {primary[min(primary)]} (a consequence)")
-                continue
-            if kind == "collective_mismatch":
-                continue  # decided together below: the rank the others name
-            for r in f.ranks:
-                suspect(r, f.message)
-                victims.discard(r)
-    for rank, why in _mismatch_suspects(findings):
-        suspect(rank, why)
-        victims.discard(rank)
-
-    for rank, why, is_suspect in _timeout_roles(findings, seen, set(peer)):
+        blame.victim(r, "saw its peer's connection close (a victim)")
+    primary = _causes(findings, kinds, blame)
+    for rank, why in [*_mismatch_suspects(findings), *_barrier_named(findings)]:
+        blame.suspect(rank, why)
+    for rank, why, is_suspect in _timeout_roles(findings, seen, set(peer), blame_silent=not primary):
         if is_suspect:
-            suspect(rank, why)
+            blame.suspect(rank, why, story="fewer collective" in why or "waits at #" in why)
         else:
-            victims.add(rank)
-            evidence.append(f"rank {rank}: {why}")
-    victims -= set(suspects)
-
+            blame.victim(rank, why)
+    note = _same_work_note(findings)  # said in the summary
     first = next((rec for rec in failures if rec.first_observed), None)
     if first is not None and first.rank is not None:
-        line, blame = _first_observed(first, victims)
-        evidence.append(line)
-        if blame and not suspects:
-            suspect(first.rank, f"first observed failure with exitcode {first.exitcode}")
-    if not suspects and victims:
-        for r in sorted(seen - victims):
-            suspect(r, "the only rank that is not a victim")
-
-    kinds = {f.kind for f in findings}
+        line, may_blame = _first_observed(first, blame.victims)
+        blame.rest.append(line)
+        if may_blame and not blame.suspects:
+            blame.suspect(first.rank, f"first observed failure with exitcode {first.exitcode}")
+    if not blame.suspects and blame.victims and not note:
+        for r in sorted(seen - blame.victims):
+            blame.suspect(r, "the only rank that is not a victim")
+    victims = sorted(blame.victims - set(blame.suspects))
     p2p = _p2p_timeouts(findings)
-    summary = _summary(findings, kinds, suspects, sorted(victims - set(suspects)), p2p)
-    steps = _conclusion_steps(findings, suspects, p2p)
+    summary = _summary(findings, kinds, blame.suspects, victims, p2p, blame.story or ([note] if note else []))
+    steps = _conclusion_steps(findings, blame.suspects, p2p)
     return Conclusion(
-        suspect_ranks=suspects,
-        victim_ranks=sorted(victims - set(suspects)),
+        suspect_ranks=blame.suspects,
+        victim_ranks=victims,
         summary=summary,
-        evidence=evidence,
+        evidence=blame.evidence,
         next_steps=steps[:6],
     )
 
 
-_PRIMARY_KINDS = ("gpu_xid", "cuda_oom", "cuda_error", "dataloader_worker_killed", "shm_exhausted")
+_PRIMARY_KINDS = (
+    "gpu_xid",
+    "duplicate_gpu",
+    "device_assert",
+    "cuda_oom",
+    "cuda_error",
+    "thread_died",
+    "dataloader_worker_killed",
+    "shm_exhausted",
+)
 
 
-def _primary_cause_ranks(findings: list[Finding]) -> dict[int, str]:
+def _primary_cause_ranks(findings: list[Finding], kinds: set[str]) -> dict[int, str]:
     """Ranks whose own process failed (a CUDA error, an OOM, a hardware fault, a SIGKILL), with what.
 
     When one rank's GPU fails, NCCL on every other rank fails next (``ncclRemoteError``, an aborted
@@ -704,8 +985,8 @@ def _primary_cause_ranks(findings: list[Finding]) -> dict[int, str]:
     """
     out: dict[int, str] = {}
     for f in findings:
-        killed = f.kind == "killed_by_signal" and f.facts.get("signal") not in ("SIGTERM", "SIGINT", None)
-        if f.kind in _PRIMARY_KINDS or killed:
+        killed = f.kind == "killed_by_signal" and f.facts.get("signal") is not None
+        if f.kind in _PRIMARY_KINDS or (killed and _consequence(f, kinds) is None):
             for r in f.ranks:
                 out.setdefault(r, f"rank {r}'s {f.kind.replace('_', ' ')}")
     return out
@@ -716,8 +997,10 @@ def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
 
     Every rank that checks its fingerprint against the others reports "Rank R is running X, but
     Rank S is running Y": with one odd rank, every other rank names it and it names one of them.
-    The rank named by more than half of the reporting ranks is the one at fault; with no such
-    rank (two ranks naming each other) each reporting rank stays a suspect.
+    The rank most reporting ranks name (at least two, more than any other) is the one at fault, and
+    so is a rank every report names when it reports nothing itself (a log that kept only some
+    ranks' errors); with no such rank (two ranks naming each other) each reporting rank stays a
+    suspect.
     """
     reports: dict[int, int] = {}
     for f in findings:
@@ -729,12 +1012,30 @@ def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
     named: dict[int, list[int]] = {}
     for reporter, other in reports.items():
         named.setdefault(other, []).append(reporter)
-    top, by = max(named.items(), key=lambda kv: len(kv[1]))
-    if len(by) * 2 > len(reports) and len(reports) > 2:
+    ordered = sorted(named.items(), key=lambda kv: -len(kv[1]))
+    top, by = ordered[0]
+    runner_up = len(ordered[1][1]) if len(ordered) > 1 else 0
+    if (len(by) >= 2 and len(by) > runner_up) or (len(named) == 1 and top not in reports):
         return [
             (top, f"named by ranks {rank_ranges(sorted(by))} as running a different collective than theirs")
         ]
     return [(r, f"called a different collective than rank {o}") for r, o in reports.items()]
+
+
+_HEADLINE_KINDS = ("duplicate_gpu", "device_assert", "thread_died")
+"""Kinds whose own message is the summary's first sentence (they say what happened and where)."""
+
+
+def _one_line(f: Finding) -> str:
+    """A finding of _HEADLINE_KINDS as one sentence, with its rank and call site."""
+    on = f" on rank {f.ranks[0]}" if f.ranks else ""
+    site = f" (at {f.facts['call_site']})" if f.facts.get("call_site") else ""
+    if f.kind == "duplicate_gpu":
+        return (
+            f"Two ranks share one GPU{on}: {f.message}. Fix: one GPU per rank "
+            "(torch.cuda.set_device(LOCAL_RANK) or the launcher's device mapping)."
+        )
+    return f"{f.message[0].upper()}{f.message[1:]}{on}{site}."
 
 
 P2P_OPS = frozenset({"SEND", "RECV"})
@@ -764,12 +1065,18 @@ def _p2p_timeouts(findings: list[Finding]) -> list[str]:
 
 
 def _summary(
-    findings: list[Finding], kinds: set[str], suspects: list[int], victims: list[int], p2p: list[str]
+    findings: list[Finding],
+    kinds: set[str],
+    suspects: list[int],
+    victims: list[int],
+    p2p: list[str],
+    story: list[str],
 ) -> str:
-    """``p2p``: the timed-out send/recv work (:func:`_p2p_timeouts`), empty when not all of it is."""
+    """``p2p``: the timed-out send/recv work (:func:`_p2p_timeouts`), empty when not all of it is;
+    ``story``: what the watchdog's counts say about the suspects (or that they name none)."""
     if not findings:
         return "No known failure pattern found in the logs."
-    parts: list[str] = []
+    parts: list[str] = [_one_line(f) for f in findings if f.kind in _HEADLINE_KINDS]
     if "unused_parameters" in kinds:
         parts.append(
             "DDP found parameters that received no gradient: a model/loss bug present on every rank, "
@@ -799,12 +1106,19 @@ def _summary(
         parts.append("Shared memory (/dev/shm) ran out.")
     if "gpu_xid" in kinds:
         parts.append("The kernel log shows GPU Xid errors: check the hardware before anything else.")
+    if "launcher_stopped" in kinds and not suspects:
+        parts.append(
+            "torchrun was stopped from outside (a scheduler or a user) while its workers ran: no rank failed on "
+            "its own in the log; a job stopped after it made no progress was hung."
+        )
     if p2p:
         parts.append(
             f"Point-to-point ops timed out ({', '.join(p2p)}): a recv waits for its peer's send and a send for "
             "its peer's recv. If every timed-out rank was receiving (or every one sending), no rank was on the "
             "other side: a send/recv ordering deadlock in the program."
         )
+    elif "collective_timeout" in kinds and story:
+        parts.append("Collectives timed out: " + "; ".join(story) + ".")
     elif "collective_timeout" in kinds:
         parts.append(
             "Collectives timed out: the ranks that waited are victims of the rank that did not arrive."

@@ -1,6 +1,8 @@
-"""`rankscope triage`: read logs (files, directories, stdin, error.json) and triage them.
+"""`rankscope triage`: one verdict for a dead job from what it left, in any mix.
 
-The shell around ``rankscope.analysis.logs``. Files are read in fixed-size
+A folder is enough: each file is sorted by its first bytes into logs (and error.json), flight-recorder
+dumps and saved stacks; each kind goes to its own analysis (``analysis.logs``, ``analysis.flight``,
+the saved-stacks shell) and ``analysis.postmortem`` decides which answer leads. Files are read in fixed-size
 binary chunks; only lines that contain one of the rule engine's literal needles
 are decoded and passed on, so memory stays bounded and gigabyte logs stream at
 the speed of ``bytes.find``. Binary input is recognised and skipped with a
@@ -9,6 +11,7 @@ reason instead of producing garbage findings.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -16,11 +19,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from rankscope.analysis.logs import SHELL_NEEDLES, LogScanner, conclude
+from rankscope.analysis.postmortem import PostMortem, combine
 from rankscope.errors import InvalidInput
-from rankscope.models.logs import FailureRecord, LogSource, TriageReport
+from rankscope.models.core import Finding
+from rankscope.models.logs import FailureRecord, LogSource, SourceKind, TriageReport
+
+if TYPE_CHECKING:
+    from rankscope.models.core import StacksReport
+    from rankscope.models.flight import FlightReport
 from rankscope.runtime.redact import Redactor
 
 CHUNK = 4 * 1024 * 1024
@@ -42,6 +51,7 @@ _SHORTER: tuple[str, ...] = (
     "terminated with ",
     "out of memory",
     "mismatch between collectives",
+    "most recent call",  # a Python traceback's header, and faulthandler's
 )
 """Substrings of several needles each: one bytes.find pass instead of several (throughput is passes x size)."""
 
@@ -54,7 +64,6 @@ def prefilter_needles(needles: tuple[str, ...] = SHELL_NEEDLES) -> tuple[str, ..
 
 PREFILTER: tuple[str, ...] = prefilter_needles()
 _NEEDLE_BYTES = tuple(n.encode() for n in PREFILTER)
-_TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".json", ""}
 _RANK_IN_NAME = re.compile(r"rank[-_ ]?(\d+)", re.IGNORECASE)
 _TORCHRUN_LAYOUT = re.compile(r"attempt_\d+/(\d+)/(?:stdout\.log|stderr\.log|error\.json)$")
 
@@ -173,6 +182,7 @@ def _scan_error_json(path: Path, scanner: LogScanner, src: LogSource, redactor: 
 
 
 def _expand(paths: list[str]) -> Iterator[str]:
+    """The files to read: those named, and every file under a named folder (hidden ones aside)."""
     count = 0
     for p in paths:
         if p == "-":
@@ -181,22 +191,17 @@ def _expand(paths: list[str]) -> Iterator[str]:
         path = Path(p)
         if path.is_dir():
             for root, dirs, files in os.walk(path):
-                dirs.sort()
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
-                    full = Path(root, name)
-                    if full.suffix.lower() not in _TEXT_SUFFIXES and not re.search(
-                        r"\.(log|out|err|txt)\.\d+$", name
-                    ):
-                        continue
-                    if full.suffix.lower() == ".json" and name != "error.json":
+                    if name.startswith(".") or _SKIPPED_NAME.search(name):
                         continue
                     count += 1
                     if count > MAX_FILES:
                         raise InvalidInput(
-                            f"{p} holds more than {MAX_FILES} log files.",
+                            f"{p} holds more than {MAX_FILES} files.",
                             fix="Pass the job's own log directory (or a few files), not a whole tree.",
                         )
-                    yield str(full)
+                    yield str(Path(root, name))
         elif path.exists():
             yield p
         else:
@@ -206,28 +211,46 @@ def _expand(paths: list[str]) -> Iterator[str]:
             )
 
 
-def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int = 50) -> TriageReport:
-    """Triage logs into findings, suspect ranks and a summary (MCP ``triage_logs``, CLI ``rankscope triage``)."""
-    if not paths and text is None:
-        raise InvalidInput(
-            "No logs given.", fix="Pass log files, directories of per-rank logs, or '-' to read stdin."
-        )
-    if max_findings < 1:
-        raise InvalidInput(
-            f"max_findings must be at least 1, not {max_findings}.", fix="Pass a positive number."
-        )
-    redactor = Redactor()
-    scanner = LogScanner(redact=redactor.text)
+_SKIPPED_NAME = re.compile(
+    r"\.(gz|zst|bz2|xz|zip|tar|so|pt|pth|safetensors|bin|npy|npz|png|jpg|pickle\.tmp\d*)$"
+)
+_PYSPY_TEXT = re.compile(rb"^Process \d+: ", re.MULTILINE)
+
+
+def kind_of(path: Path) -> SourceKind:
+    """What a file a dead job left is, from its first bytes: a log, an error.json, a flight-recorder
+    dump (pickle, or JSON with pg_config), py-spy output, or a saved rankscope answer."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8192)
+    except OSError:
+        return "file"  # the log reader says why it could not be read
+    lead = head.lstrip()[:1]
+    if head[:1] == b"\x80":  # a pickle: a recorder dump starts with its "version" key, a checkpoint does not
+        return "flight_dump" if b"version" in head[:256] or b"pg_config" in head else "file"
+    if lead == b"{":
+        if b'"pg_config"' in head or (b'"entries"' in head and b'"version"' in head):
+            return "flight_dump"
+        if path.name == "error.json" or b'"message"' in head[:200]:
+            return "error_json"
+        return "answer"
+    if lead == b"[" and path.suffix == ".json":
+        return "saved_stacks"  # py-spy dump --json
+    if _PYSPY_TEXT.match(head.lstrip()):
+        return "saved_stacks"
+    return "file"
+
+
+def _read_logs(
+    files: list[str], text: str | None, scanner: LogScanner, redactor: Redactor
+) -> list[LogSource]:
+    """Scan the logs, error files and stdin; every source read, with why it was skipped if it was."""
     sources: list[LogSource] = []
-    started = time.monotonic()
     if text is not None:
         src = LogSource(path="<text>", kind="text")
-        data = text.encode("utf-8", "replace")
-        import io
-
-        _scan_stream(io.BytesIO(data), scanner, src)
+        _scan_stream(io.BytesIO(text.encode("utf-8", "replace")), scanner, src)
         sources.append(src)
-    for p in _expand(list(paths)):
+    for p in files:
         if p == "-":
             src = LogSource(path="-", kind="stdin")
             _scan_stream(sys.stdin.buffer, scanner, src)
@@ -248,29 +271,127 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
                 _scan_stream(fh, scanner, src)
         except OSError as exc:
             src.skipped = f"unreadable: {exc.strerror or exc}"
+    return sources
+
+
+def _read_flight(files: list[str], sources: list[LogSource]) -> FlightReport | None:
+    """The recorder's own analysis of the dumps among the files (None when there are none)."""
+    if not files:
+        return None
+    from rankscope.analysis.flight import analyze
+    from rankscope.capabilities.flight import read_dumps
+
+    dumps, errors = read_dumps(files)
+    read = {d.path: d.rank for d in dumps}
+    for p in files:
+        src = LogSource(path=p, kind="flight_dump", rank_hint=read.get(p), bytes=_size(p))
+        if p not in read:
+            src.skipped = next((e.message for e in errors if e.message.startswith(p)), "not a readable dump")
+        sources.append(src)
+    return analyze(dumps, errors) if dumps else None
+
+
+def _read_stacks(files: list[str], sources: list[LogSource]) -> StacksReport | None:
+    """The hang analysis of saved stacks among the files (None when there are none or none parse)."""
+    if not files:
+        return None
+    from rankscope.capabilities.saved_stacks import stacks_from_files
+
+    try:
+        report = stacks_from_files(files)
+    except InvalidInput as exc:
+        sources.extend(LogSource(path=p, kind="saved_stacks", skipped=exc.message) for p in files)
+        return None
+    for p in files:
+        err = next((e.message for e in report.errors if e.message.startswith(p)), None)
+        sources.append(
+            LogSource(path=p, kind="saved_stacks", rank_hint=rank_hint(p), bytes=_size(p), skipped=err)
+        )
+    return report if report.job.ranks else None
+
+
+def _size(path: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
+def _sorted_files(paths: list[str]) -> dict[SourceKind, list[str]]:
+    """The files under ``paths`` by what they are (stdin is a log)."""
+    kinds: dict[SourceKind, list[str]] = {}
+    for p in _expand(list(paths)):
+        kind: SourceKind = "file" if p == "-" else kind_of(Path(p))
+        kinds.setdefault("file" if kind == "error_json" else kind, []).append(p)
+    return kinds
+
+
+def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int = 50) -> TriageReport:
+    """One verdict for a failed job from what it left (MCP ``triage_logs``, CLI ``rankscope triage``):
+    logs, torchrun's log folder, error.json, flight-recorder dumps and saved stacks, in any mix."""
+    if not paths and text is None:
+        raise InvalidInput(
+            "No logs given.", fix="Pass log files, directories of per-rank logs, or '-' to read stdin."
+        )
+    if max_findings < 1:
+        raise InvalidInput(
+            f"max_findings must be at least 1, not {max_findings}.", fix="Pass a positive number."
+        )
+    redactor = Redactor()
+    scanner = LogScanner(redact=redactor.text)
+    started = time.monotonic()
+    files = _sorted_files(paths)
+    sources = _read_logs(files.get("file", []), text, scanner, redactor)
+    sources.extend(LogSource(path=p, kind="answer", skipped=_ANSWER) for p in files.get("answer", []))
+    flight = _read_flight(files.get("flight_dump", []), sources)
+    stack_files = [*files.get("saved_stacks", []), *sorted(scanner.stack_sources - {"-", "<text>"})]
+    stacks = _read_stacks(stack_files, sources)
     findings = scanner.findings()
     failures = scanner.failures()
     conc = conclude(findings, failures, scanner.seen_ranks, scanner.world_size)
+    post = combine(conc, findings, flight.verdict if flight else None, stacks.verdict if stacks else None)
+    return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
+
+
+_ANSWER = "a JSON file that is not the job's own output (a saved rankscope answer?); not read"
+
+
+def _report(
+    sources: list[LogSource],
+    findings: list[Finding],
+    failures: list[FailureRecord],
+    scanner: LogScanner,
+    post: PostMortem,
+    flight: FlightReport | None,
+    stacks: StacksReport | None,
+    max_findings: int,
+    started: float,
+) -> TriageReport:
     kinds: dict[str, int] = {}
     for f in findings:
         kinds[f.kind] = kinds.get(f.kind, 0) + 1
     dropped = max(0, len(findings) - max_findings)
     elapsed = time.monotonic() - started
     total_bytes = sum(s.bytes for s in sources)
-    summary = conc.summary
-    if not findings and sources and all(s.skipped for s in sources):
+    summary = post.summary
+    if not findings and flight is None and stacks is None and sources and all(s.skipped for s in sources):
         summary = "Nothing was analysed: " + "; ".join(f"{s.path}: {s.skipped}" for s in sources)
+    seen = set(scanner.seen_ranks) | (set(flight.ranks) if flight else set())
     return TriageReport(
         sources=sources,
         findings=findings[:max_findings],
         kinds=kinds,
-        suspect_ranks=conc.suspect_ranks,
-        victim_ranks=conc.victim_ranks,
-        seen_ranks=sorted(scanner.seen_ranks),
+        suspect_ranks=post.suspect_ranks,
+        victim_ranks=post.victim_ranks,
+        seen_ranks=sorted(seen),
         failures=failures,
         summary=summary,
-        evidence=conc.evidence,
-        next_steps=conc.next_steps,
+        decided_by=post.decided_by,
+        playbook=post.playbook,
+        evidence=post.evidence,
+        flight=flight.verdict if flight else None,
+        stacks=stacks.verdict if stacks else None,
+        next_steps=post.next_steps,
         truncated=dropped > 0,
         dropped_findings=dropped,
         stats={

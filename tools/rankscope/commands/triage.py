@@ -10,11 +10,17 @@ from rankscope.render.triage import render_triage
 
 class TriageCommand(Command):
     name = "triage"
-    help = "triage logs (files, per-rank log directories, '-' for stdin, error.json) into findings and suspect ranks"
+    help = (
+        "one verdict for a dead job from what it left (logs, torchrun's log folder, error.json, "
+        "flight-recorder dumps, saved stacks; a folder is enough, '-' for stdin)"
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "paths", nargs="+", metavar="PATH", help="log files, directories, error.json, or '-' for stdin"
+            "paths",
+            nargs="+",
+            metavar="PATH",
+            help="files or folders: logs, error.json, recorder dumps, saved stacks, or '-' for stdin",
         )
         parser.add_argument(
             "--max-findings", type=int, default=50, help="at most this many findings (default 50)"

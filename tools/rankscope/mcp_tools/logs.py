@@ -14,18 +14,24 @@ from rankscope.models.logs import TriageReport
 @guard
 async def triage_logs(
     paths: Annotated[
-        list[str] | None, arg("Log files or directories (per-rank logs, torchrun --log_dir, error.json).")
+        list[str] | None,
+        arg(
+            "Files or folders a dead job left, in any mix: logs, torchrun --log_dir, error.json, "
+            "flight-recorder dumps, saved stacks (py-spy). A folder is enough."
+        ),
     ] = None,
     text: Annotated[str | None, arg("Pasted log text, instead of (or with) paths.")] = None,
     max_findings: Annotated[int, arg("Most findings to return, most important first.")] = 50,
     full: Full = False,
 ) -> TriageReport:
-    """Triage the logs of a failed distributed PyTorch job: files, directories of per-rank logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), torchelastic error.json.
+    """One verdict for a dead distributed PyTorch job from everything it left: logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), error.json, flight-recorder dumps and saved stacks, read together.
 
-    Returns findings (collective_timeout, peer_closed, cuda_oom,
-    killed_by_signal, ...) with ranks, facts and next steps, and
-    suspect_ranks: the ranks most likely at the root (victims that merely saw
-    a closed peer or waited in a collective are listed separately).
+    Returns suspect_ranks with the summary and evidence (victims that merely
+    saw a closed peer or waited in a collective are listed separately),
+    decided_by (which source decided: the recorder outranks stacks and logs),
+    playbook (the one skill section to read), each source's own verdict
+    (flight, stacks), and findings (collective_timeout read per rank,
+    duplicate_gpu, device_assert, thread_died, cuda_oom, ...) with facts.
     """
     report = await in_thread(api.triage_logs, list(paths or []), text=text, max_findings=max_findings)
     if full:

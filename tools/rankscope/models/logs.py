@@ -6,9 +6,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rankscope.models.core import Finding, Model, NextStep
+from rankscope.models.core import Finding, Model, NextStep, Verdict
 
-SourceKind = Literal["file", "stdin", "text", "error_json"]
+SourceKind = Literal["file", "stdin", "text", "error_json", "flight_dump", "saved_stacks", "answer"]
+"""``file`` a log; ``flight_dump`` a flight-recorder dump; ``saved_stacks`` py-spy or faulthandler
+output; ``answer`` a rankscope answer saved to a file (not read: it is not the job's own output)."""
+DecidedBy = Literal["logs", "flight_recorder", "stacks"]
 
 
 class LogSource(Model):
@@ -61,8 +64,20 @@ class TriageReport(Model):
         default_factory=list, description="torchrun / error.json failure records."
     )
     summary: str = ""
+    decided_by: DecidedBy | None = Field(
+        default=None,
+        description="Which source decided suspect_ranks when several were read: the flight recorder "
+        "outranks saved stacks, which outrank the logs, where they disagree.",
+    )
+    playbook: str | None = Field(default=None, description="The one skill section to read next.")
     evidence: list[str] = Field(
         default_factory=list, description="The reasons behind suspect_ranks, one per line."
+    )
+    flight: Verdict | None = Field(
+        default=None, description="The flight-recorder dumps' own verdict, when dumps were read."
+    )
+    stacks: Verdict | None = Field(
+        default=None, description="The saved stacks' own verdict, when stack files were read."
     )
     next_steps: list[NextStep] = Field(default_factory=list)
     truncated: bool = Field(

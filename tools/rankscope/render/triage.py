@@ -19,6 +19,8 @@ def render_triage(r: TriageReport) -> Iterator[str]:
             yield f"  skipped {s.path}: {s.skipped}"
     yield ""
     yield f"Summary: {r.summary}"
+    if r.decided_by:
+        yield f"Decided by: {r.decided_by.replace('_', ' ')}"
     yield f"Suspect ranks: {', '.join(map(str, r.suspect_ranks)) or '-'}    Victims: {', '.join(map(str, r.victim_ranks)) or '-'}"
     for e in r.evidence:
         yield f"  - {e}"
@@ -38,4 +40,11 @@ def render_triage(r: TriageReport) -> Iterator[str]:
             yield f"    fix: {f.fix}"
     if r.truncated:
         yield f"... {r.dropped_findings} more findings left out (use --max-findings)."
+    for name, verdict in (("Flight recorder", r.flight), ("Saved stacks", r.stacks)):
+        if verdict is not None:
+            suspects = ", ".join(map(str, verdict.suspect_ranks)) or "-"
+            yield ""
+            yield f"{name}: {verdict.kind}  suspects: {suspects}"
     yield from render_next_steps(r.next_steps)
+    if r.playbook:
+        yield f"Read next: {r.playbook}"

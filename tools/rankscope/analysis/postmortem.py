@@ -1,0 +1,151 @@
+"""One verdict for a dead job from everything it left: the logs, the recorder's dumps, saved stacks.
+
+Each source is read by its own analysis (``analysis.logs.conclude``, ``analysis.flight.analyze``,
+``analysis.stacks.analyze``); this module only decides which of their answers leads. The flight
+recorder outranks the others where they disagree: it records, per rank, every collective it
+issued, its sizes and its state, while a log holds what each rank chose to print and saved stacks
+hold one moment. Saved stacks outrank logs that name nobody (a rank blocked on a queue prints
+nothing). A log that names a rank which failed on its own (an OOM, a CUDA error) keeps its
+suspects when the recorder only says every rank waits in the same collective. Pure: verdicts in,
+one answer out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankscope.analysis.log_rules import SECTIONS
+from rankscope.analysis.logs import Conclusion
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.models.core import Finding, NextStep, Verdict
+from rankscope.models.logs import DecidedBy
+
+SPECIFIC = ("mismatched_collectives", "divergent_ranks")
+"""Verdicts that name the rank and what it did differently."""
+_NAMES: dict[DecidedBy, str] = {
+    "flight_recorder": "flight recorder",
+    "stacks": "saved stacks",
+    "logs": "logs",
+}
+_HANG_PLAYBOOK = "skill/communication-errors.md#collective-timeout"
+DEAD_JOB_PLAYBOOK = "skill/crashes.md#dead-job"
+
+
+@dataclass(frozen=True)
+class PostMortem:
+    """The answer's top: who, why, decided by which source, and where to read on."""
+
+    suspect_ranks: list[int]
+    victim_ranks: list[int]
+    summary: str
+    decided_by: DecidedBy | None
+    evidence: list[str]
+    next_steps: list[NextStep]
+    playbook: str | None
+
+
+def _decider(
+    logs: Conclusion, findings: list[Finding], flight: Verdict | None, stacks: Verdict | None
+) -> tuple[DecidedBy, Verdict | None]:
+    """Which source leads, and its verdict (None for the logs, whose answer is the Conclusion)."""
+    if flight is not None and flight.kind in SPECIFIC:
+        return "flight_recorder", flight
+    if stacks is not None and stacks.kind in SPECIFIC and not logs.suspect_ranks:
+        return "stacks", stacks
+    if logs.suspect_ranks:
+        return "logs", None
+    others = _others(flight, stacks)
+    for name, verdict in others:
+        if verdict is not None and verdict.suspect_ranks:
+            return name, verdict
+    for name, verdict in others:
+        if verdict is not None and verdict.kind != "inconclusive":
+            return name, verdict
+    if not findings:  # nothing in the logs: the other source's own answer, even an unsure one
+        for name, verdict in others:
+            if verdict is not None:
+                return name, verdict
+    return "logs", None
+
+
+def _others(flight: Verdict | None, stacks: Verdict | None) -> list[tuple[DecidedBy, Verdict | None]]:
+    return [("flight_recorder", flight), ("stacks", stacks)]
+
+
+def _playbook(decided_by: DecidedBy, findings: list[Finding], suspects: list[int]) -> str | None:
+    """One skill section: the decisive finding's on the logs, the timeout playbook on a hang."""
+    if decided_by != "logs":
+        return _HANG_PLAYBOOK
+    for f in findings:
+        if f.severity != "info" and f.kind in SECTIONS and (not f.ranks or set(f.ranks) & set(suspects)):
+            if f.kind != "child_failed" and (suspects or not f.ranks):
+                return SECTIONS[f.kind]
+    return DEAD_JOB_PLAYBOOK if findings else None
+
+
+def _thread_owner(findings: list[Finding], suspects: list[int], decided_by: DecidedBy) -> list[str]:
+    """A dead thread the log names no rank for (no [rankN]: prefix), beside one suspect from another
+    source: most likely that rank's thread; said as a likelihood, not a fact."""
+    if decided_by == "logs" or len(suspects) != 1:
+        return []
+    return [
+        f"the log's dead thread {f.facts.get('thread', '?')} names no rank; rank {suspects[0]}, the one the "
+        f"{_NAMES[decided_by]} single out, most likely owned it"
+        for f in findings
+        if f.kind == "thread_died" and not f.ranks
+    ]
+
+
+def _steps(*lists: list[NextStep]) -> list[NextStep]:
+    out: list[NextStep] = []
+    seen: set[tuple[str | None, str | None]] = set()
+    for steps in lists:
+        for s in steps:
+            if (s.tool, s.skill_section) not in seen:
+                seen.add((s.tool, s.skill_section))
+                out.append(s)
+    return out[:6]
+
+
+def combine(
+    logs: Conclusion, findings: list[Finding], flight: Verdict | None, stacks: Verdict | None
+) -> PostMortem:
+    """The one answer: the leading source's suspects and summary, every source's evidence."""
+    several = flight is not None or stacks is not None
+    decided_by, lead = _decider(logs, findings, flight, stacks)
+    if lead is None:
+        suspects, summary, evidence = logs.suspect_ranks, logs.summary, list(logs.evidence)
+        steps = _steps(logs.next_steps)
+    else:
+        name = _NAMES[decided_by]
+        suspects = list(lead.suspect_ranks)
+        summary = f"From the {name}: {lead.summary}."
+        if findings:
+            summary += f" Logs: {logs.summary}"
+        elif several:
+            summary += " The logs hold no known failure pattern."
+        evidence = [f"{name}: {e}" for e in lead.evidence] + list(logs.evidence)
+        done = {"triage_logs", *(["analyze_flight_recorder"] if flight is not None else [])}
+        steps = [
+            s for s in _steps(lead.next_steps, logs.next_steps) if s.tool not in done
+        ]  # this call did them
+        if logs.suspect_ranks and set(logs.suspect_ranks) != set(suspects):
+            evidence.append(
+                f"the logs named {ranks_phrase(logs.suspect_ranks)}; the {name} outranks them here"
+            )
+    evidence.extend(_thread_owner(findings, suspects, decided_by))
+    for other, verdict in _others(flight, stacks):
+        if verdict is not None and verdict is not lead:
+            evidence.append(f"{_NAMES[other]} ({verdict.kind}): {verdict.summary}")
+    return PostMortem(
+        suspect_ranks=suspects,
+        victim_ranks=sorted(set(logs.victim_ranks) - set(suspects)),
+        summary=summary,
+        decided_by=decided_by if several else None,
+        evidence=evidence,
+        next_steps=steps,
+        playbook=_playbook(decided_by, findings, suspects),
+    )
+
+
+__all__ = ["DEAD_JOB_PLAYBOOK", "SPECIFIC", "PostMortem", "combine"]

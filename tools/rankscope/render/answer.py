@@ -37,6 +37,7 @@ def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
         "FlightReport": ("flight", "render_flight"),
         "MemoryReport": ("memory", "render_memory"),
         "BudgetReport": ("memory", "render_budget"),
+        "SkillSection": ("skill", "render_skill"),
     }
     where = table.get(name)
     if where is None:

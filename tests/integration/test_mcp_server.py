@@ -19,8 +19,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from rankscope.mcp_server import build_server
 from rankscope.capabilities.skill import all_sections
+from rankscope.mcp_server import build_server
 from rankscope.resources import playbooks_dir, skill_md
 from tests.jobs import JobFactory
 

@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
+from rankscope.capabilities.skill import all_sections
 from rankscope.mcp_server import build_server
 from rankscope.resources import playbooks_dir, skill_md
 from tests.jobs import JobFactory
@@ -146,7 +147,8 @@ def test_resources_serve_skill_md_and_every_playbook() -> None:
     expected = ["rankscope://skill/SKILL.md"] + [
         f"rankscope://skill/{p.name}" for p in sorted(playbooks_dir().glob("*.md"))
     ]
-    assert sorted(listed) == sorted(expected)
+    sections = [f"rankscope://{s.link}" for s in all_sections()]  # each section is a resource of its own
+    assert sorted(listed) == sorted(expected + sections)
     assert "rankscope://skill/hangs.md" in listed
     original = skill_md().read_text(encoding="utf-8")
     served = texts["rankscope://skill/SKILL.md"]
@@ -161,7 +163,8 @@ def test_playbook_links_with_a_section_resolve() -> None:
         res = await c.read_resource("rankscope://skill/hangs.md#nccl-hangs")
         return getattr(res.contents[0], "text", "")
 
-    assert "## NCCL hangs" in with_client(read)
+    text = with_client(read)
+    assert text.startswith("## NCCL hangs") and "## Mismatched collectives" not in text  # the section alone
 
 
 def test_prompts_for_the_main_procedures() -> None:

@@ -613,3 +613,60 @@ def test_compiled_graph_waiting_in_a_functional_collective() -> None:
     # the call site is the compiled function in the job's code, not inductor's generated file
     assert waiting.call_site and waiting.call_site.file.endswith("hang_compiled.py")
     assert waiting.call_site.function == "step"
+
+
+def _rank_in_all_reduce(rank: int, torch_line: int, state: str = "sleeping") -> RankStack:
+    frames = [
+        py("all_reduce", "torch/distributed/distributed_c10d.py", torch_line),
+        py("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py", 83),
+        py("train_step", USER, 40),
+        py("main", USER, 80),
+    ]
+    thread = ThreadStack(thread_id=1, is_main=True, frames=frames)
+    return RankStack(rank=rank, pid=100 + rank, host="h", state=state, threads=[thread])  # type: ignore[arg-type]
+
+
+def test_one_collective_is_one_group_whatever_torch_line_each_rank_stopped_on() -> None:
+    """Ranks stopped at distributed_c10d.py:3230 and :3252 inside all_reduce wait in one collective:
+    groups key on the user's frames, not on torch-internal line numbers."""
+    stacks = [_rank_in_all_reduce(r, 3230 if r < 2 else 3252) for r in range(4)]
+    job = Job(job_id="j", world_size=4, backend="gloo")
+    report = analyze(job, stacks, [])
+    assert [g.ranks for g in report.groups] == [[0, 1, 2, 3]]
+    assert [g.ranks for g in report.stack_groups] == [[0, 1, 2, 3]]
+    # a different line in the user's own code is a different group
+    moved = [*stacks[:3], _rank_in_all_reduce(3, 3230).model_copy(deep=True)]
+    moved[3].threads[0].frames[2] = py("train_step", USER, 44)
+    assert len(analyze(job, moved, []).stack_groups) == 2
+
+
+def test_one_state_per_rank_in_one_answer() -> None:
+    """Discovery read `running`; the dump read `sleeping`: the answer says `sleeping` in both places."""
+    stacks = [_rank_in_all_reduce(r, 3230) for r in range(2)]
+    procs = [RankProcess(rank=r, pid=100 + r, host="h", state="running") for r in range(2)]
+    report = analyze(Job(job_id="j", world_size=2, backend="gloo", ranks=procs), stacks, [])
+    assert {r.state for r in report.job.ranks} == {"sleeping"} == {s.state for s in report.stacks}
+
+
+def _nccl_words(report: StacksReport) -> list[str]:
+    v = report.verdict
+    texts = [v.summary, *(s.action for s in v.next_steps)]
+    return [t for t in texts if "NCCL" in t] + [
+        s.tool or "" for s in v.next_steps if s.tool == "analyze_flight_recorder"
+    ]
+
+
+def test_a_gloo_job_is_not_told_about_nccl() -> None:
+    """On gloo, the verdict and its next steps speak of gloo: no NCCL transport, no NCCL recorder dumps."""
+    same = [_rank_in_all_reduce(r, 3230) for r in range(4)]
+    report = analyze(Job(job_id="j", world_size=4, backend="gloo"), same, [])
+    assert report.verdict.kind == "all_in_same_collective"
+    assert _nccl_words(report) == [] and "Gloo transport" in report.verdict.summary
+    odd = [*same[:3], _rank_in_all_reduce(3, 3230).model_copy(deep=True)]
+    odd[3].threads[0].frames[0] = py("barrier", "torch/distributed/distributed_c10d.py", 4000)
+    odd[3].threads[0].frames[2] = py("sync", USER, 12)
+    mismatched = analyze(Job(job_id="j", world_size=4, backend="gloo"), odd, [])
+    assert mismatched.verdict.kind == "mismatched_collectives" and _nccl_words(mismatched) == []
+    # the same stacks on NCCL keep the NCCL steps
+    nccl = analyze(Job(job_id="j", world_size=4, backend="nccl"), same, [])
+    assert any(s.tool == "analyze_flight_recorder" for s in nccl.verdict.next_steps)

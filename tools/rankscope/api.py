@@ -48,7 +48,9 @@ EXPORTS: dict[str, str] = {
     "redact_model": "rankscope.runtime.redact",
     # the two forms of an MCP answer (text block, structured content), bounded
     "shape_answer": "rankscope.render.answer",
-    # the bundled skill files (MCP resources)
+    # the bundled skill files (MCP resources) and one section of them at a time
+    "read_skill": "rankscope.capabilities.skill",
+    "all_sections": "rankscope.capabilities.skill",
     "skill_md": "rankscope.resources",
     "playbooks_dir": "rankscope.resources",
 }
@@ -74,6 +76,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.repro import repro_from_report as repro_from_report
     from rankscope.capabilities.repro import verify_repro as verify_repro
     from rankscope.capabilities.saved_stacks import stacks_from_files as stacks_from_files
+    from rankscope.capabilities.skill import all_sections as all_sections
+    from rankscope.capabilities.skill import read_skill as read_skill
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
     from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions

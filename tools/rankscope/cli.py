@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "mcp",
     "mcp-config": "mcp",
     "install-skill": "install",
+    "skill": "skill",
 }
 """The one command registry, in --help order: command name -> the module under
 ``rankscope.commands`` whose ``COMMANDS`` defines it, so one command loads one module

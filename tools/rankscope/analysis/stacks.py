@@ -47,6 +47,7 @@ from rankscope.models.core import (
     Job,
     ProcState,
     RankError,
+    RankProcess,
     RankStack,
     StacksReport,
 )
@@ -367,14 +368,22 @@ def _strip(frames: list[Frame]) -> list[Frame]:
     return [f.model_copy(update={"locals": None}) if f.locals else f for f in frames]
 
 
+def _stack_key(frame: Frame) -> tuple[str, str, int]:
+    """A frame's identity for whole-stack groups: the user's frames by line, library frames by
+    function only, so two ranks stopped on different lines inside one torch function (all_reduce
+    at distributed_c10d.py:3230 and :3252) are one group, as they are one collective."""
+    key = _frame_key(frame)
+    return key if is_user_frame(frame) else (key[0], key[1], 0)
+
+
 def group_by_stack(stacks: list[RankStack]) -> list[Group]:
-    """Ranks whose whole main-thread stacks are identical, for the collapsed display."""
+    """Ranks whose main-thread stacks are the same in the job's own frames, for the collapsed display."""
     buckets: dict[tuple[tuple[str, str, int], ...], list[RankStack]] = defaultdict(list)
     for s in stacks:
         thread = main_thread(s)
         if s.rank is None or thread is None:
             continue
-        buckets[tuple(_frame_key(f) for f in thread.frames)].append(s)
+        buckets[tuple(_stack_key(f) for f in thread.frames)].append(s)
     groups: list[Group] = []
     for members in buckets.values():
         first = members[0]
@@ -389,6 +398,19 @@ def group_by_stack(stacks: list[RankStack]) -> list[Group]:
         )
     groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0] if g.ranks else 0))
     return groups
+
+
+def one_state(ranks: list[RankProcess], stacks: list[RankStack]) -> list[RankProcess]:
+    """``job.ranks`` with each rank's state as read at dump time, the state its stack reports.
+
+    Discovery reads a state too, earlier; one answer saying a rank is ``running`` in ``job.ranks``
+    and ``sleeping`` in ``stacks`` makes a reader wonder which to trust, so the later one wins.
+    """
+    seen = {s.pid: s.state for s in stacks if s.state != "unknown"}
+    return [
+        r.model_copy(update={"state": seen[r.pid]}) if seen.get(r.pid, r.state) != r.state else r
+        for r in ranks
+    ]
 
 
 def analyze(
@@ -428,7 +450,13 @@ def analyze(
     else:
         missing = set(job.missing_ranks)
     missing |= exited
-    job = job.model_copy(update={"missing_ranks": sorted(missing), "exited_ranks": sorted(exited)})
+    job = job.model_copy(
+        update={
+            "missing_ranks": sorted(missing),
+            "exited_ranks": sorted(exited),
+            "ranks": one_state(job.ranks, annotated),
+        }
+    )
     if backend is not None and job.backend is None:
         job = job.model_copy(update={"backend": backend})
 

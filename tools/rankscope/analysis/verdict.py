@@ -129,6 +129,18 @@ def _step(action: str, tool: str | None, section: str) -> NextStep:
     return NextStep(action=action, tool=tool, skill_section=f"{_PLAYBOOK}#{section}")
 
 
+def _on_gloo(backend: Backend | None) -> bool:
+    """The job runs gloo only: NCCL's transport and recorder dumps are not its words or its steps."""
+    return backend == "gloo"
+
+
+def _transport(backend: Backend | None) -> str:
+    """The transport a stuck collective may wait on, named for this job's backend."""
+    if backend in ("nccl", "gloo"):
+        return f"the network or the {'NCCL' if backend == 'nccl' else 'Gloo'} transport"
+    return "the network or the backend's transport (NCCL or Gloo)"
+
+
 @dataclass
 class Facts:
     """Everything the rules read, computed once from one capture."""
@@ -685,10 +697,16 @@ def rule_mismatched(f: Facts) -> Verdict | None:
                 None,
                 "mismatched-collectives",
             ),
-            _step(
-                "On NCCL jobs, confirm with the flight recorder which collective sequence number diverged.",
-                "analyze_flight_recorder",
-                "mismatched-collectives",
+            *(
+                []
+                if _on_gloo(f.backend)
+                else [
+                    _step(
+                        "On NCCL jobs, confirm with the flight recorder which collective sequence number diverged.",
+                        "analyze_flight_recorder",
+                        "mismatched-collectives",
+                    )
+                ]
             ),
             _step(
                 "Write a minimal repro of the mismatch to verify the fix.",
@@ -968,12 +986,13 @@ def rule_all_in_same(f: Facts) -> Verdict | None:
         return None
     g = f.op_groups[0]
     if g.op in P2P_DIRECTION:
-        return _all_in_same_p2p(g, f.waits, f.evidence)
+        return _all_in_same_p2p(g, f.waits, f.evidence, f.backend)
     if f.backend in ("nccl", "mixed"):
         return _nccl_same_line(f, g)
     summary = (
         f"all {len(g.ranks)} ranks wait in {g.op} at {short_site(g.call_site)}: the ranks agree, so the hang is "
-        "elsewhere (a rank on another host, the network or NCCL transport, or a GPU)"
+        f"elsewhere (a rank on another host, {_transport(f.backend)}"
+        + (")" if _on_gloo(f.backend) else ", or a GPU)")
     )
     return Verdict(
         kind="all_in_same_collective",
@@ -988,17 +1007,23 @@ def rule_all_in_same(f: Facts) -> Verdict | None:
                 "all-in-same-collective",
             ),
             _step(
-                "Check the communication environment (NCCL/Gloo variables, interfaces, versions).",
+                "Check the communication environment (the backend's variables, interfaces, versions).",
                 "collect_env",
                 "all-in-same-collective",
             ),
-            _step(
-                "Read the flight recorder dumps (NCCL) to see which rank did not complete the collective.",
-                "analyze_flight_recorder",
-                "all-in-same-collective",
+            *(
+                []
+                if _on_gloo(f.backend)
+                else [
+                    _step(
+                        "Read the flight recorder dumps (NCCL) to see which rank did not complete the collective.",
+                        "analyze_flight_recorder",
+                        "all-in-same-collective",
+                    )
+                ]
             ),
             _step(
-                "Search the logs for NCCL/Gloo transport errors and watchdog messages.",
+                "Search the logs for transport errors and watchdog messages.",
                 "triage_logs",
                 "all-in-same-collective",
             ),
@@ -1058,7 +1083,7 @@ def rule_no_collective(f: Facts) -> Verdict:
         "compute, data loading, a lock, a queue or I/O"
         + (
             ""
-            if f.nccl
+            if f.nccl or _on_gloo(f.backend)
             else " (on an NCCL job, dump with --native: a CPU waiting for the GPU looks like this)"
         ),
         evidence=f.evidence,
@@ -1178,7 +1203,7 @@ def _describe_many(groups: list[Group]) -> str:
     return "; ".join(_describe(g) for g in groups)
 
 
-def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
+def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str], backend: Backend | None = None) -> Verdict:
     """Every rank blocked in the same send (or recv) at the same line.
 
     Unlike a collective, this is rarely the transport: a blocking recv returns only once
@@ -1196,7 +1221,7 @@ def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
         summary = (
             f"{where}, so no rank {other}: a blocking {direction} returns only when its peer {other[:-1]}s, so "
             f"unless the matching {other[:-1]}s were posted earlier (isend/irecv) this is a send/recv ordering "
-            "deadlock in the program; otherwise the transport (network or NCCL) is stuck"
+            f"deadlock in the program; otherwise {_transport(backend)} is stuck"
         )
     steps = [
         _step(
@@ -1221,10 +1246,17 @@ def _all_in_same_p2p(g: Group, waits: Waits, evidence: list[str]) -> Verdict:
             "collect_env",
             "all-in-same-collective",
         ),
-        _step(
-            "On NCCL, read the flight recorder: its send/recv entries show which pairs were posted and never matched.",
-            "analyze_flight_recorder",
-            "point-to-point-deadlock",
+        *(
+            []
+            if _on_gloo(backend)
+            else [
+                _step(
+                    "On NCCL, read the flight recorder: its send/recv entries show which pairs were posted and never "
+                    "matched.",
+                    "analyze_flight_recorder",
+                    "point-to-point-deadlock",
+                )
+            ]
         ),
         _step(
             "Verify the diagnosis with a minimal repro of the exchange (generate_repro from this report).",

@@ -41,9 +41,11 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print the answer as compact JSON, bounded like the MCP tool's (8 KB; left_out says what was cut)",
+        help="print the answer as compact JSON, at most 8 KB like the MCP tool's (left_out names what was cut)",
     )
-    parser.add_argument("--full", action="store_true", help="with --json: the whole answer, unbounded")
+    parser.add_argument(
+        "--full", action="store_true", help="with --json: the whole answer, past the 8 KB bound"
+    )
 
 
 M = TypeVar("M", bound=BaseModel)

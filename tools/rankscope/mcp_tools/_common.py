@@ -82,8 +82,11 @@ def arg(description: str) -> Any:
     return Field(description=description)
 
 
-Full = Annotated[bool, arg("Return the whole answer, unbounded (can be large).")]
-"""Every tool takes ``full``: by default an answer is bounded (8 KB) and says what it left out."""
+Full = Annotated[
+    bool,
+    arg("Return the whole answer. Without it every answer is at most 8 KB and left_out names what was cut."),
+]
+"""Every tool takes ``full``: by default an answer is at most 8 KB and says what it left out."""
 
 
 def tool_error(exc: BaseException) -> ToolError:

@@ -1,8 +1,9 @@
 """The skill over MCP: SKILL.md and its playbooks as resources, the procedures as prompts.
 
 For harnesses without Agent Skills support, the same decision procedure is
-reachable through MCP: ``rankscope://skill/SKILL.md`` and
-``rankscope://skill/<playbook>.md`` are resources read from the installed
+reachable through MCP: ``rankscope://skill/SKILL.md``,
+``rankscope://skill/<playbook>.md`` and each section,
+``rankscope://skill/<playbook>.md#<anchor>``, are resources read from the installed
 files (so they never drift from SKILL.md), and each main procedure is a prompt
 that starts the agent on the right first tool.
 """
@@ -14,6 +15,7 @@ import re
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.mcpserver.resources import FileResource, TextResource
 
 from rankscope import api
@@ -96,24 +98,42 @@ def _links_beside(text: str) -> str:
 
 
 def _register_section_template(server: MCPServer) -> None:
-    """``rankscope://skill/hangs.md#nccl-hangs``: a link with a section reads the whole playbook (the
-    plain ``rankscope://skill/hangs.md`` is a resource of its own)."""
+    """One resource per playbook section, ``rankscope://skill/hangs.md#progress-counters`` (what every
+    ``skill_section`` in an answer names, with ``rankscope://`` in front), and a template that reads
+    any other spelling of a section the same way: a section, never the whole playbook, is read."""
+    try:
+        sections = api.all_sections()
+    except (RankscopeError, OSError) as exc:
+        log.warning("skill sections unavailable: %s", exc)
+        sections = []
+    for section in sections:
+        server.add_resource(
+            TextResource(
+                uri=f"rankscope://{section.link}",
+                name=section.ref,
+                title=section.title,
+                description=f"One section of skill/{section.playbook}.md.",
+                mime_type="text/markdown",
+                text=section.text,
+            )
+        )
 
     @server.resource(
         URI_PREFIX + "{name}{#section}",
         name="skill-section",
-        title="A playbook addressed with its #section (the whole playbook is read)",
+        title="One section of a playbook, addressed as an answer's skill_section names it",
         mime_type="text/markdown",
     )
-    def read_playbook(name: str, section: str) -> str:
-        base = name
-        folder = api.playbooks_dir()
-        path = folder / base
-        if base == "SKILL.md":
+    def read_section(name: str, section: str) -> str:
+        if name == "SKILL.md" and not section:
             return _links_beside(api.skill_md().read_text(encoding="utf-8"))
-        if "/" in base or not base.endswith(".md") or not path.is_file():
-            raise ValueError(f"no playbook {base!r}: read rankscope://skill/SKILL.md for the list")
-        return path.read_text(encoding="utf-8")
+        if "/" in name or not name.endswith(".md"):
+            raise ResourceNotFoundError(f"no playbook {name!r}: read rankscope://skill/SKILL.md for the list")
+        try:
+            answer = api.read_skill(f"{name}#{section}")
+        except RankscopeError as exc:
+            raise ResourceNotFoundError(exc.render()) from exc
+        return answer.text + "".join(f"\n- {ref}" for ref in answer.sections)
 
 
 def diagnose_hang(pid: str = "") -> str:

@@ -16,6 +16,15 @@ from pydantic import BaseModel
 
 MAX_TEXT_BYTES = 8_000
 
+ANSWER_BOUND = (
+    "Every answer is at most 8 KB, in either form (the MCP text and structured content, the CLI's "
+    "--json); left_out names what was cut and how to get it back; full=true (CLI --json --full) gives "
+    "the whole answer."
+)
+"""The one statement of how answers are bounded: SKILL.md, the playbooks, ``--help`` and the MCP
+descriptions say exactly this (tests/unit/test_answer_contract.py), and MAX_TEXT_BYTES and
+MAX_DATA_BYTES are what makes it true."""
+
 
 def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
     """The line renderer for ``model``'s type, imported only when needed."""
@@ -37,6 +46,7 @@ def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
         "FlightReport": ("flight", "render_flight"),
         "MemoryReport": ("memory", "render_memory"),
         "BudgetReport": ("memory", "render_budget"),
+        "SkillSection": ("skill", "render_skill"),
     }
     where = table.get(name)
     if where is None:

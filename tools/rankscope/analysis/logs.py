@@ -1026,13 +1026,27 @@ _HEADLINE_KINDS = ("duplicate_gpu", "device_assert", "thread_died")
 """Kinds whose own message is the summary's first sentence (they say what happened and where)."""
 
 
+def _headlines(findings: list[Finding]) -> list[str]:
+    """One sentence per headline finding, said once: two ranks that report the same duplicate GPU
+    are one sentence naming both, not the same fix twice."""
+    out: list[str] = []
+    seen: set[tuple[str, frozenset[int]]] = set()
+    for f in findings:
+        key = (f.kind, frozenset([*f.ranks, *([f.facts["other_rank"]] if "other_rank" in f.facts else [])]))
+        if f.kind == "duplicate_gpu" and key in seen:
+            continue
+        seen.add(key)
+        out.append(_one_line(f))
+    return out
+
+
 def _one_line(f: Finding) -> str:
     """A finding of _HEADLINE_KINDS as one sentence, with its rank and call site."""
     on = f" on rank {f.ranks[0]}" if f.ranks else ""
     site = f" (at {f.facts['call_site']})" if f.facts.get("call_site") else ""
     if f.kind == "duplicate_gpu":
         return (
-            f"Two ranks share one GPU{on}: {f.message}. Fix: one GPU per rank "
+            f"Two ranks share one GPU: {f.message}. Fix: one GPU per rank "
             "(torch.cuda.set_device(LOCAL_RANK) or the launcher's device mapping)."
         )
     return f"{f.message[0].upper()}{f.message[1:]}{on}{site}."
@@ -1076,7 +1090,7 @@ def _summary(
     ``story``: what the watchdog's counts say about the suspects (or that they name none)."""
     if not findings:
         return "No known failure pattern found in the logs."
-    parts: list[str] = [_one_line(f) for f in findings if f.kind in _HEADLINE_KINDS]
+    parts: list[str] = _headlines([f for f in findings if f.kind in _HEADLINE_KINDS])
     if "unused_parameters" in kinds:
         parts.append(
             "DDP found parameters that received no gradient: a model/loss bug present on every rank, "

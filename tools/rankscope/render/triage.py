@@ -27,6 +27,7 @@ def render_triage(r: TriageReport) -> Iterator[str]:
     if r.findings:
         yield ""
         yield f"Findings ({', '.join(f'{k}: {n}' for k, n in r.kinds.items())}):"
+    fixes_said: set[str] = set()
     for f in r.findings:
         ranks = f"ranks {','.join(map(str, f.ranks))}" if f.ranks else "no rank"
         where = f"{f.source}:{','.join(map(str, f.line_numbers[:4]))}" if f.source else ""
@@ -37,7 +38,8 @@ def render_triage(r: TriageReport) -> Iterator[str]:
         for line in f.excerpt.splitlines()[:2]:
             yield f"    | {line[:200]}"
         if f.fix:
-            yield f"    fix: {f.fix}"
+            yield "    fix: as above" if f.fix in fixes_said else f"    fix: {f.fix}"
+            fixes_said.add(f.fix)
     if r.truncated:
         yield f"... {r.dropped_findings} more findings left out (use --max-findings)."
     for name, verdict in (("Flight recorder", r.flight), ("Saved stacks", r.stacks)):

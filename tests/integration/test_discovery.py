@@ -269,5 +269,9 @@ def test_a_gone_rank_says_its_last_words_from_torchruns_log_folder(tmp_path: Pat
     stderr = 'step 3\nTraceback (most recent call last):\n  File "t.py", line 9\nValueError: batch 17 is empty\nbye\n'
     detail = _gone_rank_detail(tmp_path / "b", {"stderr.log": stderr})
     assert detail.endswith("attempt_0/1/stderr.log: ValueError: batch 17 is empty")
+    # libstdc++'s words at exit (gloo threads still joinable) follow the rank's own and say nothing
+    exiting = "StopIteration: the shard has no batch 2\nterminate called without an active exception\n"
+    detail = _gone_rank_detail(tmp_path / "e", {"stderr.log": exiting})
+    assert detail.endswith("attempt_0/1/stderr.log: StopIteration: the shard has no batch 2")
     assert _gone_rank_detail(tmp_path / "c", {}).endswith("; its logs say why")
     assert _gone_rank_detail(tmp_path / "d", {"error.json": "{broken"}).endswith("; its logs say why")

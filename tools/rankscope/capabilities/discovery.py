@@ -405,6 +405,10 @@ def classify_missing(
 
 
 LAST_WORDS_BYTES = 64 * 1024
+_EXIT_NOISE = re.compile(r"terminate called without an active exception")
+"""What libstdc++ prints when a process exits with C++ threads still joinable (gloo's, NCCL's): it
+follows whatever the rank said last and says nothing of why it left."""
+
 _ERROR_LINE = re.compile(
     r"(Error|Exception|error:|Traceback|Killed|Signal \d+|exit(ed)? with)", re.IGNORECASE
 )
@@ -445,7 +449,7 @@ def _last_error_line(path: Path) -> str | None:
             text = fh.read().decode(errors="replace")
     except OSError:
         return None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not _EXIT_NOISE.search(ln)]
     for line in reversed(lines):
         if _ERROR_LINE.search(line):
             return _clip(line)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -97,13 +96,15 @@ def pid_file(workdir: Path) -> Path:
 
 
 def stop(workdir: Path) -> None:
-    """End a live incident's job: its whole process group, started by :func:`set_up`."""
+    """End a live incident's job by its process tree, started by :func:`set_up`.
+
+    Not by its process group: torchrun starts each worker in a session of its own, so a signal
+    to the launcher's group leaves the ranks running, orphaned.
+    """
+    from rankscope.runtime.proctree import reap_tree
+
     path = pid_file(workdir)
     if not path.is_file():
         return
-    pid = int(path.read_text())
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    reap_tree(int(path.read_text()))
     path.unlink()

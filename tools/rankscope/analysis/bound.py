@@ -167,16 +167,13 @@ def bound_report(
         hint += f" {left} more capture errors were left out."
     if len(report.groups) > _MAX_GROUPS or len(report.stack_groups) > _MAX_GROUPS:
         hint += f" Only the {_MAX_GROUPS} largest groups are listed."
-    hang = report.verdict.kind not in ("progressing", "straggler", "busy")
-    progress = _bounded_motions(report.progress, suspects, hang)
+    progress = _bounded_motions(report.progress, suspects)
     if (
         progress is not None
         and report.progress is not None
         and len(progress.ranks) < len(report.progress.ranks)
     ):
-        hint += (
-            " progress.ranks is cut to the suspects (progress.summary sums up the others); full=true has all."
-        )
+        hint += " progress.ranks is cut to the suspects (the evidence sums up every rank); full=true has all."
     out = report
     for limit in _FRAME_STEPS:
         out = report.model_copy(
@@ -200,17 +197,14 @@ def bound_report(
 _MAX_PROGRESS_RANKS = 8
 
 
-def _bounded_motions(progress: Progress | None, suspects: set[int], hang: bool) -> Progress | None:
-    """The window's per-rank motions of the suspects (and the straggler) only, once there are many
-    ranks or the job did not move: the verdict's evidence already sums them up, and 64 ranks'
-    motions are kilobytes."""
-    if progress is None or (len(progress.ranks) <= _MAX_PROGRESS_RANKS and not hang):
-        return progress
-    if hang:  # nothing moved: the summary says so for every rank
-        return progress.model_copy(update={"ranks": []})
+def _bounded_motions(progress: Progress | None, suspects: set[int]) -> Progress | None:
+    """The window's per-rank motions of the suspects (and the straggler) only: the verdict's
+    evidence already gives every rank's in one line each, and 64 ranks' motions are kilobytes."""
+    if progress is None:
+        return None
     keep = suspects | ({progress.straggler} if progress.straggler is not None else set())
     ranks = [r for r in progress.ranks if r.rank in keep][:_MAX_PROGRESS_RANKS]
-    return progress.model_copy(update={"ranks": ranks})
+    return progress if len(ranks) == len(progress.ranks) else progress.model_copy(update={"ranks": ranks})
 
 
 def brief_jobs(jobs: JobList) -> JobList:

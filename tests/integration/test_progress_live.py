@@ -113,3 +113,23 @@ def test_every_rank_computing_in_its_own_code_is_not_hung(jobs: JobFactory, pysp
     report = _until(job.pid, "progressing")
     assert report.verdict.suspect_ranks == []
     assert "evaluate" in report.verdict.summary
+
+
+def test_the_recorder_is_read_at_both_ends_where_the_job_opened_a_channel(
+    jobs: JobFactory, pyspy_works: str, tmp_path: object
+) -> None:
+    """rankscope.probe's flight recorder is on: a dump is asked for at each end of the window, and
+    each rank's completed collectives are one more sign of motion."""
+    from pathlib import Path
+
+    from rankscope.analysis.progress import RECORDER_KEY
+
+    dumps = Path(str(tmp_path)) / "fr"
+    job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy", "--probe", str(dumps)])
+    job.wait_ready(timeout=READY_S)
+    report = _until(job.pid, "progressing")
+    progress = report.progress
+    assert progress is not None
+    moved = [r.counters[RECORDER_KEY] for r in progress.ranks if RECORDER_KEY in r.counters]
+    assert len(moved) == 2 and all(after > before for before, after in moved), progress.ranks
+    assert job.proc.poll() is None  # asked twice for a dump, still training

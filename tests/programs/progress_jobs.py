@@ -58,7 +58,14 @@ def main() -> None:
     p.add_argument("--warm", type=int, default=5)
     p.add_argument("--side", type=int, default=64)
     p.add_argument("--factor", type=int, default=16, help="straggler: its images are this many times wider")
+    p.add_argument(
+        "--probe", default=None, help="turn on rankscope.probe's flight recorder, dumps to this folder"
+    )
     a = p.parse_args()
+    if a.probe:
+        from rankscope.probe import enable_flight_recorder
+
+        enable_flight_recorder(a.probe)
     dist.init_process_group("gloo", timeout=timedelta(seconds=600))
     rank = dist.get_rank()
     torch.manual_seed(0)

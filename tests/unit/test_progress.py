@@ -257,3 +257,27 @@ def test_a_bounded_answer_keeps_the_progress_evidence_for_many_ranks() -> None:
     text = "\n".join(render_stacks_brief(bounded))
     assert text.startswith("verdict: straggler") and "- window: step 7 → 9 on every rank" in text
     assert len(text) <= 4_000
+
+
+def test_the_recorders_completed_collectives_are_a_counter_of_their_own() -> None:
+    """Where the job opened a channel for a recorder dump, one at each end of the window: a rank
+    whose completed sequence numbers grew moved, even when its stack and locals say nothing."""
+    from rankscope.analysis.progress import RECORDER_KEY, recorder_completed, with_recorder
+    from rankscope.models.core import Verdict
+    from rankscope.models.flight import FlightReport, FrProcessGroup, FrRankProgress
+
+    def flight(done: dict[int, int]) -> FlightReport:
+        group = FrProcessGroup(
+            name="0",
+            progress=[FrRankProgress(rank=r, process_group="0", last_completed=n) for r, n in done.items()],
+        )
+        return FlightReport(process_groups=[group], verdict=Verdict(kind="inconclusive", summary="-"))
+
+    assert recorder_completed(flight({0: 120, 1: 120})) == {0: 120, 1: 120}
+    assert recorder_completed(None) == {}
+    sync = [own(19)]
+    watches = [watch(r, sync, sync, cpu=1.0) for r in (0, 1)]
+    with_recorder(watches, flight({0: 120, 1: 120}), flight({0: 180, 1: 180}))
+    assert watches[0].counters[-1][RECORDER_KEY] == 180
+    progress = judge(watches, backend="nccl", source={(T, 19): "    loss.item()"}, window_s=1.0)
+    assert progress.motion == "moving" and "completed_seq 120 → 180 on every rank" in progress.summary

@@ -37,6 +37,7 @@ from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.stacks import recognise_op
 from rankscope.analysis.waits import GPU_LIKE, classify_wait
 from rankscope.models.core import Backend, Frame
+from rankscope.models.flight import FlightReport
 from rankscope.models.progress import JobMotion, Motion, Progress, RankMotion
 
 STRAGGLER_GAP_PCT = 30
@@ -323,6 +324,32 @@ def merge_progress(parts: Sequence[Progress], backend: Backend | None) -> Progre
     return summarize(ranks, window_s=max(p.window_s for p in parts), backend=backend)
 
 
+RECORDER_KEY = "flight recorder:collectives:completed_seq"
+"""The progress counter the recorder gives: each rank's last completed collective sequence number."""
+
+
+def recorder_completed(flight: FlightReport | None) -> dict[int, int]:
+    """Each rank's last completed collective sequence number, summed over its process groups (a
+    rank that completes a collective on any group moved)."""
+    out: dict[int, int] = {}
+    for group in flight.process_groups if flight is not None else []:
+        for p in group.progress:
+            if p.last_completed is not None:
+                out[p.rank] = out.get(p.rank, 0) + p.last_completed
+    return out
+
+
+def with_recorder(
+    watches: Sequence[RankWatch], before: FlightReport | None, after: FlightReport | None
+) -> None:
+    """Add the recorder's completed sequence numbers at both ends of the window to each rank's counters."""
+    first, last = recorder_completed(before), recorder_completed(after)
+    for w in watches:
+        if w.rank in first and w.rank in last and len(w.counters) >= 2:
+            w.counters[0] = {**w.counters[0], RECORDER_KEY: first[w.rank]}
+            w.counters[-1] = {**w.counters[-1], RECORDER_KEY: last[w.rank]}
+
+
 def place_lines(watches: Sequence[RankWatch]) -> set[tuple[str, int]]:
     """The (file, line) of every place of the job's own code the looks saw: the shell reads their
     source text, which tells a GPU wait (``loss.item()``) from compute."""
@@ -349,6 +376,8 @@ __all__ = [
     "own_frame",
     "parse_record",
     "place_lines",
+    "recorder_completed",
     "summarize",
     "watch_rank",
+    "with_recorder",
 ]

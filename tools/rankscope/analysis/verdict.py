@@ -672,10 +672,12 @@ def rule_mismatched(f: Facts) -> Verdict | None:
         if conditions:
             summary += f"; {'; '.join(conditions)}"
         partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
-        told = [text for text, telling in partings if telling]
+        # a rank condition above the suspects' own collective already tells why they are elsewhere
+        guarded = any(guard_phrase(f, g) for g in minority)
+        told = [text for text, telling in partings if telling and not guarded]
         if told:
             summary += f"; {'; '.join(told)}"
-        extra = [text for text, telling in partings if not telling]
+        extra = [text for text, telling in partings if not telling or guarded]
     else:
         suspects, confidence, summary = _even_split(f)
         extra = []

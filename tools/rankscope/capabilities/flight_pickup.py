@@ -426,6 +426,16 @@ def debug_server_flight(job: Job) -> FlightReport | None:
     return analyze_flight(dumps, world_size=len(urls)) if dumps else None
 
 
+def has_channel(job: Job, environs: Mapping[int, dict[str, str]], probes: Mapping[int, Probe]) -> bool:
+    """Whether some rank opened a channel a recorder dump can be asked through now (a debug pipe,
+    rankscope.probe's signal, a worker socket): only then can a second dump say what moved."""
+    if probes:
+        return True
+    if any(env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") for env in environs.values()):
+        return True
+    return bool(_worker_sockets(job, environs))
+
+
 def pick_up(
     job: Job,
     *,
@@ -442,8 +452,16 @@ def pick_up(
     paths = find_dumps(job, environs, probes)
     if ask:
         paths += request_dumps(job, paths, environs=environs, probes=probes)
+    return _analyse(job, paths, environs, sockets=ask)
+
+
+def _analyse(
+    job: Job, paths: list[Path], environs: Mapping[int, dict[str, str]], *, sockets: bool
+) -> FlightReport | None:
+    """The dumps at ``paths`` (and, with ``sockets``, the worker sockets' traces of the ranks without
+    one) analysed together; None when there are none."""
     dumps, errors = read_dumps([os.fspath(p) for p in paths]) if paths else ([], [])
-    if ask:
+    if sockets:
         have = {d.rank for d in dumps}
         for rank, sock in _worker_sockets(job, environs).items():
             if rank in have:
@@ -456,14 +474,24 @@ def pick_up(
     return analyze_flight(dumps, errors, world_size=job.world_size)
 
 
+def ask_again(
+    job: Job, *, environs: Mapping[int, dict[str, str]], probes: Mapping[int, Probe]
+) -> FlightReport | None:
+    """A fresh dump from every rank that opened a channel, whether or not it wrote one already: the
+    recorder at the end of a window, to compare with the one at its start."""
+    return _analyse(job, request_dumps(job, [], environs=environs, probes=probes), environs, sockets=True)
+
+
 __all__ = [
     "EXCEPTION_DUMP",
     "Probe",
+    "ask_again",
     "debug_server_flight",
     "dump_path",
     "exception_dump_note",
     "find_dumps",
     "find_probes",
+    "has_channel",
     "pick_up",
     "probe_of",
     "read_exception_dump",

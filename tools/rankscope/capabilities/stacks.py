@@ -12,6 +12,7 @@ the others.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import linecache
 import logging
 import os
@@ -26,15 +27,17 @@ from rankscope.analysis.counters import int_locals, on_subgroup
 from rankscope.analysis.frames import is_user_frame
 from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
-from rankscope.analysis.progress import judge, place_lines
+from rankscope.analysis.progress import judge, place_lines, with_recorder
 from rankscope.analysis.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.analysis.waits import creating_communicator
 from rankscope.capabilities import discovery
 from rankscope.capabilities.flight_pickup import (
+    ask_again,
     debug_server_flight,
     exception_dump_note,
     find_probes,
+    has_channel,
     pick_up,
     recorder_plan,
 )
@@ -533,6 +536,10 @@ class _Analysis:
     source: dict[tuple[str, int], str]
     flight_recorder: bool = True
     progress: Progress | None = None
+    channel: Callable[[], FlightReport | None] | None = None
+    """Asks the ranks for a fresh recorder dump, where they opened a channel for one (progress window)."""
+    recorder_start: FlightReport | None = None
+    """The fresh dump asked for at the start of the window."""
 
     def run(self, stacks: list[RankStack]) -> StacksReport:
         return analyze(
@@ -613,7 +620,14 @@ def dump_stacks(
             watch.procs = [r for r in job.ranks if r.pid in watch.cpu]
             watch.sample({s.pid: s.state for s in stacks})
         analysis = _gather(
-            job, stacks, errors, environs, ranks=ranks, flight_recorder=flight_recorder, ras=ras
+            job,
+            stacks,
+            errors,
+            environs,
+            ranks=ranks,
+            flight_recorder=flight_recorder,
+            ras=ras,
+            watching=watch is not None,
         )
         last: dict[int, list[ThreadStack]] | None = None
         if watch is not None:
@@ -646,6 +660,9 @@ def _close_window(
         return {d.pid: d.threads for d in todo if d.threads is not None}
 
     watches, last = watch.close(watch.started + window, last_look)
+    if analysis.channel is not None and analysis.recorder_start is not None:
+        # the recorder's completed collectives at both ends of the window, too
+        with_recorder(watches, analysis.recorder_start, analysis.channel())
     source = dict(analysis.source)
     for key in sorted(place_lines(watches) - source.keys()):
         text = linecache.getline(*key)
@@ -703,8 +720,11 @@ def _gather(
     ranks: list[int] | None,
     flight_recorder: bool,
     ras: bool,
+    watching: bool = False,
 ) -> _Analysis:
-    """The evidence besides the stacks: the recorder, the store's exception_dump, RAS, source lines."""
+    """The evidence besides the stacks: the recorder, RAS, source lines. ``watching``: a progress
+    window is open; where the job opened a recorder channel, a fresh dump is asked for now and
+    another at the window's end (an older dump would make a hung job look as if it moved)."""
     notes = list(job.notes)
     if ranks is not None:
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
@@ -718,7 +738,20 @@ def _gather(
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
     job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs, probes)})
-    return _Analysis(job, errors, flight, ras_finding, source_lines(stacks), flight_recorder)
+    again, start = None, None
+    if watching and flight is not None and has_channel(job, environs, probes):
+        again = functools.partial(ask_again, job, environs=environs, probes=probes)
+        start = again()
+    return _Analysis(
+        job,
+        errors,
+        flight,
+        ras_finding,
+        source_lines(stacks),
+        flight_recorder,
+        channel=again,
+        recorder_start=start,
+    )
 
 
 def _locals_pass(

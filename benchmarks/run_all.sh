@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 $PY benchmarks/bench_stacks.py --repeats 3 --out benchmarks/results/stacks.md
+$PY benchmarks/bench_window.py --repeats 3 --out benchmarks/results/window.md
 $PY benchmarks/bench_mcp.py --out benchmarks/results/mcp.md
 $PY benchmarks/bench_answers.py                # writes benchmarks/results/answers.md
 $PY benchmarks/bench_triage.py --mb 200 --out benchmarks/results/triage.md

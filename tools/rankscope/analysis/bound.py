@@ -167,7 +167,8 @@ def bound_report(
         hint += f" {left} more capture errors were left out."
     if len(report.groups) > _MAX_GROUPS or len(report.stack_groups) > _MAX_GROUPS:
         hint += f" Only the {_MAX_GROUPS} largest groups are listed."
-    progress = _bounded_motions(report.progress, suspects)
+    hang = report.verdict.kind not in ("progressing", "straggler", "busy")
+    progress = _bounded_motions(report.progress, suspects, hang)
     if (
         progress is not None
         and report.progress is not None
@@ -197,12 +198,13 @@ def bound_report(
 _MAX_PROGRESS_RANKS = 8
 
 
-def _bounded_motions(progress: Progress | None, suspects: set[int]) -> Progress | None:
+def _bounded_motions(progress: Progress | None, suspects: set[int], hang: bool) -> Progress | None:
     """The window's per-rank motions of the suspects (and the straggler) only: the verdict's
-    evidence already gives every rank's in one line each, and 64 ranks' motions are kilobytes."""
+    evidence already gives every rank's in one line each, and 64 ranks' motions are kilobytes. A
+    hang keeps none: nothing moved, and the summary says so for every rank."""
     if progress is None:
         return None
-    keep = suspects | ({progress.straggler} if progress.straggler is not None else set())
+    keep = set() if hang else suspects | ({progress.straggler} if progress.straggler is not None else set())
     ranks = [r for r in progress.ranks if r.rank in keep][:_MAX_PROGRESS_RANKS]
     return progress if len(ranks) == len(progress.ranks) else progress.model_copy(update={"ranks": ranks})
 

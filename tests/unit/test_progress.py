@@ -42,6 +42,28 @@ def watch(
     return RankWatch(rank=rank, looks=list(looks), counters=steps, cpu_s=cpu, wall_s=1.0)
 
 
+def straggling(n: int, slow: int) -> list[RankWatch]:
+    """``n`` moving ranks; ``slow`` spends 90% of its samples in load_batch, the others 96% in all_reduce."""
+    watches = []
+    for r in range(n):
+        waiting = all_reduce(45)
+        w = watch(r, waiting, waiting, counters=(7, 9))
+        w.samples = [
+            ([own(10, "load_batch"), own(40)], 45 if r == slow else 2),
+            (waiting, 5 if r == slow else 48),
+        ]
+        watches.append(w)
+    return watches
+
+
+def stacks_at(frames: list[list[Frame]]) -> list[RankStack]:
+    """Rank ``i`` with ``frames[i]`` as its main thread."""
+    return [
+        RankStack(rank=r, pid=10 + r, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=f)])
+        for r, f in enumerate(frames)
+    ]
+
+
 def test_parse_record_keeps_each_threads_stacks_innermost_first() -> None:
     text = (
         "thread (101): MainThread;<module> (/job/train.py:90);main (/job/train.py:40);load (/job/data.py:7) 12\n"
@@ -95,15 +117,7 @@ def test_one_step_apart_in_a_moving_job_is_progress_not_divergence() -> None:
     progress = judge(watches, backend="nccl", source={}, window_s=1.0)
     assert progress.motion == "moving" and progress.straggler is None
     assert progress.summary.startswith("step 100-101 → 140-141 on every rank in 1.0 s")
-    stacks = [
-        RankStack(
-            rank=r,
-            pid=10 + r,
-            host="h",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=all_reduce(30))],
-        )
-        for r in range(4)
-    ]
+    stacks = stacks_at([all_reduce(30)] * 4)
     report = analyze(Job(job_id="j", world_size=4, backend="nccl"), stacks, [], progress=progress)
     assert report.verdict.kind == "progressing" and report.verdict.suspect_ranks == []
     assert report.progress == progress
@@ -125,13 +139,7 @@ def test_the_straggler_is_the_one_rank_the_others_wait_for() -> None:
 
 
 def test_straggler_verdict_names_its_hot_lines() -> None:
-    watches = []
-    for r in range(4):
-        own_time = [own(10, "load_batch"), own(40)]
-        waiting = all_reduce(45)
-        w = watch(r, waiting, waiting, counters=(7, 9))
-        w.samples = [(own_time, 45 if r == 2 else 2), (waiting, 5 if r == 2 else 48)]
-        watches.append(w)
+    watches = straggling(4, slow=2)
     progress = judge(watches, backend="gloo", source={}, window_s=1.0)
     assert progress.straggler == 2
     verdict = progress_verdict(progress, [])
@@ -191,10 +199,7 @@ def test_a_hang_keeps_its_rule_and_its_evidence_says_nothing_moved() -> None:
         watch(2, all_reduce(30), all_reduce(30))
     ]
     progress = judge(watches, backend="gloo", source={}, window_s=1.0)
-    stacks = [
-        RankStack(rank=r, pid=10 + r, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=f)])
-        for r, f in ((0, barrier(77)), (1, barrier(77)), (2, all_reduce(30)))
-    ]
+    stacks = stacks_at([barrier(77), barrier(77), all_reduce(30)])
     report = analyze(Job(job_id="j", world_size=3, backend="gloo"), stacks, [], progress=progress)
     assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [2]
     assert report.verdict.evidence[0].startswith("window: nothing moved in 1.0 s on ranks 0-2")
@@ -230,24 +235,8 @@ def test_a_bounded_answer_keeps_the_progress_evidence_for_many_ranks() -> None:
     from rankscope.models.compact import compact
     from rankscope.render.stacks import render_stacks_brief
 
-    watches = []
-    for r in range(64):
-        w = watch(r, all_reduce(45), all_reduce(45), counters=(7, 9))
-        w.samples = [
-            ([own(10, "load_batch"), own(40)], 45 if r == 17 else 2),
-            (all_reduce(45), 5 if r == 17 else 48),
-        ]
-        watches.append(w)
-    progress = judge(watches, backend="gloo", source={}, window_s=1.0)
-    stacks = [
-        RankStack(
-            rank=r,
-            pid=100 + r,
-            host="h",
-            threads=[ThreadStack(thread_id=1, is_main=True, frames=all_reduce(45))],
-        )
-        for r in range(64)
-    ]
+    progress = judge(straggling(64, slow=17), backend="gloo", source={}, window_s=1.0)
+    stacks = stacks_at([all_reduce(45)] * 64)
     report = analyze(Job(job_id="j", world_size=64, backend="gloo"), stacks, [], progress=progress)
     assert report.verdict.kind == "straggler" and report.verdict.suspect_ranks == [17]
     bounded = bound_report(report)

@@ -14,6 +14,7 @@ from typing import Any, cast
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.fit import size_of
 from rankscope.analysis.frames import is_torch_or_stdlib, short_path
+from rankscope.analysis.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.compact import compact
 from rankscope.models.core import (
@@ -167,7 +168,7 @@ def bound_report(
         hint += f" {left} more capture errors were left out."
     if len(report.groups) > _MAX_GROUPS or len(report.stack_groups) > _MAX_GROUPS:
         hint += f" Only the {_MAX_GROUPS} largest groups are listed."
-    hang = report.verdict.kind not in ("progressing", "straggler", "busy")
+    hang = report.verdict.kind not in PROGRESS_KINDS
     progress = _bounded_motions(report.progress, suspects, hang)
     if (
         progress is not None

@@ -13,6 +13,8 @@ from rankscope.models.core import CallSite, Frame, RankStack, ThreadStack
 
 STUCK_STATES: frozenset[str] = frozenset({"stopped", "tracing_stop", "disk_sleep"})
 GONE_STATES: frozenset[str] = frozenset({"zombie", "dead"})
+NO_PTRACE_STATES: frozenset[str] = frozenset({"stopped", "tracing_stop"}) | GONE_STATES
+"""States py-spy must not attach to: a stopped process would block it, a gone one has no stack."""
 
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
 _THIRD_PARTY = ("/site-packages/", "/dist-packages/", "/torch/", "/rankscope/probe/")

@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rankscope.analysis.counters import KNOWN_COUNTERS, internal_file
-from rankscope.analysis.frames import short_path
 from rankscope.analysis.progress_verdict import BUSY_CPU_PCT
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.stacks import recognise_op
@@ -360,10 +359,6 @@ def place_lines(watches: Sequence[RankWatch]) -> set[tuple[str, int]]:
             if own is not None and own.line is not None:
                 wanted.add((own.file, own.line))
     return wanted
-
-
-def short_where(frame: Frame) -> str:
-    return f"{frame.function} ({short_path(frame.file)}:{frame.line})"
 
 
 __all__ = [

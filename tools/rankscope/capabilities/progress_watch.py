@@ -4,7 +4,7 @@ The first dump is the capture itself (taken with locals, integers kept, when a w
 asked); then every rank is sampled without pausing it (``py-spy record --nonblocking``) while
 the rest of the evidence is gathered; then every rank is dumped once more with locals. What
 each rank did in between goes to :func:`rankscope.analysis.progress.judge`. The window is
-bounded (at most :data:`MAX_WINDOW_S`), every sampler is interrupted at its end and reaped
+bounded (``DumpOptions.window``, at most :data:`rankscope.options.MAX_WINDOW_S`), every sampler is interrupted at its end and reaped
 (killed if it does not stop), and one rank's failure leaves the others' looks intact.
 """
 
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rankscope.analysis.counters import int_locals
+from rankscope.analysis.frames import NO_PTRACE_STATES
 from rankscope.analysis.progress import RankWatch, parse_record
 from rankscope.models.core import Frame, RankProcess, ThreadStack
 from rankscope.runtime import procfs, pyspy
@@ -33,8 +34,6 @@ few steps, short enough for the first call of an incident."""
 SAMPLE_RATE = 50
 """Samples per second per rank while the job is watched."""
 
-_GONE = ("stopped", "tracing_stop", "zombie", "dead")
-
 
 def main_frames(threads: list[ThreadStack] | None) -> list[Frame]:
     thread = next((t for t in threads or [] if t.is_main), None)
@@ -45,8 +44,8 @@ def main_frames(threads: list[ThreadStack] | None) -> list[Frame]:
 class Window:
     """A window of looks under way: when it started, each rank's CPU time then, its samplers."""
 
-    procs: list[RankProcess]
     exe: str
+    procs: list[RankProcess] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     cpu: dict[int, float | None] = field(default_factory=dict)
     samplers: dict[int, tuple[subprocess.Popen[bytes], str]] = field(default_factory=dict)
@@ -54,22 +53,22 @@ class Window:
     first: dict[int, tuple[list[Frame], dict[str, int]]] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, procs: list[RankProcess], exe: str) -> Window:
+    def open(cls, pids: list[int], exe: str) -> Window:
         """Note the time and each rank's CPU time, just before the first dump."""
-        window = cls(procs=procs, exe=exe)
-        window.cpu = {p.pid: procfs.cpu_seconds(p.pid) for p in procs}
-        return window
+        return cls(exe=exe, cpu={pid: procfs.cpu_seconds(pid) for pid in pids})
 
     def first_look(self, pid: int, threads: list[ThreadStack] | None) -> None:
         """The capture's own dump of ``pid`` (locals not yet dropped): its main thread and counters."""
         frames = main_frames(threads)
         self.first[pid] = (_strip(frames), int_locals(frames))
 
-    def sample(self, states: dict[int, str]) -> None:
-        """Start a sampler on every rank that runs (a stopped rank is never attached)."""
+    def sample(self, procs: list[RankProcess], states: dict[int, str]) -> None:
+        """Start a sampler on every rank of ``procs`` (as the capture numbered them: mp.spawn ranks
+        get their number from it) that runs; a stopped rank is never attached."""
+        self.procs = [p for p in procs if p.pid in self.cpu]
         folder = tempfile.mkdtemp(prefix="rankscope-window-")
         for p in self.procs:
-            if states.get(p.pid) in _GONE or p.pid not in self.first:
+            if states.get(p.pid) in NO_PTRACE_STATES or p.pid not in self.first:
                 continue
             out = os.path.join(folder, f"{p.pid}.txt")
             try:
@@ -82,7 +81,7 @@ class Window:
         """Stop every sampler (interrupted, reaped, killed if need be) and read what each saw."""
         samples: dict[int, list[tuple[list[Frame], int]]] = {}
         for pid, (proc, out) in list(self.samplers.items()):
-            samples[pid] = _read(proc, out)
+            samples[pid] = parse_record(pyspy.stop_record(proc, out)).get(pid, [])  # main thread: tid == pid
             del self.samplers[pid]
         if self.folder:
             with contextlib.suppress(OSError):
@@ -130,13 +129,6 @@ class Window:
 def _strip(frames: list[Frame]) -> list[Frame]:
     """Frames without their locals: only the integers (read apart) are kept."""
     return [f.model_copy(update={"locals": None}) if f.locals else f for f in frames]
-
-
-def _read(proc: subprocess.Popen[bytes], out: str) -> list[tuple[list[Frame], int]]:
-    """The main thread's samples of one sampler (its os thread id is the pid)."""
-    text = pyspy.stop_record(proc, out)
-    pid = int(os.path.basename(out).split(".")[0])
-    return parse_record(text).get(pid, [])
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Window", "main_frames"]

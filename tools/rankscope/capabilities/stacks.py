@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from rankscope.analysis.backend import job_backend
 from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.counters import int_locals, on_subgroup
-from rankscope.analysis.frames import is_user_frame
+from rankscope.analysis.frames import NO_PTRACE_STATES, is_user_frame
 from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.progress import judge, place_lines, with_recorder
@@ -42,11 +42,10 @@ from rankscope.capabilities.flight_pickup import (
     recorder_plan,
 )
 from rankscope.capabilities.gpu_read import gpu_utilisation
-from rankscope.capabilities.progress_watch import DEFAULT_WINDOW_S, Window
+from rankscope.capabilities.progress_watch import DEFAULT_WINDOW_S, Window, main_frames
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.models.core import (
-    Frame,
     Job,
     LocalVar,
     ProcState,
@@ -108,15 +107,10 @@ def _nprocs_from(threads: list[ThreadStack]) -> int | None:
     return None
 
 
-def _main_frames(threads: list[ThreadStack]) -> list[Frame]:
-    thread = next((t for t in threads if t.is_main), None)
-    return thread.frames if thread is not None else []
-
-
 def _with_source_op(stack: RankStack, getline: Callable[[str, int], str] = linecache.getline) -> RankStack:
     """Let the analysis see a C++ wait that only a source line names: ``req.wait()`` right
     under user code, or ``torch.ops._c10d_functional.wait_tensor`` in a compiled graph."""
-    frames = _main_frames(stack.threads)
+    frames = main_frames(stack.threads)
     inner = source_frame(frames)
     if inner is None or inner.line is None:
         return stack
@@ -137,7 +131,7 @@ def source_lines(
     """
     wanted: set[tuple[str, int]] = set()
     for stack in stacks:
-        frames = [f for f in _main_frames(stack.threads) if not f.native]
+        frames = [f for f in main_frames(stack.threads) if not f.native]
         if frames and frames[0].line is not None:
             wanted.add((frames[0].file, frames[0].line))
         user = [(f.file, f.line) for f in frames if is_user_frame(f) and f.line is not None][:USER_FRAMES]
@@ -165,13 +159,13 @@ def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
     again: list[_Dump] = []
 
     def read(d: _Dump) -> None:
-        frames = _main_frames(d.threads or [])
+        frames = main_frames(d.threads or [])
         peer = p2p_peer(frames) if recognise_op(frames)[0] in P2P_DIRECTION else None
         if peer is not None:
             peers[d.pid] = peer
 
     for d in dumps:
-        if d.rank is None or recognise_op(_main_frames(d.threads or []))[0] not in P2P_DIRECTION:
+        if d.rank is None or recognise_op(main_frames(d.threads or []))[0] not in P2P_DIRECTION:
             continue
         if d.locals:
             read(d)
@@ -321,7 +315,7 @@ def _plan_dumps(
         state = discovery.proc_state(r.pid)
         if state is None:
             settled[r.pid] = _exited(r)
-        elif state in ("stopped", "tracing_stop", "zombie", "dead"):
+        elif state in NO_PTRACE_STATES:
             settled[r.pid] = (RankStack(rank=r.rank, pid=r.pid, host=r.host, state=state), None)
         else:
             dumps.append(
@@ -445,20 +439,25 @@ def counter_pass(
     other local is dropped here and never reaches the report. A rank whose Python stack changed between the passes moved on: its
     counters would not belong to the stack analysed, so it gets none.
     """
-    by_pid = {p.pid: p for p in procs}
-    todo = [
-        _Dump(pid=s.pid, rank=by_pid[s.pid], locals=True, nonblocking=nonblocking, state=s.state)
-        for s in stacks
-        if s.threads
-        and s.pid in by_pid
-        and s.state not in ("stopped", "tracing_stop", "zombie", "dead")
-        and (only is None or s.rank in only)
-    ]
-    if not todo:
+    known = {p.pid for p in procs}
+    pids = {s.pid for s in stacks if s.pid in known and (only is None or s.rank in only)}
+    if not pids:
         return stacks
+    return locals_read(stacks, dump_locals(stacks, pids, exe, timeout, nonblocking), procs, world)
+
+
+def dump_locals(
+    stacks: list[RankStack], pids: set[int], exe: str, timeout: float, nonblocking: bool
+) -> dict[int, list[ThreadStack]]:
+    """One more dump, with locals, of each rank of ``pids`` that py-spy may attach to: pid -> threads.
+    The locals are not redacted: the callers keep only integers and group facts."""
+    todo = [
+        _Dump(pid=s.pid, rank=None, locals=True, nonblocking=nonblocking, state=s.state)
+        for s in stacks
+        if s.pid in pids and s.threads and s.state not in NO_PTRACE_STATES
+    ]
     _run_dumps(todo, exe, False, timeout, lambda: None)
-    dumped = {d.pid: d.threads for d in todo if d.threads is not None}
-    return locals_read(stacks, dumped, procs, world)
+    return {d.pid: d.threads for d in todo if d.threads is not None}
 
 
 def locals_read(
@@ -478,8 +477,8 @@ def locals_read(
         stack = next((s for s in stacks if s.pid == pid), None)
         if stack is None or not stack.threads:
             continue
-        before = [(f.function, f.file) for f in _main_frames(stack.threads) if not f.native]
-        after = _main_frames(threads)
+        before = [(f.function, f.file) for f in main_frames(stack.threads) if not f.native]
+        after = main_frames(threads)
         if [(f.function, f.file) for f in after if not f.native] == before:
             read[pid] = {
                 "counters": int_locals(after),
@@ -507,10 +506,6 @@ def _ras(
 
 def _needs_group_tables(stacks: list[RankStack]) -> bool:
     return any(s.subgroup and s.group_locals is not None and s.group_locals.slot is not None for s in stacks)
-
-
-def _stack_of(stacks: list[RankStack], pid: int) -> RankStack:
-    return next(s for s in stacks if s.pid == pid)
 
 
 def _check_ranks(job: Job, ranks: list[int] | None) -> None:
@@ -593,7 +588,9 @@ def dump_stacks(
     environs: dict[int, dict[str, str]] = {}
     util: dict[int, int] = {}
     watch = (
-        Window.open([r for r in job.ranks if ranks is None or r.rank in ranks], exe) if window > 0 else None
+        Window.open([r.pid for r in job.ranks if ranks is None or r.rank in ranks], exe)
+        if window > 0
+        else None
     )
     try:
         job, stacks, errors = capture_job(
@@ -617,8 +614,7 @@ def dump_stacks(
                 s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
             ]
         if watch is not None:
-            watch.procs = [r for r in job.ranks if r.pid in watch.cpu]
-            watch.sample({s.pid: s.state for s in stacks})
+            watch.sample(job.ranks, {s.pid: s.state for s in stacks})
         analysis = _gather(
             job,
             stacks,
@@ -648,16 +644,9 @@ def _close_window(
     nonblocking: bool,
 ) -> tuple[_Analysis, dict[int, list[ThreadStack]]]:
     """End the window: the last look with locals, then what moved (with the source of every place seen)."""
-    states = {s.pid: s for s in stacks}
 
     def last_look(pids: list[int]) -> dict[int, list[ThreadStack]]:
-        todo = [
-            _Dump(pid=p, rank=None, locals=True, nonblocking=nonblocking, state=states[p].state)
-            for p in pids
-            if p in states and states[p].state not in ("stopped", "tracing_stop", "zombie", "dead")
-        ]
-        _run_dumps(todo, exe, False, timeout, lambda: None)
-        return {d.pid: d.threads for d in todo if d.threads is not None}
+        return dump_locals(stacks, set(pids), exe, timeout, nonblocking)
 
     watches, last = watch.close(watch.started + window, last_look)
     if analysis.channel is not None and analysis.recorder_start is not None:

@@ -440,8 +440,10 @@ def test_64_native_ranks_bounded_answer_is_small() -> None:
     assert bounded.truncated and bounded.hint and "full_ranks" in bounded.hint
     assert [g.ranks for g in bounded.groups] == [[r for r in range(64) if r != 37], [37]]
     assert bounded.verdict == report.verdict
-    # the suspect keeps its op and call site; nobody keeps threads unless asked
-    assert [(s.rank, s.op, bool(s.threads)) for s in bounded.stacks] == [(37, "barrier", False)]
+    # the suspect is named; its op and call site are its group's, said there once; nobody keeps
+    # threads unless asked
+    assert [(s.rank, s.op, bool(s.threads)) for s in bounded.stacks] == [(37, None, False)]
+    assert (bounded.groups[1].op, bounded.groups[1].call_site) == ("barrier", report.stacks[37].call_site)
     # the frames where the groups differ are there
     odd = bounded.groups[1]
     assert any(f.function == "sync_metrics" for f in odd.frames)

@@ -21,6 +21,7 @@ from rankscope.models.core import (
     Finding,
     Frame,
     Group,
+    Job,
     JobList,
     MissingRank,
     RankProcess,
@@ -87,10 +88,17 @@ def _bounded_groups(groups: list[Group], limit: int) -> list[Group]:
     return [g.model_copy(update={"frames": _trim(g.frames, common, limit)}) for g in groups[:_MAX_GROUPS]]
 
 
-def _stub(stack: RankStack) -> RankStack:
+def _stub(stack: RankStack, groups: list[Group], backend: str | None) -> RankStack:
     """A suspect's stack without its threads, and without its group tables: the verdict's evidence
-    already says what they decided."""
-    return stack.model_copy(update={"threads": [], "group_locals": None})
+    already says what they decided. Its op, call site and wait are its group's, said there once;
+    its backend is the job's."""
+    update: dict[str, object] = {"threads": [], "group_locals": None}
+    mine = next((g for g in groups if stack.rank in g.ranks), None)
+    if mine is not None and (mine.op, mine.call_site, mine.wait) == (stack.op, stack.call_site, stack.wait):
+        update.update({"op": None, "op_evidence": None, "call_site": None, "wait": None})
+    if backend is not None and stack.backend == backend:
+        update["backend"] = None
+    return stack.model_copy(update=update)
 
 
 def _slim_rank(proc: RankProcess, cmdline: int = 0) -> RankProcess:
@@ -117,22 +125,12 @@ def _missing_once(report: StacksReport) -> list[MissingRank]:
     return missing
 
 
-def bound_report(
-    report: StacksReport, max_bytes: int = 7_000, full_ranks: list[int] | None = None
-) -> StacksReport:
-    """The report an MCP client gets by default: groups, suspects, differing frames, bounded.
-
-    Per-rank stacks are kept only for ``full_ranks``; suspects keep their op and call site
-    without threads. ``truncated`` and ``hint`` say how to get the rest.
-    """
-    wanted = set(full_ranks or [])
-    suspects = set(report.verdict.suspect_ranks)
-    stacks = [
-        s if s.rank in wanted else _stub(s) for s in report.stacks if s.rank in wanted or s.rank in suspects
-    ]
+def _bounded_job(report: StacksReport, wanted: set[int], suspects: set[int]) -> Job:
+    """The job with its first rank, the suspects and ``full_ranks`` (the rest summed up in a note),
+    each missing rank's status explained once, and no second copy of the first next step."""
     ranks_all = report.job.ranks
     keep_ranks = [
-        r if r.rank in wanted or r is ranks_all[0] else _slim_rank(r)
+        r if r.rank in wanted else _slim_rank(r, cmdline=8 if r is ranks_all[0] else 0)
         for r in ranks_all
         if r is ranks_all[0] or r.rank in wanted or r.rank in suspects
     ]
@@ -152,9 +150,33 @@ def bound_report(
     recorder = report.job.recorder
     if recorder is not None and any(step.action == recorder for step in report.verdict.next_steps):
         recorder = None  # the first next step already says it
-    job = report.job.model_copy(
-        update={"ranks": keep_ranks, "notes": notes, "missing": missing, "recorder": recorder}
+    return report.job.model_copy(  # how the backend was read: list_jobs(details=true) says
+        update={
+            "ranks": keep_ranks,
+            "notes": notes,
+            "missing": missing,
+            "recorder": recorder,
+            "backend_evidence": [] if report.job.backend else report.job.backend_evidence,
+        }
     )
+
+
+def bound_report(
+    report: StacksReport, max_bytes: int = 7_000, full_ranks: list[int] | None = None
+) -> StacksReport:
+    """The report an MCP client gets by default: groups, suspects, differing frames, bounded.
+
+    Per-rank stacks are kept only for ``full_ranks``; suspects keep their op and call site
+    without threads. ``truncated`` and ``hint`` say how to get the rest.
+    """
+    wanted = set(full_ranks or [])
+    suspects = set(report.verdict.suspect_ranks)
+    stacks = [
+        s if s.rank in wanted else _stub(s, report.groups, report.job.backend)
+        for s in report.stacks
+        if s.rank in wanted or s.rank in suspects
+    ]
+    job = _bounded_job(report, wanted, suspects)
     errors = report.errors[:_MAX_ERRORS]
     left = len(report.errors) - len(errors)
     shown = sorted(r for r in wanted if any(s.rank == r for s in report.stacks))

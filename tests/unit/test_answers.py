@@ -314,3 +314,65 @@ def test_sixteen_ranks_environment_once_with_what_differs() -> None:
     assert size_of(data) <= SMALL and len(text.encode()) <= SMALL, (size_of(data), len(text))
     assert bounded.ranks[0].env == ranks[0].env and all(not r.env for r in bounded.ranks[1:])
     assert any("differences" in x for x in bounded.left_out)
+
+
+def test_the_brief_text_says_each_fact_once() -> None:
+    """Evidence the summary already quotes, the label of a collective wait on an op line, the frames
+    the header names: none of them is said twice."""
+    report = report_for("mismatch_barrier")
+    text, _ = shape_answer(bound_report(report))
+    lines = text.splitlines()
+    summary = lines[1]
+    evidence = [line[2:] for line in lines if line.startswith("- ")]
+    assert evidence, text
+    assert not any(e.split(" [", 1)[0] in summary for e in evidence if len(e) > 20), text
+    assert not any("[collective]" in line for line in lines if " at " in line and "no collective" not in line)
+    for group in bound_report(report).groups:
+        assert group.call_site is not None
+        site = f"({group.call_site.file.rsplit('/', 1)[-1]}:{group.call_site.line})"
+        assert not any(line.startswith("   from") and site in line.split(" < ")[0] for line in lines), text
+
+
+@pytest.mark.parametrize(
+    ("argv", "answer"),
+    [
+        (["stacks", "--from", str(DATA / "stacks" / "files" / "pyspy_text")], "stacks"),
+        (["triage", str(DATA / "logs" / "watchdog" / "torch211_skipped_step.log")], "triage"),
+    ],
+)
+def test_cli_brief_prints_the_mcp_text_block(
+    argv: list[str], answer: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent on a shell reads what an agent over MCP reads: `--brief` is the tool's text block."""
+    from rankscope import api
+    from rankscope.analysis.bound import bound_triage
+    from rankscope.cli import main
+
+    assert main([*argv, "--brief"]) == 0
+    printed = capsys.readouterr().out
+    if answer == "stacks":
+        model: Any = bound_report(api.stacks_from_files([argv[2]]))
+    else:
+        model = bound_triage(api.triage_logs([argv[1]]))
+    assert printed == shape_answer(api.redact_model(model))[0] + "\n"
+    assert printed.startswith(("verdict:", "Summary", "Read")), printed[:200]
+
+
+def test_a_dead_jobs_brief_text_leads_with_the_verdict_and_says_each_fact_once() -> None:
+    """The recorder's ranks that agree are one line, the folder is named once, a finding's message
+    the evidence gave is not repeated, and no playbook is named twice."""
+    from rankscope import api
+    from rankscope.analysis.bound import bound_triage
+    from rankscope.render.triage import render_triage
+
+    report = bound_triage(api.triage_logs([str(DATA / "postmortem" / "gpu_stuck")]))
+    text, _ = shape_answer(report)
+    lines = text.splitlines()
+    assert lines[0].startswith("verdict: From the flight recorder: rank 0's GPU never started")
+    assert lines[1] == "suspects: 0; decided by: flight recorder"
+    assert lines[2].startswith("read: ") and lines[2].count(str(DATA / "postmortem")) == 1
+    assert "- flight recorder: ranks 1-3: nccl:all_reduce #21 state=started" in lines
+    assert not any(line.startswith("read next") for line in lines)
+    sections = [line.rsplit("[", 1)[-1] for line in lines if line.startswith("next ")]
+    assert sections and report.playbook and f"{report.playbook}]" in sections
+    assert len(text) < len("\n".join(render_triage(report)))

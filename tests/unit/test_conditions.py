@@ -204,3 +204,48 @@ def test_repro_choice_for_a_rank_past_the_loop_is_the_data_dependent_skip() -> N
     choice = choose_from_stacks(report)
     assert choice.template == "nonfinite_skip" and choice.params["bad_rank"] == 1
     assert any("one all_reduce less earlier" in r for r in choice.reasons)
+
+
+CHECKPOINT = """\
+def save_checkpoint(model):
+    dist.barrier()
+
+def train():
+    for step in range(100):
+        dist.all_reduce(grad)
+        if rank == 0 and step % 50 == 0:
+            save_checkpoint(model)
+"""
+
+
+def test_a_rank_condition_leaves_no_guess_of_a_skipped_batch() -> None:
+    """Rank 0 in a checkpoint barrier below ``if rank == 0``, past the others' all_reduce in the same
+    function: the condition is the story. The parting's guess for a rank past the others' line (a
+    skipped batch, an early continue) would send the reader after a bug that is not there."""
+    from rankscope.analysis.stacks import analyze
+    from rankscope.models.core import Job
+
+    def stack(rank: int) -> RankStack:
+        c10d = "/sp/torch/distributed/distributed_c10d.py"
+        inner = (
+            [
+                Frame(function="barrier", file=c10d, line=5356),
+                Frame(function="save_checkpoint", file=TRAIN, line=2),
+            ]
+            if rank == 0
+            else [Frame(function="all_reduce", file=c10d, line=3252)]
+        )
+        frames = [*inner, Frame(function="train", file=TRAIN, line=8 if rank == 0 else 6)]
+        return RankStack(
+            rank=rank,
+            pid=10 + rank,
+            host="h",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        )
+
+    job = Job(job_id="j", world_size=4, backend="gloo")
+    v = analyze(job, [stack(r) for r in range(4)], [], source=src(CHECKPOINT)).verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [0]
+    assert "`if rank == 0 and step % 50 == 0:` guards the barrier" in v.summary
+    said = " ".join([v.summary, *v.evidence])
+    assert "skipped batch" not in said and "fewer collectives" not in said

@@ -15,7 +15,7 @@ from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.fit import size_of
 from rankscope.analysis.frames import is_torch_or_stdlib, short_path
 from rankscope.analysis.progress_verdict import PROGRESS_KINDS
-from rankscope.analysis.ranges import rank_ranges
+from rankscope.analysis.ranges import merge_rank_lines, rank_ranges
 from rankscope.models.compact import compact
 from rankscope.models.core import (
     Finding,
@@ -35,6 +35,8 @@ from rankscope.models.progress import Progress
 from rankscope.models.repro import TemplateList
 
 _FRAME_STEPS = (16, 8, 4, 2)
+RANKS_CUT = "job.ranks lists only the first rank, the suspects and full_ranks; found: "
+"""How the note that sums up the ranks a bounded answer leaves out of job.ranks begins."""
 _MAX_ERRORS = 20
 _MAX_GROUPS = 32
 
@@ -142,7 +144,7 @@ def _bounded_job(report: StacksReport, wanted: set[int], suspects: set[int]) -> 
                 by_host.setdefault(r.host, []).append(r.rank)
         pids = sorted(r.pid for r in ranks_all)
         notes.append(
-            "job.ranks lists only the first rank, the suspects and full_ranks; found: "
+            RANKS_CUT
             + "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
             + f" (pids {rank_ranges(pids)})"
         )
@@ -183,8 +185,7 @@ def bound_report(
     hint = (
         f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' are omitted."
         if shown
-        else "Per-rank stacks are omitted: pass full_ranks=[N, ...] (CLI: `rankscope stacks --json --rank N`) "
-        "for the full stacks of named ranks."
+        else "Per-rank stacks are omitted: full_ranks=[N, ...] (CLI: --rank N) gives the named ranks'."
     )
     if left:
         hint += f" {left} more capture errors were left out."
@@ -193,7 +194,8 @@ def bound_report(
     hang = report.verdict.kind not in PROGRESS_KINDS
     progress = _bounded_motions(report.progress, suspects, hang)
     if (
-        progress is not None
+        not hang
+        and progress is not None
         and report.progress is not None
         and len(progress.ranks) < len(report.progress.ranks)
     ):
@@ -433,28 +435,6 @@ def _kept_findings(report: TriageReport, notes: list[str]) -> list[Finding]:
             ranks = sorted({r for f in rest for r in f.ranks})
             notes.append(f"{len(rest)} more {kind} findings (ranks {rank_ranges(ranks) or '?'}): full=true")
     return [f for f in report.findings if id(f) in keep]
-
-
-_RANK_LINE = re.compile(r"^rank (\d+): (.+)$")
-
-
-def merge_rank_lines(lines: list[str]) -> list[str]:
-    """``rank 0: saw X``, ``rank 1: saw X`` -> ``ranks 0-1: saw X``, in the place of the first one."""
-    texts: dict[str, list[int]] = {}
-    for line in lines:
-        m = _RANK_LINE.match(line)
-        if m:
-            texts.setdefault(m.group(2), []).append(int(m.group(1)))
-    out: list[str] = []
-    done: set[str] = set()
-    for line in lines:
-        m = _RANK_LINE.match(line)
-        if not m or len(texts[m.group(2)]) == 1:
-            out.append(line)
-        elif m.group(2) not in done:
-            done.add(m.group(2))
-            out.append(f"ranks {rank_ranges(sorted(texts[m.group(2)]))}: {m.group(2)}")
-    return out
 
 
 def bound_triage(report: TriageReport) -> TriageReport:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rankscope.analysis.log_rules import SECTIONS
 from rankscope.analysis.logs import Conclusion
-from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.ranges import merge_rank_lines, ranks_phrase
 from rankscope.models.core import Finding, NextStep, Verdict
 from rankscope.models.logs import DecidedBy
 
@@ -72,10 +72,14 @@ def _others(flight: Verdict | None, stacks: Verdict | None) -> list[tuple[Decide
     return [("flight_recorder", flight), ("stacks", stacks)]
 
 
-def _playbook(decided_by: DecidedBy, findings: list[Finding], suspects: list[int]) -> str | None:
-    """One skill section: the decisive finding's on the logs, the timeout playbook on a hang."""
+def _playbook(
+    decided_by: DecidedBy, findings: list[Finding], suspects: list[int], lead: Verdict | None
+) -> str | None:
+    """One skill section: the deciding verdict's own, the decisive finding's on the logs, the
+    timeout playbook on a hang."""
     if decided_by != "logs":
-        return _HANG_PLAYBOOK
+        named = [s.skill_section for s in (lead.next_steps if lead else []) if s.skill_section]
+        return named[0] if named else _HANG_PLAYBOOK
     for f in findings:
         if f.severity != "info" and f.kind in SECTIONS and (not f.ranks or set(f.ranks) & set(suspects)):
             if f.kind != "child_failed" and (suspects or not f.ranks):
@@ -124,7 +128,7 @@ def combine(
             summary += f" Logs: {logs.summary}"
         elif several:
             summary += " The logs hold no known failure pattern."
-        evidence = [f"{name}: {e}" for e in lead.evidence] + list(logs.evidence)
+        evidence = [f"{name}: {e}" for e in merge_rank_lines(lead.evidence)] + list(logs.evidence)
         done = {"triage_logs", *(["analyze_flight_recorder"] if flight is not None else [])}
         steps = [
             s for s in _steps(lead.next_steps, logs.next_steps) if s.tool not in done
@@ -144,7 +148,7 @@ def combine(
         decided_by=decided_by if several else None,
         evidence=evidence,
         next_steps=steps,
-        playbook=_playbook(decided_by, findings, suspects),
+        playbook=_playbook(decided_by, findings, suspects, lead),
     )
 
 

@@ -6,6 +6,7 @@ user reads the same notation whichever command they ran.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -30,3 +31,25 @@ def ranks_phrase(ranks: Iterable[int], empty: str = "none") -> str:
     """``"rank 2"`` or ``"ranks 0-1,3"`` (``"ranks <empty>"`` for no ranks)."""
     values = sorted(set(ranks))
     return f"rank {values[0]}" if len(values) == 1 else f"ranks {rank_ranges(values, empty)}"
+
+
+_RANK_LINE = re.compile(r"^rank (\d+): (.+)$")
+
+
+def merge_rank_lines(lines: list[str]) -> list[str]:
+    """``rank 0: saw X``, ``rank 1: saw X`` -> ``ranks 0-1: saw X``, in the place of the first one."""
+    texts: dict[str, list[int]] = {}
+    for line in lines:
+        m = _RANK_LINE.match(line)
+        if m:
+            texts.setdefault(m.group(2), []).append(int(m.group(1)))
+    out: list[str] = []
+    done: set[str] = set()
+    for line in lines:
+        m = _RANK_LINE.match(line)
+        if not m or len(texts[m.group(2)]) == 1:
+            out.append(line)
+        elif m.group(2) not in done:
+            done.add(m.group(2))
+            out.append(f"ranks {rank_ranges(sorted(texts[m.group(2)]))}: {m.group(2)}")
+    return out

@@ -677,7 +677,8 @@ def rule_mismatched(f: Facts) -> Verdict | None:
         told = [text for text, telling in partings if telling and not guarded]
         if told:
             summary += f"; {'; '.join(told)}"
-        extra = [text for text, telling in partings if not telling or guarded]
+        # guarded: the condition is the story, and a parting's guess (a skipped batch) would contradict it
+        extra = [] if guarded else [text for text, telling in partings if not telling]
     else:
         suspects, confidence, summary = _even_split(f)
         extra = []

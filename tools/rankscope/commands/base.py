@@ -37,14 +37,21 @@ class Command:
         raise NotImplementedError
 
 
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
+def add_json_flag(parser: argparse.ArgumentParser, *, brief: bool = True) -> None:
+    """``--json`` and ``--full``, and ``--brief`` where the answer has a text form for an agent."""
     parser.add_argument(
         "--json",
         action="store_true",
         help="print the answer as compact JSON, at most 8 KB like the MCP tool's (left_out names what was cut)",
     )
+    if brief:
+        parser.add_argument(
+            "--brief",
+            action="store_true",
+            help="print the answer as an agent reads it over MCP: the verdict first, each fact once, at most 8 KB",
+        )
     parser.add_argument(
-        "--full", action="store_true", help="with --json: the whole answer, past the 8 KB bound"
+        "--full", action="store_true", help="with --json or --brief: the whole answer, past the 8 KB bound"
     )
 
 
@@ -57,15 +64,21 @@ def emit(
     render: Callable[[M], Iterable[str]] | None = None,
     out: TextIO | None = None,
     full: bool = False,
+    brief: bool = False,
 ) -> None:
     """Print a model as JSON or through a line renderer typed on that model; the only printing layer.
 
     Every answer passes :func:`redact_model` here: whatever leaves by the CLI is redacted. JSON is
     the MCP tool's structured content (compact, bounded, ``left_out`` saying what was cut) unless
-    ``full`` asks for the whole model.
+    ``full`` asks for the whole model; ``brief`` is the MCP tool's text block, the same answer in
+    the fewest bytes, for an agent working through a shell.
     """
     out = out or sys.stdout
     model = api.redact_model(model)
+    if brief:
+        out.write(api.shape_answer(model, full=full)[0])
+        out.write("\n")
+        return
     if full and (as_json or render is None):
         out.write(model.model_dump_json(indent=2))
         out.write("\n")

@@ -34,7 +34,7 @@ class CompareCommand(Command):
         from rankscope.api import compare_dir
 
         report = compare_dir(str(args.dir), atol=float(args.atol), rtol=float(args.rtol))
-        emit(report, bool(args.json), render_consistency, full=args.full)
+        emit(report, bool(args.json), render_consistency, full=args.full, brief=args.brief)
         return 0 if report.consistent else 1
 
 

@@ -25,11 +25,11 @@ class EnvCommand(Command):
         from rankscope import api
 
         report = api.collect_env(args.pid, include_torch=not bool(args.no_torch))
-        if args.json and not args.full:
+        if (args.json or args.brief) and not args.full:
             from rankscope.analysis.bound import bound_env
 
             report = bound_env(report)
-        emit(report, bool(args.json), render_env, full=args.full)
+        emit(report, bool(args.json), render_env, full=args.full, brief=args.brief)
         return 0
 
 

@@ -30,11 +30,11 @@ class FlightCommand(Command):
         from rankscope import api
 
         report = api.analyze_flight_recorder(list(args.paths), stacks_report=args.stacks)
-        if args.json and not args.full:
+        if (args.json or args.brief) and not args.full:
             from rankscope.analysis.bound import bound_flight
 
             report = bound_flight(report)
-        emit(report, bool(args.json), render_flight, full=args.full)
+        emit(report, bool(args.json), render_flight, full=args.full, brief=args.brief)
         return 0
 
 

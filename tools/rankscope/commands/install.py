@@ -45,7 +45,7 @@ class InstallSkillCommand(Command):
 
         target = cast(Literal["project", "user"] | None, args.target)
         report = install_skill(target=target, dir=args.dir, force=bool(args.force))
-        emit(report, bool(args.json), render_install, full=args.full)
+        emit(report, bool(args.json), render_install, full=args.full, brief=args.brief)
         return 0
 
 

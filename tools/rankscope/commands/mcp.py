@@ -55,7 +55,7 @@ class McpConfigCommand(Command):
             metavar="PATH",
             help="rankscope's path on the ssh host (default: `rankscope` on its PATH)",
         )
-        add_json_flag(parser)
+        add_json_flag(parser, brief=False)
 
     def run(self, args: argparse.Namespace) -> int:
         from rankscope.api import mcp_config

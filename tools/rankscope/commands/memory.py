@@ -51,7 +51,7 @@ def _run_budget(args: argparse.Namespace, placement: str) -> int:
         gpu_memory=args.gpu_memory,
         world_size=args.world_size,
     )
-    emit(report, args.json, render_budget, full=args.full)
+    emit(report, args.json, render_budget, full=args.full, brief=args.brief)
     return 0
 
 
@@ -93,7 +93,7 @@ class MemoryCommand(Command):
         from rankscope import api
 
         report = api.inspect_memory(args.pid, paths or None, top=args.top)
-        emit(report, args.json, render_memory, full=args.full)
+        emit(report, args.json, render_memory, full=args.full, brief=args.brief)
         return 0
 
 

@@ -28,7 +28,7 @@ class PlacementsCommand(Command):
         from rankscope.api import inspect_placements
 
         report = inspect_placements(str(args.path))
-        emit(report, bool(args.json), render_placements, full=args.full)
+        emit(report, bool(args.json), render_placements, full=args.full, brief=args.brief)
         return 1 if report.problems else 0
 
 

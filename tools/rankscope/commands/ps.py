@@ -25,11 +25,11 @@ class PsCommand(Command):
         pid: int | None = args.pid
         as_json: bool = args.json
         jobs = api.list_jobs(pid)
-        if as_json and not args.full:
+        if (as_json or args.brief) and not args.full:
             from rankscope.analysis.bound import brief_jobs
 
             jobs = brief_jobs(jobs)
-        emit(jobs, as_json, render_jobs, full=args.full)
+        emit(jobs, as_json, render_jobs, full=args.full, brief=args.brief)
         return 0
 
 

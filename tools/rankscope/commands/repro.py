@@ -97,17 +97,18 @@ class ReproCommand(Command):
 
             listed = api.list_templates()
             emit(
-                listed if args.full or not args.json else brief_templates(listed),
+                listed if args.full or not (args.json or args.brief) else brief_templates(listed),
                 args.json,
                 render_list,
                 full=args.full,
+                brief=args.brief,
             )
             return 0
         if action == "verify":
             result = api.verify_repro(
                 args.path, **_verify_kwargs(args.nproc, args.hang_timeout, args.timeout, None)
             )
-            emit(result, args.json, _render_verify, full=args.full)
+            emit(result, args.json, _render_verify, full=args.full, brief=args.brief)
             return 0 if result.ok else EXIT_NOT_REPRODUCED
         if args.verify and not args.out:
             raise InvalidInput(
@@ -136,7 +137,7 @@ class ReproCommand(Command):
             for line in render_repro_text(rendered):
                 sys.stderr.write(f"# {line}\n")
             return 0
-        emit(rendered, args.json, render_repro_text, full=args.full)
+        emit(rendered, args.json, render_repro_text, full=args.full, brief=args.brief)
         return 0 if rendered.verify is None or rendered.verify.ok else EXIT_NOT_REPRODUCED
 
 

@@ -75,7 +75,7 @@ class RunCommand(Command):
             stream=sys.stderr if as_json else sys.stdout,  # --json keeps stdout for the answer alone
             python=args.python,
         )
-        emit(report, as_json, render_run, full=args.full)
+        emit(report, as_json, render_run, full=args.full, brief=args.brief)
         return exit_status(report)
 
 

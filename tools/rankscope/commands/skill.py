@@ -26,7 +26,7 @@ class SkillCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rankscope import api
 
-        emit(api.read_skill(args.ref), bool(args.json), render_skill, full=args.full)
+        emit(api.read_skill(args.ref), bool(args.json), render_skill, full=args.full, brief=args.brief)
         return 0
 
 

@@ -159,11 +159,11 @@ class StacksCommand(Command):
             )
         # --local answers a fan-out from another host, which merges whole reports
         full = bool(args.full or args.local)
-        if as_json and not full:
+        if (as_json or args.brief) and not full:
             from rankscope.analysis.bound import bound_report
 
             report = bound_report(report, full_ranks=args.ranks)
-        emit(report, as_json, _render, full=full)
+        emit(report, as_json, _render, full=full, brief=args.brief)
         return 0
 
 

@@ -31,11 +31,11 @@ class TriageCommand(Command):
         from rankscope import api
 
         report = api.triage_logs(list(args.paths), max_findings=int(args.max_findings))
-        if args.json and not args.full:
+        if (args.json or args.brief) and not args.full:
             from rankscope.analysis.bound import bound_triage
 
             report = bound_triage(report)
-        emit(report, bool(args.json), render_triage, full=args.full)
+        emit(report, bool(args.json), render_triage, full=args.full, brief=args.brief)
         return 0
 
 

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 MAX_TEXT_BYTES = 8_000
 
 ANSWER_BOUND = (
-    "Every answer is at most 8 KB, in either form (the MCP text and structured content, the CLI's "
-    "--json); left_out names what was cut and how to get it back; full=true (CLI --json --full) gives "
-    "the whole answer."
+    "Every answer is at most 8 KB in every form (the MCP text and structured content, the CLI's "
+    "--brief and --json); left_out names what was cut and how to get it back; full=true (CLI --full) "
+    "gives the whole answer."
 )
 """The one statement of how answers are bounded: SKILL.md, the playbooks, ``--help`` and the MCP
 descriptions say exactly this (tests/unit/test_answer_contract.py), and MAX_TEXT_BYTES and
@@ -39,7 +39,7 @@ def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
         "JobList": ("jobs", "render_jobs"),
         "RunReport": ("run", "render_run"),
         "EnvReport": ("env", "render_env"),
-        "TriageReport": ("triage", "render_triage"),
+        "TriageReport": ("triage", "render_triage_brief"),
         "ConsistencyReport": ("consistency", "render_consistency"),
         "PlacementsReport": ("placements", "render_placements"),
         "TemplateList": ("repro", "render_list"),

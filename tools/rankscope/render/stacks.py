@@ -9,8 +9,10 @@ come last, where the eye lands.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 
+from rankscope.analysis.bound import RANKS_CUT
 from rankscope.analysis.collectives import classify_native_frame, frame_key
 from rankscope.analysis.frames import short_path
 from rankscope.analysis.p2p import P2P_DIRECTION
@@ -165,17 +167,34 @@ def _other_threads(report: StacksReport, rank: int) -> int:
 MAX_BRIEF_FRAMES = 6
 
 
-def _brief_frames(frames: list[Frame], seen: set[str]) -> str:
-    """A group's stack on one line, innermost first: its own code and the op it waits in. A file
-    is spelled out once per answer (``seen``), then by its base name."""
+def _brief_frames(group: Group, seen: set[str]) -> str:
+    """A group's stack outside its call site on one line, innermost first (the header names the
+    op and the call site). A file is spelled out once per answer (``seen``), then by its base name."""
+    frames = [f for f in _visible(group.frames) if not f.native]
+    site = group.call_site
+    at = next(
+        (i for i, f in enumerate(frames) if site is not None and (f.file, f.line) == (site.file, site.line)),
+        None,
+    )
+    if at is not None:
+        frames = frames[at + 1 :]
     parts = []
-    for frame in [f for f in _visible(frames) if not f.native][:MAX_BRIEF_FRAMES]:
+    for frame in frames[:MAX_BRIEF_FRAMES]:
         text = _frame_text(frame)
         if frame.file in seen:
             text = text.replace(frame.file, os.path.basename(frame.file))
         seen.add(frame.file)
         parts.append(text)
     return " < ".join(parts)
+
+
+_RANK_PREFIX = re.compile(r"^ranks? [\d,\- ]+: ")
+
+
+def _said(item: str, summary: str) -> bool:
+    """True when an evidence line says nothing the summary does not (its bracketed frame aside)."""
+    text = _RANK_PREFIX.sub("", item.split(" [", 1)[0])
+    return len(text) > 20 and text in summary
 
 
 def render_stacks_brief(report: StacksReport) -> Iterator[str]:
@@ -192,7 +211,8 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
     )
     yield verdict.summary
     for item in verdict.evidence:
-        yield f"- {item}"
+        if not _said(item, verdict.summary):
+            yield f"- {item}"
     yield from _peer_lines(report)
     job = report.job
     here = sorted(r.rank for r in job.ranks if r.rank is not None)
@@ -202,7 +222,7 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
     if not report.truncated:
         yield f"ranks here: {rank_ranges(here)}"
     for note in job.notes:
-        yield f"note: {note}"
+        yield f"found: {note.removeprefix(RANKS_CUT)}" if note.startswith(RANKS_CUT) else f"note: {note}"
     waits: dict[int, str | None] = {s.rank: s.wait for s in report.stacks if s.rank is not None}
     seen: set[str] = set()
     for group in [*report.groups, *report.stack_groups]:
@@ -212,12 +232,13 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
             continue
         what = f"{group.op} at " if group.op else "no collective, at "
         wait = group.wait or _shared_wait(group, waits)
-        label = f" [{wait}]" if wait else ""
+        label = f" [{wait}]" if wait and not (group.op and wait == "collective") else ""
         yield f"{ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{group.call_site or '?'}{label}{mark}"
         if group.call_site is not None:
             seen.add(group.call_site.file)
-        if group.frames:
-            yield f"   {_brief_frames(group.frames, seen)}"
+        outer = _brief_frames(group, seen)
+        if outer:
+            yield f"   from {outer}"
     for err in report.errors:
         who = f"rank {err.rank}" if err.rank is not None else (err.host or "capture")
         yield f"error: {who}: {err.kind}: {err.message}" + (f" Fix: {err.fix}" if err.fix else "")

@@ -89,10 +89,12 @@ def _finding_brief(f: Finding, said: str, first_of_kind: Finding | None) -> Iter
     where = (f" at {f.source}:{lines}" if f.source else f" at line(s) {lines}") if lines else ""
     message = "" if f.message in said else f": {f.message}"
     yield f"{f.kind} ({who}){where}{message}"
-    facts = {
+    facts = {  # a finding without its fix is a repeat of its kind: where to read it is enough
         k: v
         for k, v in f.facts.items()
-        if k != "failures" and (first_of_kind is None or first_of_kind.facts.get(k) != v)
+        if k != "failures"
+        and (f.fix or f.explanation)
+        and (first_of_kind is None or first_of_kind.facts.get(k) != v)
     }
     if facts:
         yield "   " + ", ".join(f"{k}={v}" for k, v in facts.items())

@@ -132,7 +132,13 @@ class JobFactory:
         self.jobs: list[RunningJob] = []
 
     def _start(
-        self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None, tag: str
+        self,
+        argv: list[str],
+        nproc: int,
+        port: int,
+        env: dict[str, str] | None,
+        tag: str,
+        cwd: Path | None = None,
     ) -> RunningJob:
         ready = self.tmp / f"ready-{tag}-{len(self.jobs)}"
         ready.mkdir()
@@ -146,7 +152,7 @@ class JobFactory:
                 stdin=subprocess.DEVNULL,
                 env=full_env,
                 start_new_session=True,
-                cwd=str(PROGRAMS),
+                cwd=str(cwd or PROGRAMS),
             )
         job = RunningJob(proc=proc, ready_dir=ready, log_path=log, nproc=nproc, port=port)
         self.jobs.append(job)
@@ -194,12 +200,19 @@ class JobFactory:
         return self._start(argv, nproc, port, env, f"node{node_rank}")
 
     def python(
-        self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None
+        self,
+        program: str,
+        nproc: int = 2,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> RunningJob:
-        """``python tests/programs/<program> args`` for programs that launch ranks themselves (mp.spawn)."""
+        """``python tests/programs/<program> args`` for programs that launch ranks themselves (mp.spawn),
+        started in ``cwd`` (default: tests/programs)."""
         port = free_port()
         argv = [sys.executable, str(PROGRAMS / program), *args]
-        return self._start(argv, nproc, port, {"WORLD_SIZE_HINT": str(nproc), **(env or {})}, "python")
+        env = {"WORLD_SIZE_HINT": str(nproc), **(env or {})}
+        return self._start(argv, nproc, port, env, "python", cwd)
 
     def cleanup(self) -> None:
         for job in self.jobs:

@@ -118,6 +118,30 @@ def test_several_jobs_need_a_pid(jobs: JobFactory) -> None:
     assert "--pid" in info.value.fix
 
 
+def test_several_jobs_one_started_here(
+    jobs: JobFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from the folder a job was started in (or below it), rankscope takes that job and says so;
+    from anywhere else it lists the jobs with their folders and asks."""
+    here, there = tmp_path / "exp-a", tmp_path / "exp-b"
+    (here / "logs").mkdir(parents=True)
+    there.mkdir()
+    a = jobs.python("fake_launcher.py", nproc=1, args=["env", "1", "1"], cwd=here)
+    b = jobs.python("fake_launcher.py", nproc=1, args=["torchrun", "1", "1"], cwd=there)
+    for job in (a, b):
+        job.wait_ready(["launched", "rank0"], timeout=60)
+    for folder in (here, here / "logs"):
+        monkeypatch.chdir(folder)
+        found = find_job(None)
+        assert found.job_id == job_of(a).job_id
+        assert any("started in the current folder" in n and job_of(b).job_id in n for n in found.notes)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NotADistributedJob) as info:
+        find_job(None)
+    assert f"started in {here}" in info.value.message and f"started in {there}" in info.value.message
+    assert "folder the job was started in" in info.value.fix
+
+
 def test_pids_that_are_no_job() -> None:
     with pytest.raises(ProcessNotFound):
         find_job(2**22 + 12345)

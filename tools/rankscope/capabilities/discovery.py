@@ -529,16 +529,68 @@ def _job_of(pid: int, jobs: list[Job], procs: dict[int, ProcInfo]) -> Job | None
 
 
 def describe_jobs(jobs: list[Job]) -> str:
-    """One line per job for an error that asks to pick one: id, world size, ranks, launchers."""
+    """One line per job for an error that asks to pick one: id, world size, ranks, launchers, and
+    the folder it was started in (what a person knows the job by)."""
     lines = []
     for j in jobs:
         here = rank_ranges(sorted(r.rank for r in j.ranks if r.rank is not None)) or "?"
         launchers = j.launcher_pids or ([j.launcher_pid] if j.launcher_pid else [])
+        cwd = job_cwd(j)
         lines.append(
             f"{j.job_id} (world size {j.world_size or '?'}, ranks {here} here, launcher pid(s) "
-            f"{', '.join(map(str, launchers)) or '?'})"
+            f"{', '.join(map(str, launchers)) or '?'}" + (f", started in {cwd}" if cwd else "") + ")"
         )
     return "; ".join(lines)
+
+
+def job_cwd(job: Job) -> str | None:
+    """The folder the job was started in: its launcher's working directory, else its first rank's."""
+    for pid in [
+        *job.launcher_pids,
+        *([job.launcher_pid] if job.launcher_pid else []),
+        *(r.pid for r in job.ranks),
+    ]:
+        cwd = procfs.read_cwd(pid)
+        if cwd is not None:
+            return cwd
+    return None
+
+
+def _started_here(jobs: list[Job], here: str) -> Job | None:
+    """The one job started in ``here`` (or in a folder above it, "/" and the home folder aside):
+    rankscope run from a job's folder means that job. None when no job or several match."""
+    cwds = [(j, job_cwd(j)) for j in jobs]
+    exact = [j for j, cwd in cwds if cwd == here]
+    if exact:
+        return exact[0] if len(exact) == 1 else None
+    broad = {"/", os.path.expanduser("~")}
+    above = [j for j, cwd in cwds if cwd and cwd not in broad and here.startswith(cwd.rstrip("/") + "/")]
+    return above[0] if len(above) == 1 else None
+
+
+def _only_or_here(jobs: list[Job]) -> Job:
+    """The only job; or, among several, the one started in the current folder (said in its notes)."""
+    if not jobs:
+        raise NoJobsFound("No distributed PyTorch job found on this host.")
+    if len(jobs) == 1:
+        return jobs[0]
+    try:
+        here = os.getcwd()
+    except OSError:
+        here = ""
+    chosen = _started_here(jobs, here) if here else None
+    if chosen is None:
+        raise NotADistributedJob(
+            f"{len(jobs)} distributed jobs run on this host: {describe_jobs(jobs)}.",
+            fix="Pass --job JOB_ID (MCP: job_id=) or --pid with a launcher or rank pid of the job to inspect, "
+            "or run rankscope from the folder the job was started in.",
+        )
+    others = [j.job_id for j in jobs if j is not chosen]
+    note = (
+        f"{len(jobs)} jobs run on this host; this is the one started in the current folder ({job_cwd(chosen)}). "
+        f"Others: {', '.join(others)} (pass --job / job_id= for one of them)"
+    )
+    return chosen.model_copy(update={"notes": [*chosen.notes, note]})
 
 
 def select_job(jobs: list[Job], job_id: str) -> Job:
@@ -568,14 +620,7 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     if pid is None and job_id is not None:
         return select_job(jobs, job_id)
     if pid is None:
-        if not jobs:
-            raise NoJobsFound("No distributed PyTorch job found on this host.")
-        if len(jobs) > 1:
-            raise NotADistributedJob(
-                f"{len(jobs)} distributed jobs run on this host: {describe_jobs(jobs)}.",
-                fix="Pass --job JOB_ID (MCP: job_id=) or --pid with a launcher or rank pid of the job to inspect.",
-            )
-        return jobs[0]
+        return _only_or_here(jobs)
     if pid not in procs:
         raise ProcessNotFound(f"No process with pid {pid} on this host (it may have exited).")
     job = _job_of(pid, jobs, procs)

@@ -226,6 +226,14 @@ def read_exe(pid: int) -> str | None:
         return None
 
 
+def read_cwd(pid: int) -> str | None:
+    """The process's working directory (/proc/PID/cwd), or None when unreadable."""
+    try:
+        return os.readlink(path(pid, "cwd"))
+    except OSError:
+        return None
+
+
 def maps_mention(pid: int, needles: tuple[bytes, ...]) -> bool:
     """True when a line of /proc/PID/maps contains one of ``needles`` (streamed: maps can be large)."""
     try:

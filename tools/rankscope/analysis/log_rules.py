@@ -418,10 +418,11 @@ RULES: tuple[Rule, ...] = (
             "ranks per node than it has GPUs."
         ),
         next_steps=(
-            _step(
-                "Check each rank's device mapping (LOCAL_RANK, CUDA_VISIBLE_DEVICES).",
+            _step(  # the fix is known from the log alone; collect_env sees only a job that still runs
+                "Give each rank its own GPU as the fix says, then rerun. While a job runs, collect_env shows "
+                "each rank's LOCAL_RANK and CUDA_VISIBLE_DEVICES.",
                 f"{_CE}#gpu-shared",
-                "collect_env",
+                None,
             ),
         ),
     ),

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
+from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.discovery import find_job, list_jobs
 from rankscope.errors import ProcessNotFound, RankscopeError
 from rankscope.models.core import Job
@@ -48,7 +49,6 @@ from rankscope.models.env import (
 )
 from rankscope.runtime import procfs, subproc
 from rankscope.runtime.proctree import children_map
-from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.env")
 

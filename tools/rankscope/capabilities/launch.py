@@ -48,13 +48,13 @@ from types import FrameType
 from typing import TextIO
 
 from rankscope.analysis.collapse import collapse_rank_lines
+from rankscope.analysis.redact import Redactor
 from rankscope.analysis.runs import bound_run_report, parse_failures, run_next_steps, run_summary
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
 from rankscope.runtime import procfs
 from rankscope.runtime.proctree import children_map, descendants, reap_tree
-from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.capabilities.launch")
 

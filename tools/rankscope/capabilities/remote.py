@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from rankscope.analysis.hostlist import expand_hostlist, host_port, split_top
 from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.redact import Redactor
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Frame,
@@ -44,7 +45,6 @@ from rankscope.models.core import (
     ThreadStack,
 )
 from rankscope.runtime import subproc
-from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.capabilities.remote")
 

@@ -269,9 +269,8 @@ def _run_dumps(
             start_next()
     finally:
         for d in running:  # only on an exception (e.g. KeyboardInterrupt): leave no py-spy behind
-            if d.proc is not None and d.proc.poll() is None:
-                d.proc.kill()
-                d.proc.wait()
+            if d.proc is not None:
+                pyspy.abandon(d.proc)
 
 
 def _result(d: _Dump) -> tuple[RankStack, RankError | None]:

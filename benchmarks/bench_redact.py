@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rankscope.analysis.redact import MASK, Redactor, is_secret_name
 from rankscope.runtime.pyspy import parse_dump
-from rankscope.runtime.redact import MASK, Redactor, is_secret_name
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "stacks"

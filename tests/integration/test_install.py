@@ -189,16 +189,19 @@ def test_mcp_config_for_every_client(client: str) -> None:
 
 
 def test_mcp_config_prepares_the_servers_schema_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Registering the server writes its output-schema cache, so the client's first start is not the slow one."""
+    from rankscope.cli import main
+
     monkeypatch.setenv("RANKSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = mcp_config("cursor")
+    assert main(["mcp-config", "--client", "cursor", "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
     cache = tmp_path / "cache" / "mcp-output-schemas.json"
     assert cache.is_file()
     tools = json.loads(cache.read_text())["tools"]
     assert {"list_jobs", "dump_stacks", "triage_logs"} <= set(tools)
-    assert not any("could not be prepared" in note for note in cfg.notes)
+    assert not any("could not be prepared" in note for note in cfg["notes"])
 
 
 def test_mcp_config_rejects_unknown_clients() -> None:

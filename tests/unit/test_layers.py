@@ -1,124 +1,154 @@
-"""The layering of ARCHITECTURE.md, checked on the import statements of every module.
+"""The layering of ARCHITECTURE.md, checked on every module, and proven to bite.
 
-Arrows only go down: faces (cli, commands, mcp_server, mcp_tools) -> the façade (api)
--> capability shells -> runtime (the only code that starts processes or reads /proc)
--> the pure core (analysis, models, errors, options, validate). A module that imports
-upwards fails here, with the offending import named, before it can become a cycle or
-a hidden dependency.
+The rules and the table come from ARCHITECTURE.md through tests/layering.py. The real tree must
+break none of them; then each kind of violation is planted, alone, in a copy of the package, and
+the checker must report it at the planted lines and nowhere else. A checker that passes a broken
+tree is worse than none: it says "checked".
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pytest
+
 import rankscope
+from tests.layering import check, layer_of, modules, parse_table, table_problems
+from tests.paths import ROOT
 
 PKG = Path(rankscope.__file__).parent
-
-PURE_TOP = {"errors", "options", "validate", "lazy", "__init__"}
-"""Top-level modules of the pure core (besides the analysis/ and models/ packages)."""
-RUNTIME = {"runtime", "resources"}
-"""Infrastructure: runtime/ (/proc, process trees, bounded subprocesses, py-spy, redaction) and the
-bundled files."""
-FACES = {"cli", "__main__", "mcp", "mcp_server", "commands", "mcp_tools"}
-FACADE = {"api"}
+TABLE = parse_table((ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8"))
 
 
-def layer(module: str) -> str:
-    """The layer of ``rankscope.<module>`` (dotted, without the ``rankscope.`` prefix)."""
-    top = module.split(".")[0]
-    if top in ("analysis", "models", "render") or module in PURE_TOP:
-        return "pure"
-    if top in RUNTIME:
-        return "runtime"
-    if top in FACES:
-        return "face"
-    if top in FACADE:
-        return "facade"
-    return "shell"
+def test_the_real_tree_keeps_every_rule() -> None:
+    assert [str(v) for v in check(PKG, TABLE)] == []
 
 
-ALLOWED: dict[str, set[str]] = {
-    "pure": {"pure"},
-    "runtime": {"pure", "runtime"},
-    "shell": {"pure", "runtime", "shell"},
-    "facade": {"pure", "runtime", "shell"},
-    "face": {"pure", "facade", "face"},
-}
-"""What each layer may import. Faces reach everything through api: the capabilities, the
-redaction every answer passes, the bundled skill files."""
-
-KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
-    ("capabilities.install", "mcp_server"),  # mcp-config builds the server once to warm its schema cache
-}
+def test_the_table_places_each_module_where_the_picture_says() -> None:
+    """The rows people read in ARCHITECTURE.md are the ones the checker applies."""
+    where = {m: (layer.name if (layer := layer_of(m, TABLE)) else None) for m in modules(PKG)}
+    assert {where[m] for m in ("options", "validate", "api")} == {"facade"}
+    assert {where[m] for m in ("lazy", "errors", "")} == {"base"}
+    assert where["analysis.redact"] == "analysis"  # it does no I/O
+    assert where["runtime.procfs"] == where["resources"] == "runtime"
+    assert where["capabilities.launch"] == where["probe.flight"] == "shell"
+    assert where["mcp_server"] == where["mcp_tools._common"] == where["commands.base"] == "face"
+    assert None not in where.values()
 
 
-def _modules() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG).with_suffix("")
-        name = ".".join(rel.parts)
-        found[name.removesuffix(".__init__") if name != "__init__" else "__init__"] = path
-    return found
+def test_a_table_whose_arrows_go_up_is_refused() -> None:
+    bad = [
+        replace(row, may_import=(*row.may_import, "render")) if row.name == "analysis" else row
+        for row in TABLE
+    ]
+    assert [str(v) for v in table_problems(bad)] == [
+        "analysis:0: table: may import render, which is not below it"
+    ]
+    twice = [*TABLE, replace(TABLE[-1], name="more")]
+    assert any("listed twice" in str(v) for v in table_problems(twice))
 
 
-def _imports(path: Path) -> set[str]:
-    """Every ``rankscope.*`` module a file imports, at any depth of the file (lazy imports count)."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "rankscope":
-                out.update(a.name for a in node.names)
-            elif node.module.startswith("rankscope."):
-                out.add(node.module.removeprefix("rankscope."))
-        elif isinstance(node, ast.Import):
-            out.update(
-                a.name.removeprefix("rankscope.") for a in node.names if a.name.startswith("rankscope.")
-            )
-    return out
+@dataclass(frozen=True)
+class Plant:
+    """One violation to plant: ``code`` appended to the package's ``path`` (created when new)."""
+
+    name: str
+    path: str
+    code: str
+    rule: str
+    says: str
 
 
-def test_every_import_goes_down_a_layer() -> None:
-    wrong = []
-    for module, path in sorted(_modules().items()):
-        src = layer(module)
-        for target in sorted(_imports(path)):
-            if target in ("__version__",):
-                continue
-            dst = layer(target)
-            if dst not in ALLOWED[src] and (module, target) not in KNOWN_EXCEPTIONS:
-                wrong.append(f"{module} ({src}) imports {target} ({dst})")
-    assert wrong == []
+ANALYSIS = "analysis/ranges.py"
+SHELL = "capabilities/compare.py"
+
+PLANTS = [
+    Plant("models imports analysis", "models/base.py", "from rankscope.analysis.ranges import rank_ranges\n",
+          "upward", "models imports analysis.ranges (analysis)"),
+    Plant("analysis imports render", ANALYSIS, "from rankscope.render.stacks import render_stacks\n",
+          "upward", "imports render.stacks (render)"),
+    Plant("analysis imports validate", ANALYSIS, "from rankscope.validate import check_pid\n",
+          "upward", "imports validate (facade)"),
+    Plant("a relative import of a face", ANALYSIS, "from ..cli import main\n", "upward", "imports cli (face)"),
+    Plant("a package-relative import", "analysis/memory/__init__.py", "from ... import api\n",
+          "upward", "imports api (facade)"),
+    Plant("a submodule imported from the package", ANALYSIS, "from rankscope import cli\n",
+          "upward", "imports cli (face)"),
+    Plant("import ... as", ANALYSIS, "import rankscope.commands.base as base\n",
+          "upward", "imports commands.base (face)"),
+    Plant("an import inside a function", ANALYSIS, "def _late() -> object:\n    from rankscope import api\n\n    return api\n",
+          "upward", "imports api (facade)"),
+    Plant("importlib.import_module", ANALYSIS,
+          "import importlib\n\n\ndef _late() -> object:\n    return importlib.import_module('rankscope.cli')\n",
+          "upward", "imports cli (face)"),
+    Plant("a relative import_module", ANALYSIS,
+          "from importlib import import_module\n\nX = import_module('..cli', package='rankscope.analysis')\n",
+          "upward", "imports cli (face)"),
+    Plant("an f-string import_module", ANALYSIS,
+          "import importlib\n\n\ndef _late(n: str) -> object:\n    return importlib.import_module(f'rankscope.commands.{n}')\n",
+          "upward", "imports commands (face)"),
+    Plant("a lazy table", ANALYSIS, "EXPORTS = {'dump_stacks': 'rankscope.capabilities.stacks'}\n",
+          "upward", "imports capabilities.stacks (shell)"),
+    Plant("a shell imports the facade", SHELL, "from rankscope import api\n", "upward", "imports api (facade)"),
+    Plant("a shell imports a renderer", SHELL, "from rankscope.render.stacks import render_stacks\n",
+          "upward", "imports render.stacks (render)"),
+    Plant("a face skips the facade", "mcp_tools/jobs.py", "from rankscope.capabilities.stacks import dump_stacks\n",
+          "upward", "imports capabilities.stacks (shell)"),
+    Plant("open('/proc/...') in analysis", ANALYSIS,
+          "def _status() -> str:\n    with open('/proc/1/status') as fh:\n        return fh.read()\n",
+          "effect", "reads /proc ('/proc/1/status')"),
+    Plant("a /proc path from procfs, opened in a shell", SHELL,
+          "from rankscope.runtime import procfs\n\n\ndef _limits(pid: int) -> str:\n    return procfs.path(pid, 'limits').read_text()\n",
+          "effect", "reads /proc (rankscope.runtime.procfs.path"),
+    Plant("subprocess.Popen in a shell", SHELL,
+          "import subprocess\n\n\ndef _start() -> object:\n    return subprocess.Popen(['true'])\n",
+          "effect", "starts a process (subprocess.Popen)"),
+    Plant("subprocess.run under another name", SHELL,
+          "from subprocess import run as go\n\n\ndef _start() -> object:\n    return go(['true'], timeout=1)\n",
+          "effect", "starts a process (subprocess.run)"),
+    Plant("os.kill in a shell", SHELL, "import os\n\n\ndef _stop(pid: int) -> None:\n    os.kill(pid, 15)\n",
+          "effect", "sends a signal (os.kill)"),
+    Plant("a started process signalled in a shell", SHELL,
+          "def _stop(proc: object) -> None:\n    proc.send_signal(15)  # type: ignore[attr-defined]\n",
+          "effect", "sends a signal (.send_signal()"),
+    Plant("socket.socket in a shell", SHELL, "import socket\n\n\ndef _open() -> object:\n    return socket.socket()\n",
+          "effect", "opens a socket (socket.socket)"),
+    Plant("urlopen in a face", "mcp_tools/jobs.py",
+          "import urllib.request\n\n\ndef _get(url: str) -> object:\n    return urllib.request.urlopen(url, timeout=1)\n",
+          "effect", "opens a socket (urllib.request.urlopen)"),
+    Plant("an I/O module in the pure core", "render/stacks.py", "import shutil\n",
+          "pure", "the render layer is pure, but this imports shutil"),
+    Plant("a new top-level package", "newpkg/__init__.py", '"""Filed nowhere."""\n',
+          "unclaimed", "no layer of the table claims this module"),
+    Plant("a new top-level module", "newmod.py", '"""Filed nowhere."""\n',
+          "unclaimed", "no layer of the table claims this module"),
+    Plant("an import of a module no layer claims", ANALYSIS, "import rankscope.nowhere\n",
+          "upward", "imports nowhere, which no layer claims"),
+]  # fmt: skip
 
 
-def test_the_pure_core_imports_no_io_module() -> None:
-    """analysis/ and models/ take data and return models: no /proc, no subprocess, no sockets."""
-    io_modules = {"subprocess", "socket", "shutil", "ctypes", "fcntl", "select"}  # signal: names only
-    wrong = []
-    for module, path in sorted(_modules().items()):
-        if layer(module) != "pure":
-            continue
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name.split(".")[0] for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module.split(".")[0]]
-            wrong.extend(f"{module} imports {n}" for n in names if n in io_modules)
-    assert wrong == []
+def _module_name(path: str) -> str:
+    parts = Path(path).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_the_layer_map_knows_every_module() -> None:
-    """A new top-level package must be placed on purpose: every module lands in a known layer."""
-    layers = {layer(m) for m in _modules()}
-    assert layers == {"pure", "runtime", "shell", "facade", "face"}
-    assert (
-        layer("analysis.stacks") == "pure"
-        and layer("stacks") == "shell"
-        and layer("runtime.procfs") == "runtime"
-    )
+@pytest.mark.parametrize("plant", PLANTS, ids=[p.name for p in PLANTS])
+def test_each_planted_violation_fails_the_check(plant: Plant, tmp_path: Path) -> None:
+    root = tmp_path / "rankscope"
+    shutil.copytree(PKG, root, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / plant.path
+    before = target.read_text(encoding="utf-8").count("\n") if target.exists() else 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write("\n" + plant.code)
+    found = check(root, TABLE)
+    shown = [str(v) for v in found]
+    module = _module_name(plant.path)
+    assert found and all(v.module == module for v in found), shown
+    assert any(v.rule == plant.rule and plant.says in v.detail and v.line > before for v in found), shown
 
 
 def test_the_facades_lazy_exports_and_type_names_agree() -> None:
@@ -140,10 +170,8 @@ def test_the_facades_lazy_exports_and_type_names_agree() -> None:
 
 def test_no_function_is_over_80_lines() -> None:
     """Small pieces, each readable at once (docstrings count)."""
-    import ast
-
     long = []
-    for name, path in _modules().items():
+    for name, path in modules(PKG).items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1

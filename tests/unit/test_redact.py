@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankscope.runtime.redact import MASK, Redactor, is_secret_name, redact_text
+from rankscope.analysis.redact import MASK, Redactor, is_secret_name, redact_text
 
 
 def test_secret_names() -> None:
@@ -128,8 +128,8 @@ def test_ordinary_locals_pass_unchanged() -> None:
 
 
 def test_redact_model_walks_every_string_of_an_answer() -> None:
+    from rankscope.analysis.redact import redact_model
     from rankscope.models.core import Frame, Job, LocalVar, RankStack, StacksReport, ThreadStack, Verdict
-    from rankscope.runtime.redact import redact_model
 
     secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
     frame = Frame(
@@ -151,7 +151,7 @@ def test_redact_model_walks_every_string_of_an_answer() -> None:
 
 
 def test_an_auth_scheme_stays_and_its_credential_goes_everywhere() -> None:
-    from rankscope.runtime.redact import Redactor
+    from rankscope.analysis.redact import Redactor
 
     r = Redactor()
     jwt = "eyJhbGciOiJIUzI1NiJ9.vzi1JYY4U9QF3MpeUGeK.sZqGuzN8XTyXZjdURlSD"  # payload not JSON-shaped
@@ -162,7 +162,7 @@ def test_an_auth_scheme_stays_and_its_credential_goes_everywhere() -> None:
 
 
 def test_password_followed_by_its_value_in_prose() -> None:
-    from rankscope.runtime.redact import redact_text
+    from rankscope.analysis.redact import redact_text
 
     assert redact_text("failed (peer [::1]:29500; password 8s0iMRZEYpP0YYPpkF)") == (
         "failed (peer [::1]:29500; password <redacted>)"
@@ -197,7 +197,7 @@ def test_password_followed_by_its_value_in_prose() -> None:
     ],
 )
 def test_cloud_credentials_azure_and_gcp(text: str, secret: str) -> None:
-    from rankscope.runtime.redact import redact_text
+    from rankscope.analysis.redact import redact_text
 
     out = redact_text(text)
     assert secret not in out and "<redacted" in out

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankscope.runtime.redact import Redactor
+from rankscope.analysis.redact import Redactor
 
 SECRET_NAMES = (
     "api_key",

@@ -45,7 +45,7 @@ EXPORTS: dict[str, str] = {
     "check_pid": "rankscope.validate",
     "check_stacks_call": "rankscope.validate",
     # the one redaction every answer passes on its way out (CLI printer, MCP tool wrapper)
-    "redact_model": "rankscope.runtime.redact",
+    "redact_model": "rankscope.analysis.redact",
     # the two forms of an MCP answer (text block, structured content), bounded
     "shape_answer": "rankscope.render.answer",
     # the bundled skill files (MCP resources) and one section of them at a time
@@ -58,6 +58,7 @@ EXPORTS: dict[str, str] = {
 __all__ = sorted(EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rankscope.analysis.redact import redact_model as redact_model
     from rankscope.capabilities.compare import compare_dir as compare_dir
     from rankscope.capabilities.discovery import find_job as find_job
     from rankscope.capabilities.discovery import list_jobs as list_jobs
@@ -84,7 +85,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.render.answer import shape_answer as shape_answer
     from rankscope.resources import playbooks_dir as playbooks_dir
     from rankscope.resources import skill_md as skill_md
-    from rankscope.runtime.redact import redact_model as redact_model
     from rankscope.validate import check_pid as check_pid
     from rankscope.validate import check_stacks_call as check_stacks_call
 

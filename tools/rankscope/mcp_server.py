@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from rankscope import __version__
 from rankscope.mcp_tools._common import argument_error, save_schema_cache
+from rankscope.models.install import McpConfig
 from rankscope.render.answer import ANSWER_BOUND
 
 # Adapter modules under rankscope.mcp_tools, registered in this order.
@@ -75,6 +76,32 @@ def build_server() -> MCPServer:
         importlib.import_module(f"rankscope.mcp_tools.{name}").register(server)
     save_schema_cache()  # output schemas derived on this start, for the next one
     return server
+
+
+def prepare_server() -> str | None:
+    """Build the server once, so that its output-schema cache exists before the first real start.
+
+    Registration (``rankscope mcp-config``) is the step that always comes before a client's first
+    ``rankscope mcp``; doing the one-off schema work then keeps that first start as fast as the
+    later ones. It lives with the server, in the face, because building the server imports every
+    tool adapter and through them the façade, which the registration itself
+    (``capabilities/install.py``) sits below. Returns why it could not be prepared, or None.
+    """
+    try:
+        build_server()
+    except Exception as exc:  # the registration text is still right; the first start just pays more
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def with_server_prepared(cfg: McpConfig) -> McpConfig:
+    """``cfg`` once the server was built here (:func:`prepare_server`), with a note when it could
+    not be: a failure never stops the registration, whose text is still right."""
+    problem = prepare_server()
+    if problem is None:
+        return cfg
+    note = f"The server could not be prepared ahead of its first start ({problem}); run `rankscope mcp` once to see why."
+    return cfg.model_copy(update={"notes": [*cfg.notes, note]})
 
 
 def serve() -> None:

@@ -18,10 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from rankscope.analysis.fingerprints import compare_fingerprints
+from rankscope.analysis.redact import redact_text
 from rankscope.errors import InvalidInput, TorchMissing
 from rankscope.models.core import NextStep
 from rankscope.models.probe import ConsistencyReport, RankFingerprints
-from rankscope.runtime.redact import redact_text
 
 _FP_FILE = re.compile(r"^fingerprints-rank(\d+)\.json$")
 _SD_FILE = re.compile(r"(?:rank|shard|_|-)[_-]?(\d+)\.(?:pt|pth|bin|ckpt)$", re.IGNORECASE)

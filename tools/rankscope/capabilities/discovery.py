@@ -28,11 +28,11 @@ from pathlib import Path
 
 from rankscope.analysis.backend import job_backend_of, rank_backend
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
+from rankscope.analysis.redact import Redactor
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Backend, Job, JobList, LauncherKind, MissingRank, ProcState, RankProcess
 from rankscope.runtime import procfs
 from rankscope.runtime.procfs import proc_state, read_cmdline, read_environ, read_stat
-from rankscope.runtime.redact import Redactor
 
 SPAWN_MARKER = "from multiprocessing.spawn import spawn_main"
 

@@ -17,7 +17,6 @@ package) and that package's version.py: no ptrace, no import.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -26,12 +25,12 @@ import re
 import resource
 import shutil
 import socket
-import struct
 import sys
 from pathlib import Path
 
 from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
+from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.discovery import find_job, list_jobs
 from rankscope.errors import ProcessNotFound, RankscopeError
 from rankscope.models.core import Job
@@ -46,19 +45,16 @@ from rankscope.models.env import (
     ShmInfo,
     TorchInfo,
 )
-from rankscope.runtime import procfs, subproc
+from rankscope.runtime import net, procfs, subproc
 from rankscope.runtime.proctree import children_map
-from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.env")
 
-PROC = procfs.PROC
 SYS_NET = Path("/sys/class/net")
 SYS_IB = Path("/sys/class/infiniband")
 TORCH_PROBE_TIMEOUT = 90.0
 SMI_TIMEOUT = 20.0
 DMESG_TIMEOUT = 5.0
-SIOCGIFADDR = 0x8915
 
 _COLLECT_ENV_FIELDS = (
     "torch_version",
@@ -172,7 +168,7 @@ def _own_limits() -> Limits:
 
 
 def _meminfo() -> tuple[int | None, int | None]:
-    text = _read(PROC / "meminfo") or ""
+    text = procfs.host_text("meminfo") or ""
     vals: dict[str, int] = {}
     for line in text.splitlines():
         m = re.match(r"^(\w+):\s+(\d+) kB", line)
@@ -195,18 +191,9 @@ def _os_name() -> str | None:
     return m.group(1) if m else platform.system()
 
 
-def _ipv4(name: str) -> str | None:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name[:15].encode()))
-        return socket.inet_ntoa(packed[20:24])
-    except OSError:
-        return None
-
-
 def _ipv6() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for line in (_read(PROC / "net" / "if_inet6") or "").splitlines():
+    for line in (procfs.host_text("net/if_inet6") or "").splitlines():
         parts = line.split()
         if len(parts) >= 6:
             raw = parts[0]
@@ -229,7 +216,7 @@ def network_interfaces() -> list[NetInterface]:
         base = SYS_NET / name
         mtu = (_read(base / "mtu") or "").strip()
         speed = (_read(base / "speed") or "").strip()
-        addrs = [a for a in [_ipv4(name)] if a] + v6.get(name, [])
+        addrs = [a for a in [net.interface_ipv4(name)] if a] + v6.get(name, [])
         out.append(
             NetInterface(
                 name=name,
@@ -326,7 +313,7 @@ def gpus(node: NodeInfo) -> None:
 
 def xid_events(node: NodeInfo) -> None:
     """Recent Xid errors from the kernel log (dmesg with a timeout: never blocks)."""
-    if not node.gpus and not Path("/proc/driver/nvidia").exists():
+    if not node.gpus and not procfs.host_has("driver/nvidia"):
         node.xid_note = "no NVIDIA driver: no Xid errors to read."
         return
     dmesg = shutil.which("dmesg")

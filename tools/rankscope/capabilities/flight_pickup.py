@@ -23,7 +23,6 @@ import http.client
 import json
 import logging
 import os
-import socket
 import stat
 import sys
 import time
@@ -42,7 +41,7 @@ from rankscope.errors import RankscopeError
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
 from rankscope.probe.flight import MARKER_PREFIX, TRACE_PREFIX
-from rankscope.runtime import procfs, tcpstore
+from rankscope.runtime import net, procfs, signals, tcpstore
 
 log = logging.getLogger("rankscope.capabilities.flight_pickup")
 
@@ -168,12 +167,9 @@ def _stamp(path: Path) -> tuple[float, int] | None:
 
 def _ask_probe(pid: int, probe: Probe) -> bool:
     """Signal a probed rank, only when its probe's handler for that signal is installed."""
-    if probe.signal not in procfs.caught_signals(pid):
-        log.info("pid %d: probe marker found but signal %d is not caught; not signalled", pid, probe.signal)
-        return False
-    try:
-        os.kill(pid, probe.signal)
-    except OSError:
+    why_not = signals.send_if_handled(pid, probe.signal)
+    if why_not is not None:
+        log.info("pid %d: probe marker found but %s; not signalled", pid, why_not)
         return False
     return True
 
@@ -297,24 +293,10 @@ def read_exception_dump(addr: str, port: int, timeout: float = STORE_TIMEOUT_S) 
         raw = tcpstore.read_key(addr, port, EXCEPTION_DUMP, timeout)
     except tcpstore.StoreProtocolError as exc:
         log.info("store %s:%s: %s; reading it with torch's client", addr, port, exc)
-        raw = _read_with_torch(addr, port, timeout)
+        raw = tcpstore.read_key_with_torch(addr, port, EXCEPTION_DUMP, timeout)
     if raw is None:
         return None
     return int.from_bytes(raw[:4], sys.byteorder, signed=True) if len(raw) >= 4 else None
-
-
-def _read_with_torch(addr: str, port: int, timeout: float) -> bytes | None:
-    from datetime import timedelta
-
-    from torch._C._distributed_c10d import TCPStore  # where torch.distributed takes it from
-
-    try:
-        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=timeout))
-    except Exception as exc:  # torch raises DistStoreError / RuntimeError for a refused or timed-out connect
-        raise OSError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
-    if not store.check([EXCEPTION_DUMP]):
-        return None
-    return bytes(store.get(EXCEPTION_DUMP))
 
 
 def exception_dump_note(job: Job) -> str | None:
@@ -345,34 +327,17 @@ WORKER_TIMEOUT_S = 10.0
 MAX_TRACE = 64 * 1024 * 1024
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.path)
-        self.sock = sock
-
-
 def worker_trace(path: str, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any] | None:
     """The recorder trace (JSON) a rank's worker server answers on its unix socket; None on failure."""
-    conn = _UnixHTTPConnection(path, timeout)
     try:
-        conn.request("POST", "/handler/fr_trace_json", body=b"")
-        resp = conn.getresponse()
-        body = resp.read(MAX_TRACE)
-        if resp.status != 200:
-            log.info("worker server %s answered %s", path, resp.status)
+        status, body = net.http_post_unix(path, "/handler/fr_trace_json", timeout, MAX_TRACE)
+        if status != 200:
+            log.info("worker server %s answered %s", path, status)
             return None
         data = json.loads(body)
     except (OSError, ValueError, http.client.HTTPException) as exc:
         log.info("worker server %s: %s", path, exc)
         return None
-    finally:
-        conn.close()
     return data if isinstance(data, dict) else None
 
 

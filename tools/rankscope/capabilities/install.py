@@ -247,22 +247,6 @@ _CONFIG_FILES: dict[str, str] = {
 }
 
 
-def prepare_server() -> str | None:
-    """Build the MCP server once, so that its output-schema cache exists before the first real start.
-
-    Registration is the step that always comes before a client's first ``rankscope mcp``; doing the
-    one-off schema work here keeps that first start as fast as the later ones. Returns why it could
-    not be prepared, or None; a failure never stops the registration itself.
-    """
-    try:
-        from rankscope.mcp_server import build_server
-
-        build_server()
-    except Exception as exc:  # the registration text is still right; the first start just pays more
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
 _SSH_HOST = re.compile(r"^(?!-)[A-Za-z0-9_.@:\[\]-]+$")
 
 
@@ -282,6 +266,9 @@ def mcp_config(client: McpClient, ssh: str | None = None, remote_cmd: str | None
 
     With ``ssh`` the client (on a laptop) starts the server on the GPU host over ssh: the
     server must run where the job runs, since it reads /proc and attaches py-spy there.
+    Building the server ahead of its first start is the face's part
+    (``rankscope.mcp_server.with_server_prepared``): the server imports the façade, which imports
+    this module, so doing it here would close a circle.
     """
     if client not in _CONFIG_FILES:
         raise InvalidInput(
@@ -333,9 +320,4 @@ def _config_notes(client: McpClient, ssh: str | None, remote_cmd: str | None) ->
         "The server must run on the host of the job it inspects, as the job's user or root (it reads /proc and "
         "uses ptrace through py-spy). From a laptop, register it with --ssh GPU_HOST."
     )
-    problem = prepare_server()
-    if problem is not None:
-        notes.append(
-            f"The server could not be prepared ahead of its first start ({problem}); run `rankscope mcp` once to see why."
-        )
     return notes

@@ -23,7 +23,7 @@ through ``rankscope.api.dump_stacks(pid=<torchrun pid>)`` and reaps the tree.
 
 torchrun starts each worker in its own session, so rankscope reaps by process
 tree (``rankscope.runtime.proctree.reap_tree``) and sweeps any process of the tree
-that outlived it (identified by pid *and* start time, never by name).
+that outlived it (``proctree.kill_survivors``: identified by pid *and* start time, never by name).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,13 +47,13 @@ from types import FrameType
 from typing import TextIO
 
 from rankscope.analysis.collapse import collapse_rank_lines
+from rankscope.analysis.redact import Redactor
 from rankscope.analysis.runs import bound_run_report, parse_failures, run_next_steps, run_summary
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
-from rankscope.runtime import procfs
-from rankscope.runtime.proctree import children_map, descendants, reap_tree
-from rankscope.runtime.redact import Redactor
+from rankscope.runtime import net, procfs, subproc
+from rankscope.runtime.proctree import children_map, descendants, kill_survivors, reap_tree
 
 log = logging.getLogger("rankscope.capabilities.launch")
 
@@ -154,12 +153,6 @@ def _strip_own_prefix(rank: int, line: str) -> str:
 # --------------------------------------------------------------------------- /proc sampling
 
 
-def _cpu_and_start(pid: int) -> tuple[int, int] | None:
-    """(utime + stime in clock ticks, start time in ticks) of a live process."""
-    got = _sample_proc(pid)
-    return None if got is None else (got[0], got[1])
-
-
 def _sample_proc(pid: int) -> tuple[int, int, str] | None:
     """(CPU ticks, start time, state of the main thread) of a live process, from /proc/PID/stat."""
     f = procfs.stat_fields(pid)
@@ -246,12 +239,6 @@ class _Watch:
 # --------------------------------------------------------------------------- the run
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _has_nvidia_gpu() -> bool:
     """Cheap GPU presence check that does not import torch in rankscope's own process."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
@@ -302,18 +289,6 @@ def _shielded() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _sweep(seen: dict[int, int]) -> list[int]:
-    """SIGKILL processes of the job's tree that outlived the reaping (same pid *and* start time)."""
-    killed: list[int] = []
-    for pid, start in seen.items():
-        got = _cpu_and_start(pid)
-        if got is not None and got[1] == start:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed
 
 
 def _capture_stacks(pid: int, timeout: float) -> tuple[StacksReport | None, str | None]:
@@ -519,7 +494,7 @@ def _stop_job(
         runner.mute_launcher = True
     with _shielded():
         reap_tree(proc, grace=REAP_GRACE)
-        swept = _sweep(watch.seen) if watch is not None else []
+        swept = kill_survivors(watch.seen) if watch is not None else []
     if swept:
         notes.append(f"killed {len(swept)} process(es) of the job that outlived torchrun: {swept}")
     return stopped_at
@@ -540,7 +515,7 @@ def _run_once(
 ) -> tuple[RunReport, bool]:
     """One torchrun launch; the bool says it failed only because the port was taken."""
     log_dir = Path(tempfile.mkdtemp(prefix="rankscope-run-"))
-    port = _free_port()
+    port = net.free_port()
     argv = [
         exe, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
         f"--master_port={port}", "--monitor_interval=0.2", "--redirects=3", f"--log_dir={log_dir / 'ranks'}",
@@ -569,11 +544,8 @@ def _run_once(
     try:
         with _sigterm_as_interrupt():
             with open(launcher_file, "wb") as lf:
-                try:
-                    proc = subprocess.Popen(
-                        argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
-                        start_new_session=True,  # a terminal's Ctrl-C reaches rankscope only; rankscope stops the job
-                    )  # fmt: skip
+                try:  # in its own session: a terminal's Ctrl-C reaches rankscope only; rankscope stops the job
+                    proc = subproc.start_job(argv, lf, env=full_env, cwd=cwd)
                 except OSError as exc:
                     raise InvalidInput(
                         f"could not start torchrun with {exe}: {exc.strerror or exc}.",

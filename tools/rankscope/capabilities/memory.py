@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.analysis import memory as am
+from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.discovery import find_job
 from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
@@ -39,7 +40,6 @@ from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, Ran
 from rankscope.models.probe import PlacementReport, PlacementsReport
 from rankscope.runtime import procfs, subproc
 from rankscope.runtime.proctree import children_map, descendants
-from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.capabilities.memory")
 

@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from rankscope.analysis.placements import tiling_problems
+from rankscope.analysis.redact import redact_text
 from rankscope.errors import InvalidInput, TorchMissing
 from rankscope.models.probe import Chunk, FileBytes, PlacementReport, PlacementsReport, StoredTensor
-from rankscope.runtime.redact import redact_text
 
 _RANK_FILE = re.compile(r"placements-rank(\d+)\.json$")
 

@@ -1,10 +1,7 @@
 """Ask NCCL's RAS service for the job's launch counts (``rankscope stacks --ras``), only when asked.
 
 NCCL >= 2.24 listens on ``localhost:28028`` (or ``NCCL_RAS_ADDR``) on every node of an NCCL
-job. The client protocol (NCCL ``src/ras/client.cc``): send ``CLIENT PROTOCOL 2``, read
-``SERVER PROTOCOL N``; ``TIMEOUT <s>`` and ``SET FORMAT json`` each answer ``OK`` (older
-servers answer ``ERROR: ...`` to the format and keep text); ``STATUS`` answers until the
-server closes the connection.
+job; :mod:`rankscope.runtime.ras_client` speaks its client protocol (NCCL ``src/ras/client.cc``).
 
 Never by default: formatting a status report while communicators are being created has
 crashed jobs on the NCCL versions current torch ships (NVIDIA/nccl#2346 on 2.29.7; #1718,
@@ -16,7 +13,6 @@ is not called a hang.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,11 +22,11 @@ from rankscope.analysis.ras import finding, parse_json, parse_text
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job
 from rankscope.models.ras import RasFinding, RasStatus
+from rankscope.runtime import ras_client
 
 log = logging.getLogger("rankscope.capabilities.ras_read")
 
 DEFAULT_ADDR = ("localhost", 28028)
-PROTOCOL = 2
 LEG_TIMEOUT_S = 5
 """What RAS waits for other nodes' answers (its own default); the socket waits that plus 10 s."""
 CONFIRM_S = 3.0
@@ -58,42 +54,17 @@ def ras_address(environs: Mapping[int, Mapping[str, str]]) -> tuple[str, int] | 
     return DEFAULT_ADDR
 
 
-def _read_line(conn: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n") and len(data) < 4096:
-        chunk = conn.recv(4096 - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data.decode(errors="replace").strip()
-
-
-def _command(conn: socket.socket, line: str) -> str:
-    conn.sendall(line.encode() + b"\n")
-    return _read_line(conn)
-
-
 def query(host: str, port: int, timeout: float = LEG_TIMEOUT_S + 10.0) -> RasStatus:
     """One ``STATUS`` read, JSON where the server speaks it, else text."""
-    with socket.create_connection((host, port), timeout=timeout) as conn:
-        hello = _command(conn, f"CLIENT PROTOCOL {PROTOCOL}")
-        if not hello.upper().startswith("SERVER PROTOCOL"):
-            raise InvalidInput(
-                f"{host}:{port} is not NCCL RAS (it answered {hello[:60]!r})",
-                "Check NCCL_RAS_ADDR of the job; RAS needs NCCL >= 2.24.",
-            )
-        _command(conn, f"TIMEOUT {LEG_TIMEOUT_S}")
-        json_ok = _command(conn, "SET FORMAT json").upper() == "OK"
-        conn.sendall(b"STATUS\n")
-        chunks: list[bytes] = []
-        size = 0
-        while size < MAX_ANSWER:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    text = b"".join(chunks).decode(errors="replace")
+    try:
+        text, json_ok = ras_client.status(
+            host, port, leg_timeout=LEG_TIMEOUT_S, timeout=timeout, limit=MAX_ANSWER
+        )
+    except ras_client.NotRas as exc:
+        raise InvalidInput(
+            f"{host}:{port} is not NCCL RAS (it answered {exc.answer[:60]!r})",
+            "Check NCCL_RAS_ADDR of the job; RAS needs NCCL >= 2.24.",
+        ) from exc
     return parse_json(text) if json_ok else parse_text(text)
 
 

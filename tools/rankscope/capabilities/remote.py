@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from rankscope.analysis.hostlist import expand_hostlist, host_port, split_top
 from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.redact import Redactor
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Frame,
@@ -43,8 +44,7 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
-from rankscope.runtime import subproc
-from rankscope.runtime.redact import Redactor
+from rankscope.runtime import net, subproc, tcpstore
 
 log = logging.getLogger("rankscope.capabilities.remote")
 
@@ -535,21 +535,12 @@ def store_address(hosts: Sequence[str] | None, job: str | None, env: Mapping[str
     return where
 
 
-def _http_post(url: str, timeout: float) -> bytes:
-    import urllib.request
-
-    req = urllib.request.Request(url, method="POST", data=b"")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        data: bytes = resp.read(MAX_OUTPUT)
-        return data
-
-
 def _debug_server_rank(
     rank: int, url: str, timeout: float
 ) -> tuple[RankStack, RankError | None, dict[str, Any] | None]:
     host = re.sub(r"^https?://|:\d+/?$", "", url)
     try:
-        text = _http_post(f"{url}/handler/dump_traceback", timeout).decode(errors="replace")
+        text = net.http_post(f"{url}/handler/dump_traceback", timeout, MAX_OUTPUT).decode(errors="replace")
     except Exception as exc:  # URLError, timeout, reset: one rank's failure never hides the others
         kind = "timeout" if "timed out" in str(exc) else "unreachable"
         err = RankError(
@@ -572,28 +563,16 @@ def debug_server_urls(addr: str, port: int, timeout: float) -> list[str]:
     store's protocol) and InvalidInput when the store does not answer.
     """
     try:
-        from datetime import timedelta
-
-        from torch._C._distributed_c10d import (  # where torch.distributed takes them from
-            PrefixStore,
-            TCPStore,
-        )
+        return tcpstore.rank_values(addr, port, DEBUG_PREFIX, timeout)
     except ImportError as exc:
         from rankscope.errors import TorchMissing
 
         raise TorchMissing("Reading the job's TCPStore needs torch.") from exc
-    try:
-        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=timeout))
-    except Exception as exc:
+    except OSError as exc:
         raise InvalidInput(
             f"cannot connect to the job's TCPStore at {addr}:{port}: {str(exc).splitlines()[0]}",
             "Pass the rendezvous address (torchrun's --master_addr:--master_port) of a job that is still running.",
         ) from exc
-    prefixed = PrefixStore(DEBUG_PREFIX, store)
-    urls: list[str] = []
-    while len(urls) < 1_000_000 and prefixed.check([f"rank{len(urls)}"]):
-        urls.append(prefixed.get(f"rank{len(urls)}").decode())
-    return urls
 
 
 def debug_server_trace(url: str, timeout: float) -> dict[str, Any] | None:
@@ -601,7 +580,7 @@ def debug_server_trace(url: str, timeout: float) -> dict[str, Any] | None:
     import json
 
     try:
-        loaded = json.loads(_http_post(f"{url}/handler/fr_trace_json", timeout))
+        loaded = json.loads(net.http_post(f"{url}/handler/fr_trace_json", timeout, MAX_OUTPUT))
     except Exception as exc:  # URLError, timeout, reset, bad JSON: the recorder is optional evidence
         log.info("debug server %s: no recorder trace: %s", url, exc)
         return None

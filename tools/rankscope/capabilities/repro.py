@@ -21,6 +21,7 @@ from jinja2 import FileSystemLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ValidationError
 
+from rankscope.analysis.redact import Redactor
 from rankscope.analysis.templates import (
     choose_from_findings,
     choose_from_stacks,
@@ -45,7 +46,6 @@ from rankscope.models.repro import (
 )
 from rankscope.models.run import RunReport
 from rankscope.resources import templates_dir
-from rankscope.runtime.redact import Redactor
 
 META_PREFIX = "# rankscope-repro: "
 SYMPTOM_MARK = "rankscope-repro: SYMPTOM "

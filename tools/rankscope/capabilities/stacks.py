@@ -29,6 +29,7 @@ from rankscope.analysis.group_members import read_group_locals
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.progress import judge, place_lines, with_recorder
 from rankscope.analysis.progress_verdict import PROGRESS_KINDS
+from rankscope.analysis.redact import Redactor
 from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.analysis.waits import creating_communicator
 from rankscope.capabilities import discovery
@@ -59,7 +60,6 @@ from rankscope.models.flight import FlightReport
 from rankscope.models.progress import Progress
 from rankscope.models.ras import RasFinding
 from rankscope.runtime import pyspy
-from rankscope.runtime.redact import Redactor
 
 log = logging.getLogger("rankscope.capabilities.stacks")
 
@@ -269,9 +269,8 @@ def _run_dumps(
             start_next()
     finally:
         for d in running:  # only on an exception (e.g. KeyboardInterrupt): leave no py-spy behind
-            if d.proc is not None and d.proc.poll() is None:
-                d.proc.kill()
-                d.proc.wait()
+            if d.proc is not None:
+                pyspy.abandon(d.proc)
 
 
 def _result(d: _Dump) -> tuple[RankStack, RankError | None]:

@@ -30,7 +30,7 @@ from rankscope.models.logs import FailureRecord, LogSource, SourceKind, TriageRe
 if TYPE_CHECKING:
     from rankscope.models.core import StacksReport
     from rankscope.models.flight import FlightReport
-from rankscope.runtime.redact import Redactor
+from rankscope.analysis.redact import Redactor
 
 CHUNK = 4 * 1024 * 1024
 MAX_LINE = 1024 * 1024

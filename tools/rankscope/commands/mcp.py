@@ -62,6 +62,10 @@ class McpConfigCommand(Command):
 
         client = cast(McpClient, args.client)
         cfg = mcp_config(client, ssh=args.ssh, remote_cmd=args.remote_cmd)
+        if args.ssh is None:  # the server starts on this host: build it now, so its first start is fast
+            from rankscope.mcp_server import with_server_prepared
+
+            cfg = with_server_prepared(cfg)
         if args.json:
             emit(cfg, True)
             return 0

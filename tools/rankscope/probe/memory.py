@@ -26,6 +26,7 @@ from typing import Any
 from rankscope.analysis.memory import parse_kb_fields, probe_report
 from rankscope.models.memory import MemoryProbeReport, RankMemoryStats
 from rankscope.probe import _dist
+from rankscope.runtime import procfs
 
 log = logging.getLogger("rankscope.probe.memory")
 
@@ -35,7 +36,7 @@ def _host_memory() -> tuple[int | None, int | None]:
     rss: int | None = None
     peak: int | None = None
     try:
-        fields = parse_kb_fields(Path("/proc/self/status").read_text())
+        fields = parse_kb_fields(procfs.own_text("status"))
         rss, peak = fields.get("VmRSS"), fields.get("VmHWM")
     except OSError:
         pass

@@ -66,6 +66,25 @@ def read_text(pid: int, name: str) -> str | None:
         return None
 
 
+def host_text(name: str) -> str | None:
+    """The text of the host-wide ``/proc/NAME`` (``meminfo``, ``net/if_inet6``), or None when unreadable."""
+    try:
+        return (PROC / name).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def host_has(name: str) -> bool:
+    """Whether ``/proc/NAME`` exists (``driver/nvidia``: the NVIDIA driver is loaded)."""
+    return (PROC / name).exists()
+
+
+def own_text(name: str) -> str:
+    """The text of ``/proc/self/NAME``: the calling process's own file (the probe, inside a rank,
+    reads its ``status``); raises OSError when unreadable."""
+    return (PROC / "self" / name).read_text()
+
+
 def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after ``comm`` (state is [0], ppid [1]), or None when gone.
 
@@ -383,11 +402,14 @@ __all__ = [
     "cmdline",
     "device_fds",
     "environ",
+    "host_has",
+    "host_text",
     "is_alive",
     "listens_on_any_ipv6",
     "mapped_paths",
     "maps_mention",
     "open_files",
+    "own_text",
     "parent_of",
     "parse_environ",
     "path",

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 
 from rankscope.runtime import procfs
 
@@ -56,6 +57,30 @@ def _signal_tree(pids: list[int], sig: int) -> None:
     for p in pids:
         with contextlib.suppress(OSError):
             os.kill(p, sig)
+
+
+def kill_survivors(seen: Mapping[int, int]) -> list[int]:
+    """SIGKILL each process of ``seen`` (pid -> start time in clock ticks, taken while it ran under
+    a tree rankscope started) that still runs with that start time; the pids killed.
+
+    What outlived :func:`reap_tree` (a rank its launcher let go of, re-parented to init) is no
+    longer under the root, so it is found by the pid *and* start time recorded earlier: a pid
+    the kernel reused since belongs to someone else and is left alone.
+    """
+    killed: list[int] = []
+    for pid, start in seen.items():
+        fields = procfs.stat_fields(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        try:
+            now = int(fields[19])
+        except (IndexError, ValueError):
+            continue
+        if now == start:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
 
 
 def reap_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | int, grace: float = 5.0) -> list[int]:

@@ -216,6 +216,20 @@ def finish_dump(
     return data
 
 
+ABANDON_WAIT = 5.0
+"""Seconds to wait for a killed py-spy to be reaped (it exits at once; the bound is for a stuck kernel)."""
+
+
+def abandon(proc: subprocess.Popen[str]) -> None:
+    """Kill and reap a started dump that will not be collected (the capture was cut short, e.g. by
+    Ctrl-C), so no py-spy is left attached to a rank. py-spy starts no children: killing it is
+    reaping its whole tree."""
+    if proc.poll() is None:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=ABANDON_WAIT)
+
+
 def dump_raw(
     pid: int,
     *,

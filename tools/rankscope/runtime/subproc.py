@@ -1,4 +1,5 @@
-"""Bounded runs of helper commands (nvidia-smi, dmesg, ssh, srun, kubectl, a torch probe).
+"""Bounded runs of helper commands (nvidia-smi, dmesg, ssh, srun, kubectl, a torch probe), and the
+start of a job rankscope launches and watches (``start_job``).
 
 rankscope must never hang on a tool it calls, and never leave one behind: the
 command runs in its own session with a timeout, and on timeout its whole
@@ -17,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import IO
 
 from rankscope.runtime.proctree import reap_tree
 
@@ -62,8 +64,29 @@ def run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -
     return Completed(proc.returncode, _text(out), _text(err), False, time.monotonic() - t0)
 
 
+def start_job(
+    argv: list[str], output: IO[bytes], env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a job rankscope watches (torchrun and its ranks), its stdout and stderr into ``output``.
+
+    Not bounded here, unlike :func:`run`: the caller watches the job (its output, its ranks' CPU
+    time, its own time limit) and reaps its tree with :func:`rankscope.runtime.proctree.reap_tree`
+    whatever ends the watch. It runs in its own session, so a terminal's Ctrl-C reaches rankscope
+    only and rankscope stops the job; stdin is closed. Raises OSError when it cannot start.
+    """
+    return subprocess.Popen(
+        argv,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
 def _text(data: bytes | None) -> str:
     return (data or b"").decode(errors="replace")
 
 
-__all__ = ["Completed", "run"]
+__all__ = ["Completed", "run", "start_job"]

@@ -7,7 +7,9 @@ integers in the host's byte order, strings as a u64 length and the bytes. A clie
 ``VALIDATE`` with a magic number; ``CHECK`` answers READY (0) or NOT_READY (1); ``GET`` answers
 a u64 length and the bytes. Keys carry the client's prefix ``/``. Only CHECK and GET are sent:
 nothing is ever written. A store that speaks an older dialect closes the connection or answers
-out of turn: :class:`StoreProtocolError`, and the caller may fall back to torch's client.
+out of turn: :class:`StoreProtocolError`, and the caller may fall back to torch's client
+(:func:`read_key_with_torch`). Keys only torch's client can list (a ``PrefixStore``'s, read by
+:func:`rank_values`) are read with it too: every connection to a job's store starts here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import socket
 import struct
 import sys
+from typing import Any
 
 VALIDATE, GET, CHECK = 0, 3, 5
 VALIDATION_MAGIC = 0x3C85F7CE
@@ -66,4 +69,44 @@ def read_key(host: str, port: int, key: str, timeout: float = 3.0) -> bytes | No
         return _recv(sock, size)
 
 
-__all__ = ["StoreProtocolError", "read_key"]
+def _torch_client(host: str, port: int, timeout: float) -> Any:
+    """torch's own TCPStore client, connected; ImportError without torch, OSError when the store
+    does not answer (torch raises DistStoreError or RuntimeError: the first line of its text is kept)."""
+    from datetime import timedelta
+
+    from torch._C._distributed_c10d import TCPStore  # where torch.distributed takes it from
+
+    try:
+        return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout))
+    except Exception as exc:  # a refused or timed-out connect
+        raise OSError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+
+def read_key_with_torch(host: str, port: int, key: str, timeout: float = 3.0) -> bytes | None:
+    """:func:`read_key` through torch's client, for a store that speaks another dialect.
+
+    Raises ImportError without torch and OSError when the store cannot be reached.
+    """
+    store = _torch_client(host, port, timeout)
+    if not store.check([key]):
+        return None
+    return bytes(store.get(key))
+
+
+def rank_values(host: str, port: int, prefix: str, timeout: float, limit: int = 1_000_000) -> list[str]:
+    """The values a job stored under ``<prefix>/rank0``, ``<prefix>/rank1``, ... in rank order, up
+    to the first rank without one (``start_debug_server`` registers each rank's URL so).
+
+    Read with torch's client (a ``PrefixStore``); raises ImportError without torch and OSError
+    when the store cannot be reached.
+    """
+    from torch._C._distributed_c10d import PrefixStore
+
+    prefixed = PrefixStore(prefix, _torch_client(host, port, timeout))
+    values: list[str] = []
+    while len(values) < limit and prefixed.check([f"rank{len(values)}"]):
+        values.append(prefixed.get(f"rank{len(values)}").decode())
+    return values
+
+
+__all__ = ["StoreProtocolError", "rank_values", "read_key", "read_key_with_torch"]

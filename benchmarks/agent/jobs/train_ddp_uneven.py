@@ -89,8 +89,14 @@ def evaluate(model: nn.Module, rank: int) -> float:
     return float(score) / dist.get_world_size()
 
 
-def train_epoch(ddp: nn.Module, loader: DataLoader, opt: torch.optim.Optimizer, epoch: int, rank: int,
-                q: queue.Queue[tuple[int, float] | None]) -> None:
+def train_epoch(
+    ddp: nn.Module,
+    loader: DataLoader,
+    opt: torch.optim.Optimizer,
+    epoch: int,
+    rank: int,
+    q: queue.Queue[tuple[int, float] | None],
+) -> None:
     for step, (x, y) in enumerate(loader):
         loss = nn.functional.mse_loss(ddp(x), y)
         opt.zero_grad(set_to_none=True)

@@ -376,3 +376,21 @@ def test_a_dead_jobs_brief_text_leads_with_the_verdict_and_says_each_fact_once()
     sections = [line.rsplit("[", 1)[-1] for line in lines if line.startswith("next ")]
     assert sections and report.playbook and f"{report.playbook}]" in sections
     assert len(text) < len("\n".join(render_triage(report)))
+
+
+def test_whole_stack_groups_that_differ_only_in_native_frames_are_not_listed_again() -> None:
+    """With native frames, ranks of one op group split by NCCL/CUDA frames the brief view does not
+    show: listed again they would be lines that say nothing new."""
+    from rankscope.render.stacks import render_stacks_brief
+
+    report = report_for("mismatch_barrier")
+    group = max(report.groups, key=lambda g: len(g.ranks))
+    assert len(group.ranks) > 1
+    native = Frame(function="ncclDevKernel_AllReduce", file="libnccl.so.2", native=True)
+    split = [
+        group.model_copy(update={"ranks": group.ranks[:1], "frames": [native, *group.frames]}),
+        group.model_copy(update={"ranks": group.ranks[1:]}),
+    ]
+    lines = list(render_stacks_brief(report.model_copy(update={"stack_groups": split})))
+    site = str(group.call_site)
+    assert sum(1 for line in lines if site in line and "):" in line) == 1, lines

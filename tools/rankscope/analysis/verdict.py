@@ -548,7 +548,7 @@ def rule_nccl_lone_collective(f: Facts) -> Verdict | None:
         summary=f"{ranks_phrase(suspects)} {'is' if len(suspects) == 1 else 'are'} inside {op} at {', '.join(sites)}, "
         f"which no other rank is in, while {others}: on NCCL the others ran on past their last collective and are "
         f"queued behind one that {ranks_phrase(suspects)} never issued; {ranks_phrase(suspects)} issued a "
-        f"collective the others did not",
+        f"collective the others did not" + _lone_story(f, op),
         evidence=f.evidence,
         next_steps=[
             _step(
@@ -565,6 +565,21 @@ def rule_nccl_lone_collective(f: Facts) -> Verdict | None:
             ),
         ],
     )
+
+
+def _lone_story(f: Facts, op: str) -> str:
+    """Why the lone ranks are elsewhere, as the gloo rule tells it: a rank condition above their
+    collective, or where their stack leaves the others' (past the others' line in the same
+    function: they ran out of the loop early, one collective short)."""
+    lone = next((g for g in f.groups if g.op == op and g.state is None), None)
+    if lone is None or not f.gpu_groups:
+        return ""
+    guard = guard_phrase(f, lone)
+    if guard:
+        return f"; {guard}"
+    majority = max(f.gpu_groups, key=lambda g: len(g.ranks))
+    parting = parting_phrase(f, lone, majority)
+    return f"; {parting[0]}" if parting is not None and parting[1] else ""
 
 
 def rule_divergent(f: Facts) -> Verdict | None:

@@ -225,11 +225,16 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
         yield f"found: {note.removeprefix(RANKS_CUT)}" if note.startswith(RANKS_CUT) else f"note: {note}"
     waits: dict[int, str | None] = {s.rank: s.wait for s in report.stacks if s.rank is not None}
     seen: set[str] = set()
+    said: set[tuple[str | None, str, str]] = set()
     for group in [*report.groups, *report.stack_groups]:
         mark = " <- suspect" if suspects & set(group.ranks) else ""
         if group.state is not None:
             yield f"{ranks_phrase(group.ranks)}: {_STATE_NOTE.get(group.state, group.state)}{mark}"
             continue
+        key = (group.op, str(group.call_site), _brief_frames(group, {f.file for f in group.frames}))
+        if key in said:  # a whole-stack group that differs only below what this view shows
+            continue
+        said.add(key)
         what = f"{group.op} at " if group.op else "no collective, at "
         wait = group.wait or _shared_wait(group, waits)
         label = f" [{wait}]" if wait and not (group.op and wait == "collective") else ""

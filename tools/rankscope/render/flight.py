@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from rankscope.analysis.ranges import merge_rank_lines
 from rankscope.models.flight import FlightReport
 from rankscope.render.next_steps import render_next_steps
 
@@ -19,8 +20,9 @@ def render_flight(r: FlightReport) -> Iterator[str]:
     v = r.verdict
     yield f"Verdict: {v.kind}  suspects: {','.join(map(str, v.suspect_ranks)) or '-'}"
     yield f"  {v.summary}"
-    for line in v.evidence:
-        yield f"  - {line}"
+    for line in merge_rank_lines(v.evidence):  # ranks that recorded the same entry: one line
+        if line not in v.summary:
+            yield f"  - {line}"
     m = r.first_mismatch
     if m is not None:
         yield ""

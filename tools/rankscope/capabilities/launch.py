@@ -52,6 +52,7 @@ from rankscope.analysis.runs import bound_run_report, parse_failures, run_next_s
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
+from rankscope.options import DumpOptions
 from rankscope.runtime import net, procfs, subproc
 from rankscope.runtime.proctree import children_map, descendants, kill_survivors, reap_tree
 
@@ -298,7 +299,7 @@ def _capture_stacks(pid: int, timeout: float) -> tuple[StacksReport | None, str 
     )
 
     try:
-        return dump_stacks(pid, timeout=timeout), None
+        return dump_stacks(pid, DumpOptions(timeout=timeout)), None
     except RankscopeError as exc:
         return None, f"stack capture failed: {exc.render()}"
     except Exception as exc:  # the job must still be reaped and the rest reported

@@ -87,7 +87,7 @@ class DumpOptions:
 
     def for_remote_host(self) -> DumpOptions:
         """The options a remote host runs with: its timeout a share of ours (:data:`REMOTE_SHARE`)."""
-        return replace(self, timeout=max(1.0, self.timeout * REMOTE_SHARE))
+        return replace(self, timeout=max(1.0, round(self.timeout * REMOTE_SHARE, 3)))
 
     @classmethod
     def from_values(cls, source: object) -> DumpOptions:
@@ -125,8 +125,14 @@ def option_flags(options: DumpOptions) -> list[str]:
             if value != f.default:
                 argv.append(flag)
         else:
-            argv += [flag, f"{value:g}"]
+            argv += [flag, _number(value)]
     return argv
+
+
+def _number(value: float) -> str:
+    """A number as a flag's value: short (``24``, not ``24.0``), and read back as the same number."""
+    text = f"{value:g}"
+    return text if float(text) == value else repr(value)
 
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server", "local"]

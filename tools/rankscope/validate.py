@@ -45,3 +45,30 @@ def check_stacks_call(
             fix="Leave the rank filter out to capture every node, then read the suspects' stacks from the answer "
             "(MCP: full_ranks=[...]).",
         )
+
+
+def check_repro_call(
+    *, verify: bool, out: str | None, nproc: int | None, hang_timeout: float, timeout: float | None = None
+) -> None:
+    """The arguments of one repro (rendered, and run when ``verify``) fit together, checked before
+    anything is written: a script is run only from a file, on at least one rank, with limits."""
+    if verify and not out:
+        raise InvalidInput(
+            "verify (--verify) needs out (--out): the script must be written to disk to run.",
+            fix="Pass where to write it, e.g. out='/tmp/repro.py' (CLI: --out repro.py).",
+        )
+    if nproc is not None and nproc < 1:
+        raise InvalidInput(
+            f"nproc (--nproc) must be at least 1, got {nproc}.",
+            fix="Leave it out for the template's world size, or pass the number of ranks, e.g. 2.",
+        )
+    if not hang_timeout > 0:
+        raise InvalidInput(
+            f"hang_timeout (--hang-timeout) must be positive seconds, got {hang_timeout:g}.",
+            fix="Pass the seconds of silence that count as a hang, e.g. 15.",
+        )
+    if timeout is not None and not timeout > 0:
+        raise InvalidInput(
+            f"timeout (--timeout) must be positive seconds, got {timeout:g}.",
+            fix="Pass the seconds the whole run may take, e.g. 120.",
+        )

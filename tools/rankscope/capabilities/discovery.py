@@ -603,7 +603,7 @@ def select_job(jobs: list[Job], job_id: str) -> Job:
     if not near:
         raise ProcessNotFound(
             f"No job {job_id!r} on this host. Jobs here: {describe_jobs(jobs) or 'none'}.",
-            fix="Pass --job with one of the job ids above (rankscope ps lists them).",
+            fix="Pass job_id (CLI: --job) with one of the job ids above (list_jobs, rankscope ps list them).",
         )
     raise NotADistributedJob(
         f"{len(near)} jobs match {job_id!r}: {describe_jobs(near)}.", fix="Pass the full job id."

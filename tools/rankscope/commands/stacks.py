@@ -10,18 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Iterator
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.models.core import StacksReport
 from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget
-
-
-def _render(model: StacksReport) -> Iterator[str]:
-    from rankscope.render.stacks import render_stacks  # only when printing for a person
-
-    return render_stacks(model)
 
 
 class StacksCommand(Command):
@@ -110,14 +102,9 @@ class StacksCommand(Command):
             report = api.dump_stacks_remote(target, options, pid=pid)
         else:
             report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
-        as_json: bool = args.json or args.local
         # --local answers a fan-out from another host, which merges whole reports
-        full = bool(args.full or args.local)
-        if (as_json or args.brief) and not full:
-            from rankscope.analysis.bound import bound_report
-
-            report = bound_report(report, full_ranks=args.ranks)
-        emit(report, as_json, _render, full=full, brief=args.brief)
+        as_json, full = bool(args.json or args.local), bool(args.full or args.local)
+        emit(report, as_json, full=full, brief=args.brief, full_ranks=args.ranks)
         return 0
 
 

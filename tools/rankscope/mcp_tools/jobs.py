@@ -28,10 +28,6 @@ from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, DumpOptions, 
 Via = Literal["ssh", "srun", "kubectl", "debug-server"]
 """How dump_stacks reaches ranks on other nodes (see rankscope.capabilities.remote)."""
 
-MAX_ANSWER_BYTES = 7_000
-"""Where dump_stacks starts to shorten its groups' frames (compact JSON); every answer is then
-held to 8 KB by the common answer shaping, with what it cut named in left_out."""
-
 
 @guard
 async def list_jobs(
@@ -53,11 +49,7 @@ async def list_jobs(
     await progress(ctx, 0, 1, "scanning /proc for distributed jobs")
     report = await in_thread(api.list_jobs, pid)
     await progress(ctx, 1, 1, f"found {len(report.jobs)} job(s)")
-    if details or full:
-        return report
-    from rankscope.analysis.bound import brief_jobs
-
-    return brief_jobs(report)
+    return api.answer(report, full=full or details)
 
 
 @guard
@@ -142,13 +134,8 @@ async def _answer(
     """Keep the whole report for the next call (a repro from it), return it bounded unless ``full``."""
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
     LAST_ANSWERS.stacks = report
-    if full:
-        return report
-    from rankscope.analysis.bound import bound_report
-
-    bounded = bound_report(report, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
-    await progress(ctx, 3, 3, f"verdict: {bounded.verdict.kind}")
-    return bounded
+    await progress(ctx, 3, 3, f"verdict: {report.verdict.kind}")
+    return api.answer(report, full=full, full_ranks=full_ranks)
 
 
 async def _capture(

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rankscope.capabilities import remote, stacks
+from rankscope.capabilities import discovery, remote, stacks
 from rankscope.cli import build_parser
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
@@ -31,7 +31,7 @@ from rankscope.options import (
     StacksTarget,
     option_flags,
 )
-from rankscope.runtime import pyspy, subproc
+from rankscope.runtime import net, pyspy, subproc
 
 ASKED: dict[str, Any] = {
     "native": True,
@@ -174,7 +174,7 @@ def test_every_option_reaches_the_debug_server_or_is_named(
         return ["http://h0:1", "http://h1:1"]
 
     monkeypatch.setattr(remote, "debug_server_urls", urls)
-    monkeypatch.setattr(remote.net, "http_post", post)
+    monkeypatch.setattr(net, "http_post", post)
 
     def collect(options: DumpOptions) -> tuple[StacksReport, list[tuple[str, float]]]:
         asked.clear()
@@ -291,9 +291,9 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Capture]:
     monkeypatch.setattr(pyspy, "check_pyspy", lambda exe=None: "py-spy")
     monkeypatch.setattr(pyspy, "start_dump", start)
     monkeypatch.setattr(pyspy, "finish_dump", finish)
-    monkeypatch.setattr(stacks.discovery, "find_job", lambda pid=None, job_id=None: job)
-    monkeypatch.setattr(stacks.discovery, "proc_state", lambda pid: "sleeping")
-    monkeypatch.setattr(stacks.discovery, "read_environ", lambda pid: {})
+    monkeypatch.setattr(discovery, "find_job", lambda pid=None, job_id=None: job)
+    monkeypatch.setattr(discovery, "proc_state", lambda pid: "sleeping")
+    monkeypatch.setattr(discovery, "read_environ", lambda pid: {})
     monkeypatch.setattr(stacks, "Window", _FakeWindow)
     monkeypatch.setattr(stacks, "gpu_utilisation", lambda job: {})
     monkeypatch.setattr(stacks, "find_probes", lambda job: {})

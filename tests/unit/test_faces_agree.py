@@ -132,3 +132,19 @@ def test_both_faces_refuse_a_bad_call_with_the_same_words(
     sent = _mcp(tool, args)
     assert code == 2 and "Fix: " in said, said
     assert sent.is_error and sent.content[0].text == f"Error executing tool {tool}: {said}"
+
+
+def test_both_faces_offer_the_same_ways_to_reach_other_hosts() -> None:
+    """``--via`` and ``via`` list the same values, the ones the options define."""
+    from typing import get_args
+
+    from rankscope.cli import build_parser
+    from rankscope.mcp_tools.jobs import Via
+    from rankscope.options import VIAS
+
+    parser, _ = build_parser("stacks")
+    assert parser.parse_args(["stacks"]).via == "ssh"
+    stacks = next(
+        a for a in parser._subparsers._group_actions[0].choices["stacks"]._actions if a.dest == "via"
+    )  # type: ignore[union-attr]
+    assert tuple(stacks.choices or ()) == get_args(Via) == VIAS

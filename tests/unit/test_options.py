@@ -358,6 +358,7 @@ def test_the_target_parses_hosts_once_and_says_whether_it_is_remote() -> None:
     one = StacksTarget(hosts=("node[01-03,07],gpu-a1",))
     assert one.hosts == ("node01", "node02", "node03", "node07", "gpu-a1") and one.remote
     assert StacksTarget(hosts=("node[01-03", "07]", "gpu-a1")) == one
+    assert StacksTarget(hosts="node[01-03,07],gpu-a1") == one  # type: ignore[arg-type]  # the text itself
     assert dataclasses.replace(one, via="local").hosts == one.hosts  # parsing twice changes nothing
     assert json.dumps(list(StacksTarget(hosts=("ssh://u@[::1]:22",)).hosts or ())) == '["ssh://u@[::1]:22"]'
     for bad in (

@@ -207,10 +207,11 @@ LOCAL = StacksTarget()
 """This host only."""
 
 
-def _joined(hosts: Sequence[str]) -> str:
+def _joined(hosts: str | Sequence[str]) -> str:
     """One ``--hosts`` text (the CLI's is one string, the MCP's a list): a list is joined back
-    first, since a caller that split at every comma cut ``node[01-04,07]`` in two."""
-    return ",".join(hosts)
+    first, since a caller that split at every comma cut ``node[01-04,07]`` in two; a caller of
+    the library that passed the text itself is read as that text."""
+    return hosts if isinstance(hosts, str) else ",".join(hosts)
 
 
 def check_pid(pid: int | None) -> None:

@@ -207,13 +207,12 @@ def synthetic_job(world: int = 64) -> tuple[Any, list[Any], list[list[dict[str, 
 
 
 def bench_context(world: int = 64) -> dict[str, Any]:
-    from rankscope.analysis.bound import bound_report
+    from rankscope import api
     from rankscope.analysis.stacks import analyze
-    from rankscope.mcp_tools.jobs import MAX_ANSWER_BYTES
 
     job, stacks, raws = synthetic_job(world)
     full = analyze(job, stacks, [])
-    bounded = bound_report(full, max_bytes=MAX_ANSWER_BYTES)
+    bounded = api.answer(full)  # what dump_stacks returns by default
     raw_bytes = sum(len(json.dumps(r, indent=2)) for r in raws)  # py-spy dump --json pretty-prints
     raw_compact = sum(len(json.dumps(r)) for r in raws)
     from rankscope.analysis.fit import size_of

@@ -20,6 +20,7 @@ from pathlib import Path
 from rankscope.analysis.stacks import analyze
 from rankscope.capabilities.remote import dump_stacks_remote, merge_reports, parse_report
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
+from rankscope.options import DumpOptions, StacksTarget
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
@@ -98,7 +99,8 @@ def bench_fanout(
             )
         hosts = [f"h{i:03d}" for i in range(n)]
         t0 = time.perf_counter()
-        report = dump_stacks_remote(hosts, via="local", rankscope_cmd=str(script), timeout=30)
+        target = StacksTarget(hosts=tuple(hosts), via="local", rankscope_cmd=str(script))
+        report = dump_stacks_remote(target, DumpOptions(timeout=30))
         wall = time.perf_counter() - t0
         assert not report.errors, report.errors[:2]
         sequential = slow + base * (n - 1)

@@ -77,6 +77,7 @@ def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, rep
     server has imported everything once.
     """
     from rankscope.capabilities.stacks import dump_stacks
+    from rankscope.options import DumpOptions
 
     pairs: list[Pair] = []
     seq8 = [[pyspy, "dump", "--json", "--pid", str(pids[r])] for r in range(8)]
@@ -93,7 +94,7 @@ def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, rep
         )
     )
     dump_stacks(
-        job_pid, ranks=[0], window=0
+        job_pid, DumpOptions(window=0), ranks=[0]
     )  # warm: every module and model built once, as in a running server
     for n in (1, 2, 4, 8):
         seq = seq8[:n]
@@ -101,7 +102,7 @@ def bench_floor_and_resident(job_pid: int, pids: dict[int, int], pyspy: str, rep
         loop = []
         for _ in range(repeats):
             start = time.perf_counter()
-            dump_stacks(job_pid, ranks=list(range(n)), window=0)
+            dump_stacks(job_pid, DumpOptions(window=0), ranks=list(range(n)))
             ours.append(time.perf_counter() - start)
             loop.append(timed(seq)[0])
         pairs.append(

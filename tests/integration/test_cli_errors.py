@@ -18,6 +18,7 @@ from rankscope import cli
 from rankscope.analysis.stacks import analyze
 from rankscope.capabilities.discovery import find_job, proc_state
 from rankscope.capabilities.stacks import capture_job
+from rankscope.options import DumpOptions
 from tests.jobs import JobFactory, RunningJob, wait_for
 
 RANKSCOPE = Path(sys.executable).parent / "rankscope"
@@ -105,7 +106,7 @@ def test_report_exits_zero_and_rank_exiting_mid_capture_is_a_rank_error(
     victim = job.ranks[1].pid
     os.kill(victim, signal.SIGKILL)
     wait_for(lambda: proc_state(victim) is None, 30, "the killed rank to be reaped")
-    job, stacks, errors = capture_job(job, timeout=30)
+    job, stacks, errors = capture_job(job, DumpOptions(timeout=30))
     assert [(e.rank, e.kind) for e in errors] == [(1, "process_exited")]
     assert errors[0].fix
     report = analyze(job, stacks, errors)

@@ -82,7 +82,7 @@ def test_bad_input_is_rejected_before_anything_starts(tmp_path: Path) -> None:
         run_job(str(tmp_path / "missing.py"))
     with pytest.raises(InvalidInput, match="nproc"):
         run_job(SCRIPT, nproc=0)
-    with pytest.raises(InvalidInput, match="hang timeout"):
+    with pytest.raises(InvalidInput, match="hang_timeout"):
         run_job(SCRIPT, hang_timeout=0)
 
 

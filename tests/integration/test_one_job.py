@@ -27,11 +27,11 @@ def _two_agents(jobs: JobFactory, odd: int) -> tuple[RunningJob, RunningJob]:
     return node0, node1
 
 
-def _settled(pid: int | None, want: list[int], **kw: object) -> object:
+def _settled(pid: int | None, want: list[int], job_id: str | None = None) -> object:
     box: list[object] = []
 
     def ok() -> bool:
-        report = dump_stacks(pid, **kw)  # type: ignore[arg-type]
+        report = dump_stacks(pid, job_id=job_id)
         box[:] = [report]
         return report.verdict.suspect_ranks == want
 

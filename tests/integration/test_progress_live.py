@@ -13,6 +13,7 @@ import pytest
 
 from rankscope.api import dump_stacks
 from rankscope.models.core import StacksReport
+from rankscope.options import DumpOptions
 from tests.jobs import JobFactory, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,12 +29,12 @@ HANG_KINDS = {
 }
 
 
-def _until(pid: int, kind: str, timeout: float = 90.0, **kw: object) -> StacksReport:
+def _until(pid: int, kind: str, timeout: float = 90.0) -> StacksReport:
     """Capture until the verdict is ``kind``; every report seen on the way must not call the job hung."""
     seen: list[StacksReport] = []
 
     def ok() -> bool:
-        seen.append(dump_stacks(pid, **kw))  # type: ignore[arg-type]
+        seen.append(dump_stacks(pid))
         return seen[-1].verdict.kind == kind
 
     try:
@@ -68,7 +69,7 @@ def test_a_healthy_job_is_never_called_hung(jobs: JobFactory, pyspy_works: str) 
 def test_one_look_is_what_window_zero_asks_for(jobs: JobFactory, pyspy_works: str) -> None:
     job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy"])
     job.wait_ready(timeout=READY_S)
-    report = dump_stacks(job.pid, window=0)
+    report = dump_stacks(job.pid, DumpOptions(window=0))
     assert report.progress is None
     bad = run_cli("stacks", "--pid", str(job.pid), "--window", "-1")
     assert bad.returncode == 2 and "--window" in bad.stderr

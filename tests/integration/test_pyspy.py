@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rankscope.errors import PySpyNotFound
+from rankscope.options import DumpOptions
 from rankscope.runtime.pyspy import DumpFailed, check_pyspy, classify_error, dump, find_pyspy, pyspy_version
 
 WAITER = """
@@ -65,7 +66,7 @@ def test_finds_a_recent_pyspy(pyspy_works: str) -> None:
 def test_dump_returns_all_threads_with_the_main_one_marked(
     waiter: subprocess.Popen[str], pyspy_works: str
 ) -> None:
-    threads = dump(waiter.pid, timeout=30)
+    threads = dump(waiter.pid, DumpOptions(timeout=30))
     assert {t.name for t in threads} >= {"MainThread", "side"}
     main = [t for t in threads if t.is_main]
     assert len(main) == 1 and main[0].os_thread_id == waiter.pid
@@ -75,7 +76,7 @@ def test_dump_returns_all_threads_with_the_main_one_marked(
 
 
 def test_dump_with_locals_and_native(waiter: subprocess.Popen[str], pyspy_works: str) -> None:
-    threads = dump(waiter.pid, locals=True, native=True, timeout=60)
+    threads = dump(waiter.pid, DumpOptions(locals=True, native=True, timeout=60))
     main = next(t for t in threads if t.is_main)
     frame = next(f for f in main.frames if f.function == "wait_here")
     assert frame.locals is not None
@@ -89,7 +90,7 @@ def test_not_a_python_process_is_unsupported(pyspy_works: str) -> None:
     proc = subprocess.Popen(["sleep", "600"])
     try:
         with pytest.raises(DumpFailed) as info:
-            dump(proc.pid, timeout=30)
+            dump(proc.pid, DumpOptions(timeout=30))
         assert info.value.kind == "unsupported"
         assert "py-spy" in info.value.fix
     finally:
@@ -101,14 +102,14 @@ def test_exited_process(pyspy_works: str) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=30)
     with pytest.raises(DumpFailed) as info:
-        dump(proc.pid, timeout=30)
+        dump(proc.pid, DumpOptions(timeout=30))
     assert info.value.kind == "process_exited"
     assert "rankscope ps" in info.value.fix
 
 
 def test_timeout_is_reported_as_such(waiter: subprocess.Popen[str], pyspy_works: str) -> None:
     with pytest.raises(DumpFailed) as info:
-        dump(waiter.pid, native=True, timeout=0.001)
+        dump(waiter.pid, DumpOptions(native=True, timeout=0.001))
     assert info.value.kind == "timeout"
     assert "--timeout" in info.value.fix
 
@@ -117,8 +118,9 @@ def test_permission_denied_for_another_user(waiter: subprocess.Popen[str], pyspy
     """py-spy run as 'nobody' against our process: a real ptrace refusal."""
     assert os.geteuid() == 0, "this test needs root to drop to another user"
     code = (
+        "from rankscope.options import DumpOptions\n"
         "from rankscope.runtime.pyspy import dump, DumpFailed\n"
-        f"try:\n    dump({waiter.pid}, timeout=30)\n"
+        f"try:\n    dump({waiter.pid}, DumpOptions(timeout=30))\n"
         "except DumpFailed as e:\n    print(e.kind)\n    print(e.fix)\n"
     )
     out = subprocess.run(

@@ -16,6 +16,7 @@ from rankscope.api import dump_stacks
 from rankscope.capabilities.ras_read import query, ras_address, read_ras
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, RankProcess
+from rankscope.options import DumpOptions
 from tests.jobs import JobFactory
 
 DATA = Path(__file__).parents[1] / "data" / "ras"
@@ -160,7 +161,7 @@ def test_stacks_with_ras_on_a_live_job(jobs: JobFactory, pyspy_works: str) -> No
             env={"NCCL_RAS_ADDR": f"127.0.0.1:{ras.port}"},
         )
         job.wait_ready(timeout=READY_S)
-        report = dump_stacks(job.pid, ras=True)
+        report = dump_stacks(job.pid, DumpOptions(ras=True))
         plain = dump_stacks(job.pid)
     assert f"NCCL RAS read twice at 127.0.0.1:{ras.port} (json)" in report.job.notes
     assert ras.commands.count("STATUS") == 2

@@ -25,9 +25,8 @@ from pathlib import Path
 import pytest
 
 from rankscope import api
-from rankscope.capabilities.remote import (
-    dump_stacks_remote,
-)
+from rankscope.capabilities.remote import dump_stacks_remote
+from rankscope.options import DumpOptions, StacksTarget
 from rankscope.runtime.proctree import reap_tree
 from tests.jobs import JobFactory, RunningJob, free_port, wait_for
 
@@ -158,18 +157,18 @@ def test_two_nodes_over_ssh_name_the_culprit_on_the_other_node(
     no_rankscope = bare.host("localhost")
 
     # Both agents run on this one machine: the pid of node 0's agent selects the whole job.
-    alone = api.dump_stacks_remote([h0], pids={h0: node0.pid}, ssh_options=good.options(), timeout=60)
+    alone = api.dump_stacks_remote(
+        StacksTarget(hosts=(h0,)), DumpOptions(timeout=60), pids={h0: node0.pid}, ssh_options=good.options()
+    )
     assert sorted(r.rank for r in alone.job.ranks) == [0, 1, 2, 3]
     assert alone.job.missing_ranks == []
     assert alone.verdict.suspect_ranks == [3]
 
     report = dump_stacks_remote(
-        [h0, h1, dead, nobody, no_rankscope],
-        via="ssh",
+        StacksTarget(hosts=(h0, h1, dead, nobody, no_rankscope), via="ssh", rankscope_cmd="rankscope"),
+        DumpOptions(timeout=60),
         pids={h0: node0.pid, h1: node1.pid, no_rankscope: node1.pid},
-        rankscope_cmd="rankscope",
         ssh_options=good.options(),
-        timeout=60,
     )
 
     assert report.job.world_size == 4
@@ -192,7 +191,9 @@ def test_two_nodes_over_ssh_name_the_culprit_on_the_other_node(
 def test_timeout_is_reported_and_reaped(tmp_path: Path) -> None:
     fake = _fake_rankscope(tmp_path, 30)
     t0 = time.monotonic()
-    report = dump_stacks_remote(["slow-node"], via="local", rankscope_cmd=str(fake), timeout=1.0)
+    report = dump_stacks_remote(
+        StacksTarget(hosts=("slow-node",), via="local", rankscope_cmd=str(fake)), DumpOptions(timeout=1.0)
+    )
     assert time.monotonic() - t0 < 20  # bounded by the timeout, not by the 30 s sleep
     [err] = report.errors
     assert err.kind == "timeout" and err.host == "slow-node" and "--timeout" in err.fix
@@ -205,7 +206,9 @@ def test_timeout_is_reported_and_reaped(tmp_path: Path) -> None:
 def test_debug_server_collects_every_rank_without_ssh(jobs: JobFactory) -> None:
     job = jobs.torchrun("debug_server_hang.py", nproc=2, args=[str(free_port())])
     job.wait_ready(["rank0", "rank1"], timeout=90)
-    report = dump_stacks_remote([f"127.0.0.1:{job.port}"], via="debug-server", timeout=30)
+    report = dump_stacks_remote(
+        StacksTarget(hosts=(f"127.0.0.1:{job.port}",), via="debug-server"), DumpOptions(timeout=30)
+    )
     assert report.job.world_size == 2 and report.errors == []
     assert report.verdict.kind == "divergent_ranks", report.verdict
     assert report.verdict.suspect_ranks == [1]

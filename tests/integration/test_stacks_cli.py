@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from rankscope import cli
-from rankscope.commands.stacks import _hosts
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
+from rankscope.options import StacksTarget
 from tests.jobs import JobFactory, free_port
 
 
@@ -52,12 +52,12 @@ def _fake_tool(bindir: Path, name: str, body: str) -> None:
     ],
 )
 def test_hosts_split_at_top_level_commas_and_expand_hostlists(value: str, hosts: list[str]) -> None:
-    assert _hosts(value) == hosts
+    assert StacksTarget(hosts=(value,)).hosts == tuple(hosts)  # --hosts, as the CLI hands it over
 
 
 def test_empty_or_broken_hosts_are_clean_errors() -> None:
     with pytest.raises(InvalidInput):
-        _hosts(" , ")
+        StacksTarget(hosts=(" , ",))
     code, _, err = run_cli("stacks", "--hosts", "node[01-03", "--json")
     assert code == 2 and "Traceback" not in err and "Fix:" in err and "node[01-03" in err
 

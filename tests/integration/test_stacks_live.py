@@ -24,6 +24,7 @@ from rankscope.analysis.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
 from rankscope.capabilities.stacks import capture_job, counter_pass
 from rankscope.models.core import StacksReport
+from rankscope.options import DEFAULTS, DumpOptions
 from rankscope.runtime.proctree import descendants
 from rankscope.runtime.pyspy import check_pyspy
 from tests.jobs import PROGRAMS, JobFactory, RunningJob, wait_for
@@ -37,13 +38,13 @@ READY_S = 180.0
 
 
 def settle(
-    pid: int, until: Callable[[StacksReport], bool], timeout: float = 90.0, **kw: object
+    pid: int, until: Callable[[StacksReport], bool], timeout: float = 90.0, options: DumpOptions = DEFAULTS
 ) -> StacksReport:
     """Dump until ``until(report)`` holds (ranks may still be on their way to the blocking call)."""
     box: list[StacksReport] = []
 
     def ok() -> bool:
-        box[:] = [dump_stacks(pid, **kw)]  # type: ignore[arg-type]
+        box[:] = [dump_stacks(pid, options)]
         return until(box[0])
 
     try:
@@ -93,12 +94,12 @@ def test_mismatched_collectives_torchrun(jobs: JobFactory, pyspy_works: str) -> 
     # every pid of the job resolves to the same job: launcher, a rank, the worker
     for pid in (found.ranks[1].pid, rank0.children[0]):
         assert find_job(pid).job_id == found.job_id
-    by_rank = dump_stacks(found.ranks[1].pid, nonblocking=True)
+    by_rank = dump_stacks(found.ranks[1].pid, DumpOptions(nonblocking=True))
     assert by_rank.verdict.kind == "mismatched_collectives" and by_rank.verdict.suspect_ranks == [2]
     assert any(j.job_id == found.job_id for j in list_jobs().jobs)
 
     # locals and command lines are redacted; the secret never leaves
-    with_locals = dump_stacks(job.pid, locals=True)
+    with_locals = dump_stacks(job.pid, DumpOptions(locals=True))
     text = with_locals.model_dump_json()
     assert SECRET not in text and CLI_SECRET not in text
     assert "<redacted>" in text
@@ -216,7 +217,7 @@ def test_no_collective(jobs: JobFactory, pyspy_works: str) -> None:
     report = settle(job.pid, lambda r: all(s.threads for s in r.stacks) and r.verdict.kind == "no_collective")
     assert "Event.wait" in report.verdict.summary
     # with native frames: the same reading, and C frames under the Python ones
-    native = dump_stacks(job.pid, native=True, timeout=60)
+    native = dump_stacks(job.pid, DumpOptions(native=True, timeout=60))
     assert native.verdict.kind == "no_collective"
     assert all(any(f.native for t in s.threads for f in t.frames) for s in native.stacks)
 
@@ -236,7 +237,7 @@ def test_async_collectives_lagging_counter_names_the_laggard(jobs: JobFactory, p
     # the second pass itself, on the live ranks: integers only, and the counter names the laggard
     found = find_job(job.pid)
     found, stacks, errors = capture_job(found)
-    with_counters = counter_pass(stacks, found.ranks, check_pyspy(), 20.0, False)
+    with_counters = counter_pass(stacks, found.ranks, check_pyspy(), DEFAULTS)
     assert {s.rank: s.counters.get("hang_collectives.py:run_async:step") for s in with_counters} == {
         0: 11,
         1: 3,
@@ -250,7 +251,7 @@ def test_async_collectives_lagging_counter_names_the_laggard(jobs: JobFactory, p
 def test_counters_come_from_the_locals_already_asked_for(jobs: JobFactory, pyspy_works: str) -> None:
     job = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "async", "--odd", "1"])
     job.wait_ready(timeout=READY_S)
-    report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1], locals=True)
+    report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1], options=DumpOptions(locals=True))
     assert report.stacks[1].counters.get("hang_collectives.py:run_async:step") == 3
     assert any("progress counter step" in e for e in report.verdict.evidence)
 
@@ -331,7 +332,7 @@ def test_rank_left_waiting_in_a_subgroup_is_named_from_the_probes_flight_recorde
     assert len(list(dumps.glob(".rankscope-probe-*.json"))) == 4
     # the ranks were only asked for a dump: still alive, still waiting
     assert job.proc.poll() is None
-    again = dump_stacks(job.pid, flight_recorder=False)
+    again = dump_stacks(job.pid, DumpOptions(flight_recorder=False))
     assert again.verdict.suspect_ranks == [] and "subgroup" in again.verdict.summary
 
 

@@ -30,7 +30,8 @@ def test_the_real_tree_keeps_every_rule() -> None:
 def test_the_table_places_each_module_where_the_picture_says() -> None:
     """The rows people read in ARCHITECTURE.md are the ones the checker applies."""
     where = {m: (layer.name if (layer := layer_of(m, TABLE)) else None) for m in modules(PKG)}
-    assert {where[m] for m in ("options", "validate", "api")} == {"facade"}
+    assert {where[m] for m in ("validate", "api")} == {"facade"}
+    assert where["options"] == "options"  # pure: runtime/pyspy.py takes the object a face built
     assert {where[m] for m in ("lazy", "errors", "")} == {"base"}
     assert where["analysis.redact"] == "analysis"  # it does no I/O
     assert where["runtime.procfs"] == where["resources"] == "runtime"
@@ -97,6 +98,10 @@ PLANTS = [
           "upward", "imports render.stacks (render)"),
     Plant("a face skips the facade", "mcp_tools/jobs.py", "from rankscope.capabilities.stacks import dump_stacks\n",
           "upward", "imports capabilities.stacks (shell)"),
+    Plant("a face picks its own bound", "mcp_tools/jobs.py", "from rankscope.analysis.bound import bound_report\n",
+          "upward", "imports analysis.bound (analysis)"),
+    Plant("a command picks its own renderer", "commands/ps.py", "from rankscope.render.jobs import render_jobs\n",
+          "upward", "imports render.jobs (render)"),
     Plant("open('/proc/...') in analysis", ANALYSIS,
           "def _status() -> str:\n    with open('/proc/1/status') as fh:\n        return fh.read()\n",
           "effect", "reads /proc ('/proc/1/status')"),

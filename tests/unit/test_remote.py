@@ -29,6 +29,7 @@ from rankscope.capabilities.remote import (
 )
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
+from rankscope.options import DumpOptions, StacksTarget
 
 
 def _report(host: str, ranks: list[int], world: int, op: str | None = "all_reduce") -> StacksReport:
@@ -78,25 +79,22 @@ def test_hosts_from_slurm_environment() -> None:
 
 def test_every_stacks_option_reaches_the_remote_command() -> None:
     """--window, --no-counters, --no-fr and --ras travel to every host, not only pid and the dump flags."""
-    argv = stacks_argv(
-        "rankscope",
-        window=7.5,
-        counters=False,
-        flight_recorder=False,
-        ras=True,
-        locals=True,
-        nonblocking=True,
+    options = DumpOptions(
+        window=7.5, counters=False, flight_recorder=False, ras=True, locals=True, nonblocking=True
     )
+    argv = stacks_argv(options)
     for flag in ("--no-counters", "--no-fr", "--ras", "--locals", "--nonblocking"):
         assert flag in argv
     assert argv[argv.index("--window") + 1] == "7.5"
-    plain = stacks_argv("rankscope")
+    plain = stacks_argv(DumpOptions())
     assert not {"--no-counters", "--no-fr", "--ras"} & set(plain)
     assert plain[plain.index("--window") + 1] == "1"
 
 
 def test_command_construction_follows_documented_syntax() -> None:
-    remote = stacks_argv("/opt/venv/bin/rankscope", pid=42, native=True, timeout=30)
+    remote = stacks_argv(
+        DumpOptions(native=True, timeout=30), rankscope_cmd="/opt/venv/bin/rankscope", pid=42
+    )
     assert remote == [
         "/opt/venv/bin/rankscope",
         "stacks",
@@ -110,7 +108,12 @@ def test_command_construction_follows_documented_syntax() -> None:
         "--timeout",
         "24",
     ]
-    assert stacks_argv("python -m rankscope")[:4] == ["python", "-m", "rankscope", "stacks"]
+    assert stacks_argv(DumpOptions(), rankscope_cmd="python -m rankscope")[:4] == [
+        "python",
+        "-m",
+        "rankscope",
+        "stacks",
+    ]
 
     ssh = ssh_argv("node1", remote, timeout=30, ssh_options=["-p", "2222"])
     assert ssh[:5] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
@@ -222,20 +225,20 @@ def test_merge_reports_and_parse() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(InvalidInput):
-        dump_stacks_remote(["n1"], timeout=0)
+        dump_stacks_remote(StacksTarget(hosts=("n1",)), DumpOptions(timeout=0))
     with pytest.raises(InvalidInput):
-        dump_stacks_remote(["n1"], via="carrier-pigeon")  # type: ignore[arg-type]
+        dump_stacks_remote(StacksTarget(hosts=("n1",), via="carrier-pigeon"))  # type: ignore[arg-type]
     env = dict(os.environ)
     env.pop("SLURM_JOB_NODELIST", None)
     with pytest.raises(InvalidInput):
-        dump_stacks_remote(None, via="kubectl")
+        dump_stacks_remote(StacksTarget(via="kubectl"))
 
 
 def test_debug_server_needs_a_store_address(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     monkeypatch.delenv("MASTER_PORT", raising=False)
     with pytest.raises(InvalidInput) as exc:
-        dump_stacks_remote(None, via="debug-server")
+        dump_stacks_remote(StacksTarget(via="debug-server"))
     assert "MASTER_ADDR" in exc.value.fix
 
 
@@ -265,7 +268,9 @@ def test_srun_one_step_labelled_output_per_node(tmp_path: Path, monkeypatch: pyt
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     # as a comma-splitting CLI hands it over: "n[1,2]" cut in two
-    report = dump_stacks_remote(["n[1", "2]"], via="srun", job="4242", timeout=20)
+    report = dump_stacks_remote(
+        StacksTarget(hosts=("n[1", "2]"), via="srun", job="4242"), DumpOptions(timeout=20)
+    )
     argv = (tmp_path / "argv").read_text().split()
     assert argv[:4] == ["--overlap", "--jobid=4242", "--nodes=2", "--ntasks=2"]
     assert "--nodelist=n1,n2" in argv and "--label" in argv
@@ -289,7 +294,9 @@ def test_kubectl_pods_of_job_then_exec(tmp_path: Path, monkeypatch: pytest.Monke
         f"cat {tmp_path}/$4.json\n",  # kubectl exec -n NS POD -- ...
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    report = dump_stacks_remote(None, via="kubectl", job="bert", namespace="ml", timeout=20)
+    report = dump_stacks_remote(
+        StacksTarget(via="kubectl", job="bert", namespace="ml"), DumpOptions(timeout=20)
+    )
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[0] == "get pods -n ml -l job-name=bert -o json"
     assert sorted(calls[1:]) == [

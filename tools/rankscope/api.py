@@ -40,13 +40,19 @@ EXPORTS: dict[str, str] = {
     # the skill
     "install_skill": "rankscope.capabilities.install",
     "mcp_config": "rankscope.capabilities.install",
-    # options and the argument checks both faces share
+    # the option types both faces build once, and the argument checks they share
     "DumpOptions": "rankscope.options",
-    "check_pid": "rankscope.validate",
+    "StacksTarget": "rankscope.options",
+    "check_pid": "rankscope.options",
     "check_stacks_call": "rankscope.validate",
+    "check_repro_call": "rankscope.validate",
     # the one redaction every answer passes on its way out (CLI printer, MCP tool wrapper)
     "redact_model": "rankscope.analysis.redact",
-    # the two forms of an MCP answer (text block, structured content), bounded
+    # how every answer leaves (one registry, render.answer.ANSWERS): bounded unless the call asks for
+    # all of it, in a person's lines, or in the two forms of an MCP answer (text block, structured content)
+    "ANSWER_BOUND": "rankscope.render.answer",
+    "answer": "rankscope.render.answer",
+    "render_answer": "rankscope.render.answer",
     "shape_answer": "rankscope.render.answer",
     # the bundled skill files (MCP resources) and one section of them at a time
     "read_skill": "rankscope.capabilities.skill",
@@ -82,10 +88,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
     from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions
+    from rankscope.options import StacksTarget as StacksTarget
+    from rankscope.options import check_pid as check_pid
+    from rankscope.render.answer import ANSWER_BOUND as ANSWER_BOUND
+    from rankscope.render.answer import answer as answer
+    from rankscope.render.answer import render_answer as render_answer
     from rankscope.render.answer import shape_answer as shape_answer
     from rankscope.resources import playbooks_dir as playbooks_dir
     from rankscope.resources import skill_md as skill_md
-    from rankscope.validate import check_pid as check_pid
+    from rankscope.validate import check_repro_call as check_repro_call
     from rankscope.validate import check_stacks_call as check_stacks_call
 
 

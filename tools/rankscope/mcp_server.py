@@ -17,10 +17,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
-from rankscope import __version__
+from rankscope import __version__, api
 from rankscope.mcp_tools._common import argument_error, save_schema_cache
 from rankscope.models.install import McpConfig
-from rankscope.render.answer import ANSWER_BOUND
 
 # Adapter modules under rankscope.mcp_tools, registered in this order.
 TOOL_MODULES: tuple[str, ...] = (
@@ -39,7 +38,7 @@ INSTRUCTIONS = (
     "rankscope diagnoses distributed PyTorch jobs (DDP, FSDP, DTensor) that hang, crash, compute "
     "different results on different ranks, or run out of memory. For a hang call dump_stacks: with no "
     "arguments it finds the only job on this host (list_jobs when several run). Its answer leads with the "
-    "verdict and ends with the next tool calls, arguments included. " + ANSWER_BOUND + " The skill "
+    "verdict and ends with the next tool calls, arguments included. " + api.ANSWER_BOUND + " The skill "
     "(resource rankscope://skill/SKILL.md) holds the decision table; each skill_section an answer names is "
     "the resource rankscope://skill/<playbook>.md#<section>."
 )

@@ -1,8 +1,10 @@
-"""Argument checks shared by the CLI and the MCP server: one call, one verdict, one text.
+"""The checks of one call's arguments taken together, shared by the CLI and the MCP server.
 
-Both faces validate through these before calling the façade, so ``rankscope stacks
---hosts X --rank 3`` and ``dump_stacks(hosts=[X], ranks=[3])`` fail the same way, with
-an error that names the argument in both spellings and says what to pass instead.
+Each option type checks its own values when it is built (:mod:`rankscope.options`); what is
+left here is how the arguments of one call fit together. Both faces call these before the
+façade, so ``rankscope stacks --hosts X --rank 3`` and ``dump_stacks(hosts=[X], ranks=[3])``
+fail the same way, with an error that names the argument in both spellings and says what to
+pass instead (tests/unit/test_faces_agree.py runs the same bad calls through both).
 """
 
 from __future__ import annotations
@@ -10,33 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rankscope.errors import InvalidInput
-
-
-def check_pid(pid: int | None) -> None:
-    """A pid, when given, is a positive process id."""
-    if pid is not None and pid <= 0:
-        raise InvalidInput(
-            f"pid (--pid) must be a positive process id, got {pid}.",
-            fix="Run `rankscope ps` (MCP: list_jobs) and pass one of its pids, a rank or its launcher.",
-        )
-
-
-def check_ranks(name: str, ranks: Sequence[int] | None, *, allow_empty: bool = False) -> None:
-    """A rank list, when given, holds rank numbers (0 and up), and is non-empty when it filters."""
-    if ranks is not None and ((not ranks and not allow_empty) or any(r < 0 for r in ranks)):
-        what = "a list of rank numbers" if allow_empty else "a non-empty list of rank numbers"
-        raise InvalidInput(
-            f"{name} must be {what} (0 and up), got {list(ranks)}.",
-            fix="Leave it out for every rank, or pass ranks from a previous answer, e.g. [0, 3].",
-        )
+from rankscope.options import LOCAL, StacksTarget, check_pid, check_ranks
 
 
 def check_stacks_call(
     *,
     pid: int | None,
     ranks: Sequence[int] | None,
-    hosts: Sequence[str] | None,
-    remote: bool,
+    target: StacksTarget = LOCAL,
     full_ranks: Sequence[int] | None = None,
     from_paths: Sequence[str] | None = None,
 ) -> None:
@@ -47,7 +30,7 @@ def check_stacks_call(
             raise InvalidInput(
                 "from_paths (--from) is empty.", fix="Name the saved stack files or their folder."
             )
-        if pid is not None or remote or ranks is not None:
+        if pid is not None or target.remote or ranks is not None:
             raise InvalidInput(
                 "from_paths (--from) reads saved stacks; it cannot be combined with pid, ranks, hosts, via, job "
                 "or namespace, which select a live job.",
@@ -55,15 +38,37 @@ def check_stacks_call(
             )
     check_ranks("ranks (--rank)", ranks)
     check_ranks("full_ranks", full_ranks, allow_empty=True)
-    if hosts is not None and not hosts:
-        raise InvalidInput(
-            "hosts (--hosts) is empty.",
-            fix="Leave it out for this host, or name the nodes, e.g. node1,node2 or node[01-04].",
-        )
-    if remote and ranks is not None:
+    if target.remote and ranks is not None:
         raise InvalidInput(
             "ranks (--rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
             "namespace.",
             fix="Leave the rank filter out to capture every node, then read the suspects' stacks from the answer "
             "(MCP: full_ranks=[...]).",
+        )
+
+
+def check_repro_call(
+    *, verify: bool, out: str | None, nproc: int | None, hang_timeout: float, timeout: float | None = None
+) -> None:
+    """The arguments of one repro (rendered, and run when ``verify``) fit together, checked before
+    anything is written: a script is run only from a file, on at least one rank, with limits."""
+    if verify and not out:
+        raise InvalidInput(
+            "verify (--verify) needs out (--out): the script must be written to disk to run.",
+            fix="Pass where to write it, e.g. out='/tmp/repro.py' (CLI: --out repro.py).",
+        )
+    if nproc is not None and nproc < 1:
+        raise InvalidInput(
+            f"nproc (--nproc) must be at least 1, got {nproc}.",
+            fix="Leave it out for the template's world size, or pass the number of ranks, e.g. 2.",
+        )
+    if not hang_timeout > 0:
+        raise InvalidInput(
+            f"hang_timeout (--hang-timeout) must be positive seconds, got {hang_timeout:g}.",
+            fix="Pass the seconds of silence that count as a hang, e.g. 15.",
+        )
+    if timeout is not None and not timeout > 0:
+        raise InvalidInput(
+            f"timeout (--timeout) must be positive seconds, got {timeout:g}.",
+            fix="Pass the seconds the whole run may take, e.g. 120.",
         )

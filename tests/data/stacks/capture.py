@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from tests.jobs import JobFactory, wait_for  # noqa: E402
 
 from rankscope.capabilities import discovery  # noqa: E402
+from rankscope.options import DumpOptions  # noqa: E402
 from rankscope.runtime import pyspy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -111,7 +112,7 @@ def capture(case: str) -> None:
                 state = discovery.proc_state(r.pid)
                 if state in ("stopped", "tracing_stop"):
                     continue
-                if not _blocked(pyspy.dump_raw(r.pid, timeout=30)):
+                if not _blocked(pyspy.dump_raw(r.pid, DumpOptions(timeout=30))):
                     ok = False
             return ok
 
@@ -123,7 +124,7 @@ def capture(case: str) -> None:
             state = discovery.proc_state(r.pid)
             raw = None
             if state not in ("stopped", "tracing_stop", "zombie"):
-                raw = pyspy.dump_raw(r.pid, native=native, locals=locals_, timeout=60)
+                raw = pyspy.dump_raw(r.pid, DumpOptions(native=native, locals=locals_, timeout=60))
             out["ranks"].append({"rank": r.rank, "pid": r.pid, "host": r.host, "state": state, "pyspy": raw})
             for thread in raw or []:
                 for f in thread.get("frames") or []:

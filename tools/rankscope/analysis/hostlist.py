@@ -91,7 +91,7 @@ def parse_hosts(value: str) -> list[str]:
     if not hosts:
         raise InvalidInput(
             "hosts (--hosts) is empty.",
-            fix="Pass a comma-separated host list, e.g. --hosts node1,node2 or node[01-04].",
+            fix="Leave it out for this host, or name the nodes, e.g. node1,node2 or node[01-04].",
         )
     return list(dict.fromkeys(hosts))
 

@@ -31,6 +31,7 @@ from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Backend, Job, JobList, LauncherKind, MissingRank, ProcState, RankProcess
+from rankscope.options import check_pid
 from rankscope.runtime import procfs
 from rankscope.runtime.procfs import proc_state, read_cmdline, read_environ, read_stat
 
@@ -602,7 +603,7 @@ def select_job(jobs: list[Job], job_id: str) -> Job:
     if not near:
         raise ProcessNotFound(
             f"No job {job_id!r} on this host. Jobs here: {describe_jobs(jobs) or 'none'}.",
-            fix="Pass --job with one of the job ids above (rankscope ps lists them).",
+            fix="Pass job_id (CLI: --job) with one of the job ids above (list_jobs, rankscope ps list them).",
         )
     raise NotADistributedJob(
         f"{len(near)} jobs match {job_id!r}: {describe_jobs(near)}.", fix="Pass the full job id."
@@ -613,8 +614,7 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     """The job that ``pid`` belongs to (launcher, rank, a rank's child), the job named ``job_id``,
     or the only job here."""
     host = _hostname()
-    if pid is not None and pid <= 0:
-        raise ProcessNotFound(f"{pid} is not a valid pid.")
+    check_pid(pid)
     procs = scan()
     jobs = build_jobs(procs, host)
     if pid is None and job_id is not None:

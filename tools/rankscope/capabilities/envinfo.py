@@ -32,7 +32,7 @@ from rankscope.analysis.env_checks import check_env, is_dist_var
 from rankscope.analysis.gpu_parsers import QUERY_FIELDS, parse_gpu_query, parse_topology, parse_xid_lines
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.discovery import find_job, list_jobs
-from rankscope.errors import ProcessNotFound, RankscopeError
+from rankscope.errors import RankscopeError
 from rankscope.models.core import Job
 from rankscope.models.env import (
     EnvReport,
@@ -45,6 +45,7 @@ from rankscope.models.env import (
     ShmInfo,
     TorchInfo,
 )
+from rankscope.options import check_pid
 from rankscope.runtime import net, procfs, subproc
 from rankscope.runtime.proctree import children_map
 
@@ -465,9 +466,8 @@ def collect_env(pid: int | None = None, *, include_torch: bool = True) -> EnvRep
     job: Job | None = None
     ranks: list[RankEnv] = []
     errors: list[str] = []
+    check_pid(pid)
     if pid is not None:
-        if pid <= 0:
-            raise ProcessNotFound(f"Invalid pid {pid}.")
         job = find_ranks(pid)
         ranks, errors = rank_envs(job, redactor)
         job = job.model_copy(

@@ -52,6 +52,7 @@ from rankscope.analysis.runs import bound_run_report, parse_failures, run_next_s
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
+from rankscope.options import DumpOptions
 from rankscope.runtime import net, procfs, subproc
 from rankscope.runtime.proctree import children_map, descendants, kill_survivors, reap_tree
 
@@ -298,7 +299,7 @@ def _capture_stacks(pid: int, timeout: float) -> tuple[StacksReport | None, str 
     )
 
     try:
-        return dump_stacks(pid, timeout=timeout), None
+        return dump_stacks(pid, DumpOptions(timeout=timeout)), None
     except RankscopeError as exc:
         return None, f"stack capture failed: {exc.render()}"
     except Exception as exc:  # the job must still be reaped and the rest reported
@@ -359,21 +360,30 @@ class _Runner:
                 self.stream.flush()
 
 
+MAX_NPROC = 64
+"""The most ranks a run starts on this one host."""
+
+
 def _validate(
     script: str, nproc: int, hang_timeout: float | None, timeout: float | None, cwd: str | None
 ) -> Path:
-    if nproc < 1:
+    """The script to run, after the checks both faces share (``rankscope run``, ``run_all_ranks``)."""
+    if not script.strip():
+        raise InvalidInput("script is empty.", fix="Pass the path of a Python script, e.g. /tmp/probe.py.")
+    if not 1 <= nproc <= MAX_NPROC:
         raise InvalidInput(
-            f"nproc must be at least 1, got {nproc}.", fix="Pass --nproc 2 (or the number of ranks you want)."
+            f"nproc (--nproc) must be between 1 and {MAX_NPROC}, got {nproc}.",
+            fix="Pass the number of ranks to start, e.g. 2.",
         )
     if hang_timeout is not None and hang_timeout <= 0:
         raise InvalidInput(
-            f"hang timeout must be positive, got {hang_timeout}.",
-            fix="Pass a number of seconds, e.g. --hang-timeout 60, or leave hang detection off.",
+            f"hang_timeout (--hang-timeout) must be positive seconds, got {hang_timeout:g}.",
+            fix="Pass the seconds of silence that count as a hang, e.g. 30 (CLI: --hang-timeout 0 turns it off).",
         )
     if timeout is not None and timeout <= 0:
         raise InvalidInput(
-            f"timeout must be positive, got {timeout}.", fix="Pass a number of seconds, e.g. --timeout 600."
+            f"timeout (--timeout) must be positive seconds, got {timeout:g}.",
+            fix="Pass the seconds the whole run may take, e.g. 120.",
         )
     path = Path(script)
     if not path.is_absolute():

@@ -38,6 +38,7 @@ from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
 from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
 from rankscope.models.probe import PlacementReport, PlacementsReport
+from rankscope.options import check_pid
 from rankscope.runtime import procfs, subproc
 from rankscope.runtime.proctree import children_map, descendants
 
@@ -45,6 +46,9 @@ log = logging.getLogger("rankscope.capabilities.memory")
 
 NVIDIA_SMI_TIMEOUT = 10.0
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pk")
+MAX_TOP = 200
+"""The most allocation sites listed per snapshot: more would not fit any answer's bound."""
+
 MAX_SNAPSHOTS = 256
 
 
@@ -349,8 +353,12 @@ def inspect_live(pid: int | None) -> MemoryReport:
 
 def inspect_memory(pid: int | None = None, paths: list[str] | None = None, *, top: int = 10) -> MemoryReport:
     """Memory per rank of a live job (``pid``; None: the only job on this host) or of snapshot files (``paths``)."""
-    if top < 1:
-        raise InvalidInput(f"top must be at least 1, got {top}", fix="Pass --top 10 (the default) or more.")
+    check_pid(pid)
+    if not 1 <= top <= MAX_TOP:
+        raise InvalidInput(
+            f"top (--top) must be between 1 and {MAX_TOP}, got {top}.",
+            fix="Pass 10 (the default), or more to list more allocation sites.",
+        )
     if pid is not None and paths:
         raise InvalidInput(
             "pass either a pid or snapshot paths, not both",

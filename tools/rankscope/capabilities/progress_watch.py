@@ -27,10 +27,6 @@ from rankscope.runtime import procfs, pyspy
 
 log = logging.getLogger("rankscope.capabilities.progress_watch")
 
-DEFAULT_WINDOW_S = 1.0
-"""How long a live capture watches the job by default: long enough for a training loop to pass a
-few steps, short enough for the first call of an incident."""
-
 SAMPLE_RATE = 50
 """Samples per second per rank while the job is watched."""
 
@@ -131,4 +127,4 @@ def _strip(frames: list[Frame]) -> list[Frame]:
     return [f.model_copy(update={"locals": None}) if f.locals else f for f in frames]
 
 
-__all__ = ["DEFAULT_WINDOW_S", "Window", "main_frames"]
+__all__ = ["Window", "main_frames"]

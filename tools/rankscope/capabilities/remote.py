@@ -26,11 +26,11 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from rankscope.analysis.hostlist import expand_hostlist, host_port, split_top
+from rankscope.analysis.hostlist import expand_hostlist, host_port
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.errors import InvalidInput
@@ -44,13 +44,10 @@ from rankscope.models.core import (
     StacksReport,
     ThreadStack,
 )
+from rankscope.options import DEFAULTS, LOCAL, OPTION_FLAGS, DumpOptions, StacksTarget, option_flags
 from rankscope.runtime import net, subproc, tcpstore
 
 log = logging.getLogger("rankscope.capabilities.remote")
-
-Via = Literal["ssh", "srun", "kubectl", "debug-server", "local"]
-"""``debug-server`` talks HTTP to the ranks' own PyTorch debug servers (no ssh);
-``local`` runs the command on this machine under each host's name (benchmarks, tests)."""
 
 SKILL = "skill/multi-node.md#cross-host-collection"
 MAX_OUTPUT = 64 << 20
@@ -97,38 +94,18 @@ def kubectl_get_pods_argv(job: str, namespace: str | None) -> list[str]:
 
 
 def stacks_argv(
-    rankscope_cmd: str,
-    *,
-    pid: int | None = None,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    timeout: float = 30.0,
-    window: float = 1.0,
-    counters: bool = True,
-    flight_recorder: bool = True,
-    ras: bool = False,
+    options: DumpOptions, *, rankscope_cmd: str = "rankscope", pid: int | None = None
 ) -> list[str]:
-    """The command each host runs: ``rankscope stacks --local --json [flags]``, every option forwarded."""
+    """The command each host runs: ``rankscope stacks --local --json [--pid PID] [flags]``.
+
+    Every option is forwarded (:func:`rankscope.options.option_flags`, one flag per field), the
+    timeout a share of ours (:meth:`DumpOptions.for_remote_host`) so the host answers before the
+    caller gives up on it.
+    """
     argv = [*shlex.split(rankscope_cmd), "stacks", "--local", "--json"]
     if pid is not None:
         argv += ["--pid", str(pid)]
-    if native:
-        argv.append("--native")
-    if locals:
-        argv.append("--locals")
-    if nonblocking:
-        argv.append("--nonblocking")
-    if not counters:
-        argv.append("--no-counters")
-    if not flight_recorder:
-        argv.append("--no-fr")
-    if ras:
-        argv.append("--ras")
-    argv += ["--window", f"{window:g}"]
-    # leave the remote side a margin inside our own timeout
-    argv += ["--timeout", f"{max(1.0, timeout * 0.8):g}"]
-    return argv
+    return argv + option_flags(options.for_remote_host())
 
 
 def ssh_argv(
@@ -536,8 +513,10 @@ def store_address(hosts: Sequence[str] | None, job: str | None, env: Mapping[str
 
 
 def _debug_server_rank(
-    rank: int, url: str, timeout: float
+    rank: int, url: str, options: DumpOptions
 ) -> tuple[RankStack, RankError | None, dict[str, Any] | None]:
+    """One rank's stack from its worker server, and its recorder trace unless the options say no."""
+    timeout = options.timeout
     host = re.sub(r"^https?://|:\d+/?$", "", url)
     try:
         text = net.http_post(f"{url}/handler/dump_traceback", timeout, MAX_OUTPUT).decode(errors="replace")
@@ -552,7 +531,7 @@ def _debug_server_rank(
         )
         return RankStack(rank=rank, pid=0, host=host, error=err), err, None
     stack = RankStack(rank=rank, pid=0, host=host, state="unknown", threads=parse_faulthandler(text))
-    return stack, None, debug_server_trace(url, timeout)
+    return stack, None, debug_server_trace(url, timeout) if options.flight_recorder else None
 
 
 def debug_server_urls(addr: str, port: int, timeout: float) -> list[str]:
@@ -587,12 +566,36 @@ def debug_server_trace(url: str, timeout: float) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def dump_stacks_debug_server(
-    hosts: Sequence[str] | None = None, *, job: str | None = None, timeout: float = 30.0
-) -> StacksReport:
-    """Stacks (and flight-recorder traces) of every rank through their PyTorch debug servers."""
-    addr, port = store_address(hosts, job, os.environ)
-    urls = debug_server_urls(addr, port, min(timeout, 15.0))
+DEBUG_SERVER_LIMITS: dict[str, str] = {
+    "native": "its stacks are Python frames only (faulthandler)",
+    "locals": "it gives no local variables",
+    "nonblocking": "it never pauses the ranks anyway",
+    "counters": "it gives no locals to read counters from",
+    "ras": "NCCL RAS is read on the ranks' own hosts only (--via ssh, srun or kubectl)",
+    "window": "it takes one look per rank",
+}
+"""What the debug server cannot do of each option it does not apply itself (it applies ``timeout``
+and ``flight_recorder``); an option asked for beyond the defaults is named in the answer's notes
+with its reason, never dropped without a word."""
+
+
+def _debug_server_note(options: DumpOptions) -> str:
+    """The job note of a debug-server collection: no pids, and each asked-for option it cannot apply."""
+    note = "collected via PyTorch's debug server: pids are not reported (0)"
+    asked = [
+        f"{OPTION_FLAGS[f.name]}: {DEBUG_SERVER_LIMITS[f.name]}"
+        for f in dataclasses.fields(DumpOptions)
+        if f.name in DEBUG_SERVER_LIMITS and getattr(options, f.name) != f.default
+    ]
+    return f"{note}; not applied: {'; '.join(asked)}" if asked else note
+
+
+def dump_stacks_debug_server(target: StacksTarget, options: DumpOptions = DEFAULTS) -> StacksReport:
+    """Stacks (and, unless ``options.flight_recorder`` is off, flight-recorder traces) of every rank
+    through their PyTorch debug servers, found in the store ``target.hosts[0]`` or ``target.job``
+    (else MASTER_ADDR:MASTER_PORT)."""
+    addr, port = store_address(target.hosts, target.job, os.environ)
+    urls = debug_server_urls(addr, port, min(options.timeout, 15.0))
     if not urls:
         raise InvalidInput(
             f"no debug server registered in the store at {addr}:{port} (no '{DEBUG_PREFIX}/rank0' key)",
@@ -600,7 +603,7 @@ def dump_stacks_debug_server(
             "init_process_group; or use --via ssh.",
         )
     with ThreadPoolExecutor(max_workers=min(64, len(urls))) as pool:
-        results = list(pool.map(lambda ru: _debug_server_rank(ru[0], ru[1], timeout), enumerate(urls)))
+        results = list(pool.map(lambda ru: _debug_server_rank(ru[0], ru[1], options), enumerate(urls)))
     stacks = [s for s, _, _ in results]
     errors = [e for _, e, _ in results if e is not None]
     hosts_seen = list(dict.fromkeys(s.host for s in stacks))
@@ -616,7 +619,7 @@ def dump_stacks_debug_server(
         master_port=port,
         hosts=hosts_seen,
         ranks=ranks,
-        notes=["collected via PyTorch's debug server: pids are not reported (0)"],
+        notes=[_debug_server_note(options)],
     )
     from rankscope.analysis.flight import LoadedDump
     from rankscope.analysis.flight import analyze as analyze_flight
@@ -640,29 +643,17 @@ def dump_stacks_debug_server(
     return report
 
 
-def _host_list(
-    hosts: list[str] | None, via: Via, job: str | None, namespace: str | None, timeout: float
-) -> list[str]:
-    """The hosts to collect from: given (Slurm hostlists expanded), the job's pods, or the allocation's."""
-    if hosts:
-        host_list: list[str] = []
-        # re-join first: a comma-splitting caller cuts "node[01-04,07]" in two
-        for h in split_top(",".join(hosts)):
-            if "[" not in h:
-                host_list.append(h)
-                continue
-            try:
-                host_list.extend(expand_hostlist(h))
-            except InvalidInput:
-                host_list.append(h)  # e.g. an IPv6 literal: ssh://[::1]:22
-        host_list = [h for h in dict.fromkeys(host_list) if h]
-    elif via == "kubectl":
-        if not job:
+def _host_list(target: StacksTarget, timeout: float) -> list[str]:
+    """The hosts to collect from: given (parsed by the target), the job's pods, or the allocation's."""
+    if target.hosts:
+        host_list = list(target.hosts)
+    elif target.via == "kubectl":
+        if not target.job:
             raise InvalidInput(
                 "--via kubectl needs --hosts PODS or --job JOBNAME",
                 "Pass --job with the Kubernetes job name.",
             )
-        host_list = pods_of_job(job, namespace, timeout)
+        host_list = pods_of_job(target.job, target.namespace, timeout)
     else:
         host_list = hosts_from_environment()
     if not host_list:
@@ -670,73 +661,46 @@ def _host_list(
     return host_list
 
 
-def _check_remote_call(timeout: float, via: str) -> None:
-    if timeout <= 0:
-        raise InvalidInput(f"timeout must be positive, got {timeout}", "Pass --timeout in seconds, e.g. 30.")
-    if via not in ("ssh", "srun", "kubectl", "debug-server", "local"):
-        raise InvalidInput(f"unknown --via {via!r}", "Use --via ssh, srun, kubectl or debug-server.")
-
-
 def dump_stacks_remote(
-    hosts: list[str] | None = None,
+    target: StacksTarget = LOCAL,
+    options: DumpOptions = DEFAULTS,
     *,
-    via: Via = "ssh",
-    job: str | None = None,
-    namespace: str | None = None,
     pid: int | None = None,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    timeout: float = 30.0,
-    rankscope_cmd: str = "rankscope",
-    ssh_options: list[str] | None = None,
     pids: Mapping[str, int] | None = None,
-    window: float = 1.0,
-    counters: bool = True,
-    flight_recorder: bool = True,
-    ras: bool = False,
+    ssh_options: Sequence[str] = (),
 ) -> StacksReport:
-    """Capture the stacks of a job's ranks on every host at once and judge them together.
+    """Capture the stacks of a job's ranks on every host of ``target`` at once and judge them together.
 
-    ``hosts``: node names (a Slurm hostlist such as ``node[01-04]`` is expanded);
-    without them, the Slurm allocation's nodes (SLURM_JOB_NODELIST) or, with
-    ``via="kubectl"``, the running pods of ``job``. ``pids`` maps a host to the
-    pid to inspect there (overrides ``pid`` for that host).
+    ``target.hosts``: node names (Slurm hostlists already expanded by the target); without them,
+    the Slurm allocation's nodes (SLURM_JOB_NODELIST) or, with ``via="kubectl"``, the running pods
+    of ``target.job``. Each host runs ``rankscope stacks --local --json`` with every option of
+    ``options`` (:func:`stacks_argv`). ``pid`` is the pid to inspect on every host, ``pids`` maps
+    a host to its own (overriding ``pid`` there).
     """
-    _check_remote_call(timeout, via)
-    if via == "debug-server":
-        return dump_stacks_debug_server(hosts, job=job, timeout=timeout)
-    host_list = _host_list(hosts, via, job, namespace, timeout)
-
+    if target.via == "debug-server":
+        return dump_stacks_debug_server(target, options)
+    via, timeout = target.via, options.timeout
+    host_list = _host_list(target, timeout)
     redactor = Redactor()
     started = time.monotonic()
-    forwarded = dict(
-        native=native,
-        locals=locals,
-        nonblocking=nonblocking,
-        timeout=timeout,
-        window=window,
-        counters=counters,
-        flight_recorder=flight_recorder,
-        ras=ras,
-    )
 
-    def argv_for(host: str) -> list[str]:
-        remote = stacks_argv(rankscope_cmd, pid=(pids or {}).get(host, pid), **forwarded)  # type: ignore[arg-type]
-        if via == "ssh":
-            return ssh_argv(host, remote, timeout=timeout, ssh_options=ssh_options or ())
-        if via == "kubectl":
-            return kubectl_exec_argv(host, remote, namespace)
+    def argv_for(host: str | None) -> list[str]:
+        remote = stacks_argv(
+            options, rankscope_cmd=target.rankscope_cmd, pid=(pids or {}).get(host or "", pid)
+        )
+        if via == "ssh" and host is not None:
+            return ssh_argv(host, remote, timeout=timeout, ssh_options=ssh_options)
+        if via == "kubectl" and host is not None:
+            return kubectl_exec_argv(host, remote, target.namespace)
         return remote
 
     results: dict[str, StacksReport | RankError]
     if via == "srun":
         _need("srun", "srun")
-        slurm_job = job or os.environ.get("SLURM_JOB_ID")
+        slurm_job = target.job or os.environ.get("SLURM_JOB_ID")
         if not slurm_job:
             raise InvalidInput("--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`).")
-        remote = stacks_argv(rankscope_cmd, pid=pid, **forwarded)  # type: ignore[arg-type]
-        results = _srun_all(slurm_job, host_list, remote, timeout + window + 5.0, redactor)
+        results = _srun_all(slurm_job, host_list, argv_for(None), timeout + options.window + 5.0, redactor)
     else:
         if via in ("ssh", "kubectl"):
             _need(via, via)
@@ -745,7 +709,7 @@ def dump_stacks_remote(
         )
         with ThreadPoolExecutor(max_workers=min(64, len(host_list))) as pool:
             futures = {
-                h: pool.submit(_one_host, h, argv_for(h), via, timeout + window, env_for(h), redactor)
+                h: pool.submit(_one_host, h, argv_for(h), via, timeout + options.window, env_for(h), redactor)
                 for h in host_list
             }
             results = {h: f.result() for h, f in futures.items()}

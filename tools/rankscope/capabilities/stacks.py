@@ -43,7 +43,7 @@ from rankscope.capabilities.flight_pickup import (
     recorder_plan,
 )
 from rankscope.capabilities.gpu_read import gpu_utilisation
-from rankscope.capabilities.progress_watch import DEFAULT_WINDOW_S, Window, main_frames
+from rankscope.capabilities.progress_watch import Window, main_frames
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.models.core import (
@@ -59,6 +59,7 @@ from rankscope.models.core import (
 from rankscope.models.flight import FlightReport
 from rankscope.models.progress import Progress
 from rankscope.models.ras import RasFinding
+from rankscope.options import DEFAULTS, DumpOptions
 from rankscope.runtime import pyspy
 
 log = logging.getLogger("rankscope.capabilities.stacks")
@@ -146,7 +147,7 @@ def source_lines(
     return lines
 
 
-def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
+def _p2p_peers(dumps: list[_Dump], exe: str) -> dict[int, int]:
     """pid -> peer rank, for the ranks blocked in a send/recv.
 
     Which rank a recv waits for is only in its locals (``src``), and without it a cycle of
@@ -167,12 +168,12 @@ def _p2p_peers(dumps: list[_Dump], exe: str, timeout: float) -> dict[int, int]:
     for d in dumps:
         if d.rank is None or recognise_op(main_frames(d.threads or []))[0] not in P2P_DIRECTION:
             continue
-        if d.locals:
+        if d.options.locals:
             read(d)
         else:
-            again.append(_Dump(pid=d.pid, rank=d.rank, locals=True, nonblocking=d.nonblocking, state=d.state))
+            again.append(_Dump(pid=d.pid, rank=d.rank, options=_with_locals(d.options), state=d.state))
     if again:
-        _run_dumps(again, exe, False, timeout, lambda: None)
+        _run_dumps(again, exe, lambda: None)
         for d in again:
             if d.failure is not None:
                 log.info("no send/recv peer for pid %d: %s", d.pid, d.failure)
@@ -213,14 +214,20 @@ def _exited(proc: RankProcess) -> tuple[RankStack, RankError]:
     return RankStack(rank=proc.rank, pid=proc.pid, host=proc.host, state="dead", error=err), err
 
 
+def _with_locals(options: DumpOptions) -> DumpOptions:
+    """A dump that reads locals only for what they say of the rank (peers, counters, groups, the
+    spawn index): Python frames, so it costs no symbol loading."""
+    return dataclasses.replace(options, locals=True, native=False)
+
+
 @dataclass
 class _Dump:
-    """One py-spy dump to run: the rank it is for (None: the spawn parent) and its options."""
+    """One py-spy dump to run: the rank it is for (None: the spawn parent) and its options (the
+    capture's, with locals or nonblocking turned on where this rank needs them)."""
 
     pid: int
     rank: RankProcess | None
-    locals: bool
-    nonblocking: bool
+    options: DumpOptions
     state: ProcState = "unknown"
     proc: subprocess.Popen[str] | None = None
     started: float = 0.0
@@ -228,17 +235,15 @@ class _Dump:
     failure: pyspy.DumpFailed | None = None
 
 
-def _run_dumps(
-    dumps: list[_Dump], exe: str, native: bool, timeout: float, meanwhile: Callable[[], None]
-) -> None:
-    """Run the dumps side by side, at most ``_workers`` at once, each within ``timeout`` seconds.
+def _run_dumps(dumps: list[_Dump], exe: str, meanwhile: Callable[[], None]) -> None:
+    """Run the dumps side by side, at most ``_workers`` at once, each within its options' timeout.
 
     Every py-spy is started before any is waited for (no thread per rank: starting eight
     threads costs more than the eight dumps of a small job), then ``meanwhile`` runs while
     they work; a finished dump makes room for the next waiting one. Each dump's result or
     failure is stored on it.
     """
-    limit = _workers(len(dumps), native)
+    limit = _workers(len(dumps), any(d.options.native for d in dumps))
     waiting = list(dumps)
     running: list[_Dump] = []
 
@@ -247,9 +252,7 @@ def _run_dumps(
             d = waiting.pop(0)
             d.started = time.monotonic()
             try:
-                d.proc = pyspy.start_dump(
-                    d.pid, native=native, locals=d.locals, nonblocking=d.nonblocking, exe=exe
-                )
+                d.proc = pyspy.start_dump(d.pid, d.options, exe)
             except pyspy.DumpFailed as exc:
                 d.failure = exc
                 continue
@@ -263,7 +266,8 @@ def _run_dumps(
             if d.proc is None:  # pragma: no cover - only started dumps are running
                 continue
             try:
-                d.threads = pyspy.parse_dump(pyspy.finish_dump(d.proc, d.pid, timeout, d.started), d.pid)
+                raw = pyspy.finish_dump(d.proc, d.pid, d.options.timeout, d.started)
+                d.threads = pyspy.parse_dump(raw, d.pid)
             except pyspy.DumpFailed as exc:
                 d.failure = exc
             start_next()
@@ -305,9 +309,10 @@ def _renumber_spawn_rank(
 
 
 def _plan_dumps(
-    procs: list[RankProcess], locals: bool, nonblocking: bool
+    procs: list[RankProcess], options: DumpOptions, watching: bool
 ) -> tuple[dict[int, tuple[RankStack, RankError | None]], list[_Dump]]:
-    """Ranks settled by their state alone (gone, stopped: no ptrace), and the dumps to run."""
+    """Ranks settled by their state alone (gone, stopped: no ptrace), and the dumps to run.
+    ``watching``: the first look of a progress window, which reads locals (integers kept)."""
     settled: dict[int, tuple[RankStack, RankError | None]] = {}
     dumps: list[_Dump] = []
     for r in procs:
@@ -317,16 +322,13 @@ def _plan_dumps(
         elif state in NO_PTRACE_STATES:
             settled[r.pid] = (RankStack(rank=r.rank, pid=r.pid, host=r.host, state=state), None)
         else:
-            dumps.append(
-                _Dump(
-                    pid=r.pid,
-                    rank=r,
-                    # spawn ranks carry no RANK variable: `i` is read from _wrap's locals
-                    locals=locals or r.launcher == "mp_spawn",
-                    nonblocking=nonblocking or state == "disk_sleep",
-                    state=state,
-                )
+            own = dataclasses.replace(
+                options,
+                # spawn ranks carry no RANK variable: `i` is read from _wrap's locals
+                locals=options.locals or watching or r.launcher == "mp_spawn",
+                nonblocking=options.nonblocking or state == "disk_sleep",
             )
+            dumps.append(_Dump(pid=r.pid, rank=r, options=own, state=state))
     return settled, dumps
 
 
@@ -342,11 +344,8 @@ def _parent_nprocs(parent: _Dump | None) -> int | None:
 
 def capture_job(
     job: Job,
+    options: DumpOptions = DEFAULTS,
     *,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    timeout: float = 20.0,
     ranks: list[int] | None = None,
     exe: str | None = None,
     environs: dict[int, dict[str, str]] | None = None,
@@ -355,6 +354,7 @@ def capture_job(
 ) -> tuple[Job, list[RankStack], list[RankError]]:
     """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors.
 
+    ``options``: how each rank is dumped (native, locals, nonblocking, timeout).
     ``exe``: a py-spy already checked by :func:`pyspy.check_pyspy` (default: check now).
     ``environs``, when given, receives each rank's environment (pid -> variables), read once
     while the dumps run, for the callers that need it after (recorder paths, RAS address);
@@ -368,9 +368,9 @@ def capture_job(
     dumps: list[_Dump] = []
     parent: _Dump | None = None
     if job.launcher == "mp_spawn" and job.world_size is None and job.launcher_pid and procs:
-        parent = _Dump(pid=job.launcher_pid, rank=None, locals=True, nonblocking=False)
+        parent = _Dump(job.launcher_pid, None, dataclasses.replace(options, locals=True, nonblocking=False))
         dumps.append(parent)
-    settled, planned = _plan_dumps(procs, locals or window is not None, nonblocking)
+    settled, planned = _plan_dumps(procs, options, window is not None)
     dumps += planned
     redactor = Redactor()
 
@@ -385,12 +385,12 @@ def capture_job(
         if during is not None:
             during()
 
-    _run_dumps(dumps, exe, native, timeout, meanwhile)
+    _run_dumps(dumps, exe, meanwhile)
     if window is not None:
         for d in dumps:
             if d.rank is not None and d.threads is not None:
                 window.first_look(d.pid, d.threads)
-    peers = {} if locals else _p2p_peers(dumps, exe, timeout)
+    peers = {} if options.locals else _p2p_peers(dumps, exe)
     by_pid = {d.pid: d for d in dumps if d.rank is not None}
     results = [settled[r.pid] if r.pid in settled else _result(by_pid[r.pid]) for r in procs]
     nprocs = _parent_nprocs(parent)
@@ -404,7 +404,7 @@ def capture_job(
         stack = _with_source_op(stack).model_copy(update={"backend": proc.backend})
         if stack.pid in peers:
             stack = stack.model_copy(update={"peer": peers[stack.pid]})
-        stack = stack.model_copy(update={"threads": _redact_threads(stack.threads, redactor, locals)})
+        stack = stack.model_copy(update={"threads": _redact_threads(stack.threads, redactor, options.locals)})
         stacks.append(stack)
         if err is not None:
             errors.append(err)
@@ -425,8 +425,7 @@ def counter_pass(
     stacks: list[RankStack],
     procs: list[RankProcess],
     exe: str,
-    timeout: float,
-    nonblocking: bool,
+    options: DumpOptions,
     only: set[int] | None = None,
     world: int | None = None,
 ) -> list[RankStack]:
@@ -442,20 +441,20 @@ def counter_pass(
     pids = {s.pid for s in stacks if s.pid in known and (only is None or s.rank in only)}
     if not pids:
         return stacks
-    return locals_read(stacks, dump_locals(stacks, pids, exe, timeout, nonblocking), procs, world)
+    return locals_read(stacks, dump_locals(stacks, pids, exe, options), procs, world)
 
 
 def dump_locals(
-    stacks: list[RankStack], pids: set[int], exe: str, timeout: float, nonblocking: bool
+    stacks: list[RankStack], pids: set[int], exe: str, options: DumpOptions
 ) -> dict[int, list[ThreadStack]]:
     """One more dump, with locals, of each rank of ``pids`` that py-spy may attach to: pid -> threads.
     The locals are not redacted: the callers keep only integers and group facts."""
     todo = [
-        _Dump(pid=s.pid, rank=None, locals=True, nonblocking=nonblocking, state=s.state)
+        _Dump(pid=s.pid, rank=None, options=_with_locals(options), state=s.state)
         for s in stacks
         if s.pid in pids and s.threads and s.state not in NO_PTRACE_STATES
     ]
-    _run_dumps(todo, exe, False, timeout, lambda: None)
+    _run_dumps(todo, exe, lambda: None)
     return {d.pid: d.threads for d in todo if d.threads is not None}
 
 
@@ -528,7 +527,7 @@ class _Analysis:
     flight: FlightReport | None
     ras: RasFinding | None
     source: dict[tuple[str, int], str]
-    flight_recorder: bool = True
+    options: DumpOptions = DEFAULTS
     progress: Progress | None = None
     channel: Callable[[], FlightReport | None] | None = None
     """Asks the ranks for a fresh recorder dump, where they opened a channel for one (progress window)."""
@@ -554,30 +553,23 @@ class _Analysis:
 
 def dump_stacks(
     pid: int | None = None,
+    options: DumpOptions = DEFAULTS,
     *,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    timeout: float = 20.0,
     ranks: list[int] | None = None,
-    counters: bool = True,
-    flight_recorder: bool = True,
     job_id: str | None = None,
-    ras: bool = False,
-    window: float = DEFAULT_WINDOW_S,
 ) -> StacksReport:
     """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), watch it for
-    ``window`` seconds, dump all its ranks, analyse them.
+    ``options.window`` seconds, dump all its ranks (only ``ranks``, when given), analyse them.
 
-    ``window``: how long the job is watched (0: one look, as a saved dump). A job that moves
-    in that time gets a progress verdict (progressing, straggler, busy), never a hang one.
-    ``counters``: when the first verdict is not sure (confidence below high), read the
-    ranks' integer locals (step, epoch) (from the window's last look, or one more pass).
-    ``flight_recorder``: analyse the recorder dumps the ranks already wrote in this run, ask
-    the ranks that opened a channel for it (a debug pipe, rankscope.probe's signal, a worker
-    socket) for one, and, when the verdict is still unsure, the job's debug server. ``ras``:
-    read NCCL RAS's launch counts twice (never by default: querying it has crashed jobs on
-    some NCCL versions).
+    ``options`` (:class:`DumpOptions`) says how: ``window``, how long the job is watched (0: one
+    look, as a saved dump); a job that moves in that time gets a progress verdict (progressing,
+    straggler, busy), never a hang one. ``counters``: when the first verdict is not sure
+    (confidence below high), read the ranks' integer locals (step, epoch) (from the window's last
+    look, or one more pass). ``flight_recorder``: analyse the recorder dumps the ranks already
+    wrote in this run, ask the ranks that opened a channel for it (a debug pipe,
+    rankscope.probe's signal, a worker socket) for one, and, when the verdict is still unsure,
+    the job's debug server. ``ras``: read NCCL RAS's launch counts twice (never by default:
+    querying it has crashed jobs on some NCCL versions).
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
@@ -588,16 +580,13 @@ def dump_stacks(
     util: dict[int, int] = {}
     watch = (
         Window.open([r.pid for r in job.ranks if ranks is None or r.rank in ranks], exe)
-        if window > 0
+        if options.window > 0
         else None
     )
     try:
         job, stacks, errors = capture_job(
             job,
-            native=native,
-            locals=locals,
-            nonblocking=nonblocking,
-            timeout=timeout,
+            options,
             ranks=ranks,
             exe=exe,
             environs=environs,
@@ -614,40 +603,25 @@ def dump_stacks(
             ]
         if watch is not None:
             watch.sample(job.ranks, {s.pid: s.state for s in stacks})
-        analysis = _gather(
-            job,
-            stacks,
-            errors,
-            environs,
-            ranks=ranks,
-            flight_recorder=flight_recorder,
-            ras=ras,
-            watching=watch is not None,
-        )
+        analysis = _gather(job, stacks, errors, environs, options, ranks=ranks, watching=watch is not None)
         last: dict[int, list[ThreadStack]] | None = None
         if watch is not None:
-            analysis, last = _close_window(watch, window, analysis, stacks, exe, timeout, nonblocking)
+            analysis, last = _close_window(watch, analysis, stacks, exe)
     finally:
         if watch is not None:
             watch.stop()
-    return _decide(analysis, stacks, exe, timeout, nonblocking, counters=counters and not locals, last=last)
+    return _decide(analysis, stacks, exe, last=last)
 
 
 def _close_window(
-    watch: Window,
-    window: float,
-    analysis: _Analysis,
-    stacks: list[RankStack],
-    exe: str,
-    timeout: float,
-    nonblocking: bool,
+    watch: Window, analysis: _Analysis, stacks: list[RankStack], exe: str
 ) -> tuple[_Analysis, dict[int, list[ThreadStack]]]:
     """End the window: the last look with locals, then what moved (with the source of every place seen)."""
 
     def last_look(pids: list[int]) -> dict[int, list[ThreadStack]]:
-        return dump_locals(stacks, set(pids), exe, timeout, nonblocking)
+        return dump_locals(stacks, set(pids), exe, analysis.options)
 
-    watches, last = watch.close(watch.started + window, last_look)
+    watches, last = watch.close(watch.started + analysis.options.window, last_look)
     if analysis.channel is not None and analysis.recorder_start is not None:
         # the recorder's completed collectives at both ends of the window, too
         with_recorder(watches, analysis.recorder_start, analysis.channel())
@@ -662,35 +636,31 @@ def _close_window(
 
 
 def _decide(
-    analysis: _Analysis,
-    stacks: list[RankStack],
-    exe: str,
-    timeout: float,
-    nonblocking: bool,
-    *,
-    counters: bool,
-    last: dict[int, list[ThreadStack]] | None,
+    analysis: _Analysis, stacks: list[RankStack], exe: str, *, last: dict[int, list[ThreadStack]] | None
 ) -> StacksReport:
-    """The verdict; when unsure, again with the ranks' counters and group tables, then the debug server's recorder."""
+    """The verdict; when unsure, again with the ranks' counters and group tables, then the debug server's
+    recorder. Counters are read unless the options say not to, or the stacks already carry every local."""
+    options = analysis.options
     report = analysis.run(stacks)
     unsure = report.verdict.confidence != "high"
-    if analysis.flight_recorder and unsure and report.verdict.kind not in PROGRESS_KINDS:
+    if options.flight_recorder and unsure and report.verdict.kind not in PROGRESS_KINDS:
         # only a hang the stacks leave open needs it: reading the store imports torch (seconds on CUDA builds)
         told = exception_dump_note(analysis.job)
         if told is not None:
             analysis = analysis.noting(told)
             report = analysis.run(stacks)
     if (
-        counters
+        options.counters
+        and not options.locals
         and report.verdict.kind not in PROGRESS_KINDS
         and (unsure or report.verdict.kind == "mismatched_collectives")
     ):
         # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
         only = None if unsure else set(report.verdict.suspect_ranks)
-        stacks, analysis = _locals_pass(stacks, analysis, exe, timeout, nonblocking, only, last)
+        stacks, analysis = _locals_pass(stacks, analysis, exe, only, last)
         if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
             report = analysis.run(stacks)
-    if analysis.flight_recorder and analysis.flight is None and report.verdict.confidence != "high":
+    if options.flight_recorder and analysis.flight is None and report.verdict.confidence != "high":
         # still unsure: a debug server the job started has every rank's recorder
         flight = debug_server_flight(analysis.job)
         if flight is not None:
@@ -704,10 +674,9 @@ def _gather(
     stacks: list[RankStack],
     errors: list[RankError],
     environs: dict[int, dict[str, str]],
+    options: DumpOptions,
     *,
     ranks: list[int] | None,
-    flight_recorder: bool,
-    ras: bool,
     watching: bool = False,
 ) -> _Analysis:
     """The evidence besides the stacks: the recorder, RAS, source lines. ``watching``: a progress
@@ -717,12 +686,12 @@ def _gather(
     if ranks is not None:
         notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
     # read once: the pickup looks for their dumps and asks them, the NCCL recorder plan names them
-    probes = find_probes(job) if flight_recorder or job.backend in ("nccl", "mixed") else {}
-    flight = pick_up(job, environs=environs, probes=probes) if flight_recorder else None
+    probes = find_probes(job) if options.flight_recorder or job.backend in ("nccl", "mixed") else {}
+    flight = pick_up(job, environs=environs, probes=probes) if options.flight_recorder else None
     if flight is not None:
         notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")
     ras_finding = None
-    if ras:
+    if options.ras:
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
     job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs, probes)})
@@ -731,14 +700,7 @@ def _gather(
         again = functools.partial(ask_again, job, environs=environs, probes=probes)
         start = again()
     return _Analysis(
-        job,
-        errors,
-        flight,
-        ras_finding,
-        source_lines(stacks),
-        flight_recorder,
-        channel=again,
-        recorder_start=start,
+        job, errors, flight, ras_finding, source_lines(stacks), options, channel=again, recorder_start=start
     )
 
 
@@ -746,8 +708,6 @@ def _locals_pass(
     stacks: list[RankStack],
     analysis: _Analysis,
     exe: str,
-    timeout: float,
-    nonblocking: bool,
     only: set[int] | None,
     last: dict[int, list[ThreadStack]] | None = None,
 ) -> tuple[list[RankStack], _Analysis]:
@@ -760,10 +720,10 @@ def _locals_pass(
             rest = {s.rank for s in stacks if s.rank is not None} - only
             stacks = locals_read(stacks, last, job.ranks, job.world_size, rest)
         return stacks, analysis  # the window's own evidence already says its looks took locals
-    stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, only, job.world_size)
+    stacks = counter_pass(stacks, job.ranks, exe, analysis.options, only, job.world_size)
     if only is not None and _needs_group_tables(stacks):
         rest = {s.rank for s in stacks if s.rank is not None} - only
-        stacks = counter_pass(stacks, job.ranks, exe, timeout, nonblocking, rest, job.world_size)
+        stacks = counter_pass(stacks, job.ranks, exe, analysis.options, rest, job.world_size)
     if any(s.counters for s in stacks):
         analysis = analysis.noting("progress counters read in a second pass with locals (integers only)")
     return stacks, analysis

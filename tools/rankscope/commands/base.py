@@ -5,18 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TextIO, TypeVar
+from typing import Any, TextIO
 
 from pydantic import BaseModel
 
 from rankscope import api
-from rankscope.render.next_steps import (
-    render_next_steps as render_next_steps,  # one renderer for every command
-)
-
-if TYPE_CHECKING:
-    pass
 
 
 class Command:
@@ -55,39 +48,44 @@ def add_json_flag(parser: argparse.ArgumentParser, *, brief: bool = True) -> Non
     )
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
 def emit(
-    model: M,
+    model: BaseModel,
     as_json: bool,
-    render: Callable[[M], Iterable[str]] | None = None,
-    out: TextIO | None = None,
+    *,
     full: bool = False,
     brief: bool = False,
+    out: TextIO | None = None,
+    **bound_args: Any,
 ) -> None:
-    """Print a model as JSON or through a line renderer typed on that model; the only printing layer.
+    """Print an answer, the only printing layer: as JSON, as the MCP text block, or in a person's lines.
 
-    Every answer passes :func:`redact_model` here: whatever leaves by the CLI is redacted. JSON is
-    the MCP tool's structured content (compact, bounded, ``left_out`` saying what was cut) unless
-    ``full`` asks for the whole model; ``brief`` is the MCP tool's text block, the same answer in
-    the fewest bytes, for an agent working through a shell.
+    The answer leaves as the MCP server sends it: bounded by the façade (:func:`api.answer`, the
+    registry's bound for its type, ``bound_args`` being the call's own arguments it reads) for
+    ``--json`` and ``--brief`` unless ``full``, then redacted (:func:`redact_model`: whatever leaves
+    by the CLI is redacted). JSON is the MCP tool's structured content (compact, bounded,
+    ``left_out`` saying what was cut) unless ``full`` asks for the whole model; ``brief`` is the MCP
+    tool's text block, the same answer in the fewest bytes, for an agent working through a shell; a
+    person reads the registry's lines for the type (:func:`api.render_answer`), or the JSON where
+    it has none.
     """
     out = out or sys.stdout
+    if (as_json or brief) and not full:
+        model = api.answer(model, **bound_args)
     model = api.redact_model(model)
     if brief:
         out.write(api.shape_answer(model, full=full)[0])
         out.write("\n")
         return
-    if full and (as_json or render is None):
+    lines = None if as_json else api.render_answer(model)
+    if full and lines is None:
         out.write(model.model_dump_json(indent=2))
         out.write("\n")
         return
-    if as_json or render is None:
+    if lines is None:
         out.write(json.dumps(api.shape_answer(model)[1], separators=(",", ":"), ensure_ascii=False))
         out.write("\n")
         return
-    for line in render(model):
+    for line in lines:
         out.write(line)
         out.write("\n")
 

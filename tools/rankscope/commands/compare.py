@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.consistency import render_consistency
 
 
 class CompareCommand(Command):
@@ -34,7 +33,7 @@ class CompareCommand(Command):
         from rankscope.api import compare_dir
 
         report = compare_dir(str(args.dir), atol=float(args.atol), rtol=float(args.rtol))
-        emit(report, bool(args.json), render_consistency, full=args.full, brief=args.brief)
+        emit(report, bool(args.json), full=args.full, brief=args.brief)
         return 0 if report.consistent else 1
 
 

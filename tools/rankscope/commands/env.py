@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.env import render_env
 
 
 class EnvCommand(Command):
@@ -25,11 +24,7 @@ class EnvCommand(Command):
         from rankscope import api
 
         report = api.collect_env(args.pid, include_torch=not bool(args.no_torch))
-        if (args.json or args.brief) and not args.full:
-            from rankscope.analysis.bound import bound_env
-
-            report = bound_env(report)
-        emit(report, bool(args.json), render_env, full=args.full, brief=args.brief)
+        emit(report, bool(args.json), full=args.full, brief=args.brief)
         return 0
 
 

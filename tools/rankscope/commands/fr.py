@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.flight import render_flight
 
 
 class FlightCommand(Command):
@@ -30,11 +29,7 @@ class FlightCommand(Command):
         from rankscope import api
 
         report = api.analyze_flight_recorder(list(args.paths), stacks_report=args.stacks)
-        if (args.json or args.brief) and not args.full:
-            from rankscope.analysis.bound import bound_flight
-
-            report = bound_flight(report)
-        emit(report, bool(args.json), render_flight, full=args.full, brief=args.brief)
+        emit(report, bool(args.json), full=args.full, brief=args.brief)
         return 0
 
 

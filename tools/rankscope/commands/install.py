@@ -6,7 +6,6 @@ import argparse
 from typing import Literal, cast
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.install import render_install
 
 
 class InstallSkillCommand(Command):
@@ -45,7 +44,7 @@ class InstallSkillCommand(Command):
 
         target = cast(Literal["project", "user"] | None, args.target)
         report = install_skill(target=target, dir=args.dir, force=bool(args.force))
-        emit(report, bool(args.json), render_install, full=args.full, brief=args.brief)
+        emit(report, bool(args.json), full=args.full, brief=args.brief)
         return 0
 
 

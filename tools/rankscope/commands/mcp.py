@@ -9,7 +9,6 @@ from typing import cast
 
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.install import McpClient
-from rankscope.render.mcp_config import render_mcp_config
 
 CLIENTS: tuple[str, ...] = ("claude-code", "claude-desktop", "cursor", "vscode")
 
@@ -58,10 +57,10 @@ class McpConfigCommand(Command):
         add_json_flag(parser, brief=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        from rankscope.api import mcp_config
+        from rankscope import api
 
         client = cast(McpClient, args.client)
-        cfg = mcp_config(client, ssh=args.ssh, remote_cmd=args.remote_cmd)
+        cfg = api.mcp_config(client, ssh=args.ssh, remote_cmd=args.remote_cmd)
         if args.ssh is None:  # the server starts on this host: build it now, so its first start is fast
             from rankscope.mcp_server import with_server_prepared
 
@@ -72,7 +71,7 @@ class McpConfigCommand(Command):
         # only the snippet on stdout, so `rankscope mcp-config --client cursor > mcp.json` works;
         # the command line for Claude Code and the notes go to stderr
         snippet = json.dumps(cfg.snippet, indent=2)
-        for line in render_mcp_config(cfg):
+        for line in api.render_answer(cfg) or ():
             if line != snippet:
                 print(line, file=sys.stderr)
         print(snippet)

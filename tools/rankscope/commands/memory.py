@@ -16,7 +16,6 @@ import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.errors import InvalidInput
-from rankscope.render.memory import render_budget, render_memory
 
 
 def _add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -51,7 +50,7 @@ def _run_budget(args: argparse.Namespace, placement: str) -> int:
         gpu_memory=args.gpu_memory,
         world_size=args.world_size,
     )
-    emit(report, args.json, render_budget, full=args.full, brief=args.brief)
+    emit(report, args.json, full=args.full, brief=args.brief)
     return 0
 
 
@@ -93,7 +92,7 @@ class MemoryCommand(Command):
         from rankscope import api
 
         report = api.inspect_memory(args.pid, paths or None, top=args.top)
-        emit(report, args.json, render_memory, full=args.full, brief=args.brief)
+        emit(report, args.json, full=args.full, brief=args.brief)
         return 0
 
 

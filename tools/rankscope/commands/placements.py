@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.placements import render_placements
 
 
 class PlacementsCommand(Command):
@@ -28,7 +27,7 @@ class PlacementsCommand(Command):
         from rankscope.api import inspect_placements
 
         report = inspect_placements(str(args.path))
-        emit(report, bool(args.json), render_placements, full=args.full, brief=args.brief)
+        emit(report, bool(args.json), full=args.full, brief=args.brief)
         return 1 if report.problems else 0
 
 

@@ -6,7 +6,6 @@ import argparse
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.jobs import render_jobs
 
 
 class PsCommand(Command):
@@ -25,11 +24,7 @@ class PsCommand(Command):
         pid: int | None = args.pid
         as_json: bool = args.json
         jobs = api.list_jobs(pid)
-        if (as_json or args.brief) and not args.full:
-            from rankscope.analysis.bound import brief_jobs
-
-            jobs = brief_jobs(jobs)
-        emit(jobs, as_json, render_jobs, full=args.full, brief=args.brief)
+        emit(jobs, as_json, full=args.full, brief=args.brief)
         return 0
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.errors import InvalidInput
-from rankscope.render.repro import _render_verify, render_list, render_repro_text
 
 EXIT_NOT_REPRODUCED = 1
 """`--verify` exit status when the answer is not the expected one (not reproduced / not clean)."""
@@ -93,27 +92,19 @@ class ReproCommand(Command):
             self._parser.print_help(sys.stderr)
             return 2
         if action == "list":
-            from rankscope.analysis.bound import brief_templates
-
-            listed = api.list_templates()
-            emit(
-                listed if args.full or not (args.json or args.brief) else brief_templates(listed),
-                args.json,
-                render_list,
-                full=args.full,
-                brief=args.brief,
-            )
+            emit(api.list_templates(), args.json, full=args.full, brief=args.brief)
             return 0
+        verify = action == "verify" or bool(args.verify)
+        out = args.path if action == "verify" else args.out
+        api.check_repro_call(
+            verify=verify, out=out, nproc=args.nproc, hang_timeout=args.hang_timeout, timeout=args.timeout
+        )
         if action == "verify":
             result = api.verify_repro(
                 args.path, **_verify_kwargs(args.nproc, args.hang_timeout, args.timeout, None)
             )
-            emit(result, args.json, _render_verify, full=args.full, brief=args.brief)
+            emit(result, args.json, full=args.full, brief=args.brief)
             return 0 if result.ok else EXIT_NOT_REPRODUCED
-        if args.verify and not args.out:
-            raise InvalidInput(
-                "--verify needs --out: the script must exist on disk to run.", fix="Add --out repro.py."
-            )
         if action == "render":
             rendered = api.render_repro(
                 args.template, parse_sets(args.sets), fixed=args.fixed, out=args.out, overwrite=args.overwrite
@@ -134,22 +125,19 @@ class ReproCommand(Command):
             rendered = rendered.model_copy(update={"verify": api.verify_repro(rendered.path, **kwargs)})
         if not args.out and not args.json:
             sys.stdout.write(rendered.script)
-            for line in render_repro_text(rendered):
+            for line in api.render_answer(rendered) or ():
                 sys.stderr.write(f"# {line}\n")
             return 0
-        emit(rendered, args.json, render_repro_text, full=args.full, brief=args.brief)
+        emit(rendered, args.json, full=args.full, brief=args.brief)
         return 0 if rendered.verify is None or rendered.verify.ok else EXIT_NOT_REPRODUCED
 
 
 def _verify_kwargs(
     nproc: int | None, hang_timeout: float, timeout: float, world: int | None
 ) -> dict[str, Any]:
-    n = nproc if nproc is not None else world  # None: the world size the repro was rendered for
-    if (n is not None and n < 1) or hang_timeout <= 0 or timeout <= 0:
-        raise InvalidInput(
-            f"--nproc, --hang-timeout and --timeout must be positive (got {n}, {hang_timeout}, {timeout}).",
-            fix="For example: --nproc 2 --hang-timeout 15 --timeout 120.",
-        )
+    """The run's arguments (checked by ``api.check_repro_call``): ``nproc``, else the world size the
+    repro was rendered for (None: the template's own)."""
+    n = nproc if nproc is not None else world
     return {"nproc": n, "hang_timeout": hang_timeout, "timeout": timeout}
 
 

@@ -7,7 +7,6 @@ import sys
 
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.models.run import RunReport
-from rankscope.render.run import render_run
 
 EXIT_CRASHED = 1
 EXIT_HUNG = 3
@@ -75,7 +74,7 @@ class RunCommand(Command):
             stream=sys.stderr if as_json else sys.stdout,  # --json keeps stdout for the answer alone
             python=args.python,
         )
-        emit(report, as_json, render_run, full=args.full, brief=args.brief)
+        emit(report, as_json, full=args.full, brief=args.brief)
         return exit_status(report)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.skill import render_skill
 
 
 class SkillCommand(Command):
@@ -26,7 +25,7 @@ class SkillCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rankscope import api
 
-        emit(api.read_skill(args.ref), bool(args.json), render_skill, full=args.full, brief=args.brief)
+        emit(api.read_skill(args.ref), bool(args.json), full=args.full, brief=args.brief)
         return 0
 
 

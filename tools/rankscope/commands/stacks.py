@@ -9,30 +9,11 @@ denied). A rank that exits during capture is a per-rank error inside the report.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from typing import Any
+import dataclasses
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.models.core import StacksReport
-
-
-def _render(model: StacksReport) -> Iterator[str]:
-    from rankscope.render.stacks import render_stacks  # only when printing for a person
-
-    return render_stacks(model)
-
-
-REMOTE_VIAS: tuple[str, ...] = ("srun", "kubectl", "debug-server")
-"""``--via`` values that find the job's hosts themselves (Slurm allocation, the job's pods,
-MASTER_ADDR:MASTER_PORT), so they collect from several hosts even without ``--hosts``."""
-
-
-def _hosts(value: str | None) -> list[str] | None:
-    """``--hosts`` as a host list (Slurm hostlists expanded), None when not given."""
-    from rankscope.analysis.hostlist import parse_hosts  # only for several hosts: keeps start-up lean
-
-    return None if value is None else parse_hosts(value)
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget
 
 
 class StacksCommand(Command):
@@ -58,14 +39,20 @@ class StacksCommand(Command):
         parser.add_argument(
             "--nonblocking", action="store_true", help="do not pause the ranks while sampling"
         )
-        parser.add_argument("--timeout", type=float, default=20.0, help="seconds per rank (default 20)")
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT_S,
+            help=f"seconds per rank (default {DEFAULT_TIMEOUT_S:g})",
+        )
         parser.add_argument(
             "--window",
             type=float,
-            default=1.0,
+            default=DEFAULT_WINDOW_S,
             metavar="SECONDS",
-            help="watch the job this long before naming anyone (default 1; 0: one look): a job whose counters or "
-            "lines move is reported as progressing, straggler or busy, never as hung; widen it for long steps",
+            help=f"watch the job this long before naming anyone (default {DEFAULT_WINDOW_S:g}; 0: one look): a job "
+            "whose counters or lines move is reported as progressing, straggler or busy, never as hung; widen it "
+            "for long steps",
         )
         parser.add_argument(
             "--no-counters",
@@ -105,66 +92,37 @@ class StacksCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         pid: int | None = args.pid
-        timeout: float = args.timeout
-        api.DumpOptions(
-            native=args.native,
-            locals=args.locals,
-            nonblocking=args.nonblocking,
-            timeout=timeout,
-            counters=args.counters,
-            flight_recorder=args.flight_recorder,
-            ras=args.ras,
-            window=args.window,
-        )
-        hosts = _hosts(args.hosts)
-        via: str = args.via
-        as_json: bool = args.json or args.local
-        remote = not args.local and bool(hosts or via in REMOTE_VIAS)
-        api.check_stacks_call(
-            pid=pid, ranks=args.ranks, hosts=hosts, remote=remote, from_paths=args.from_paths
-        )
+        options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
+        target, job_id = _target(args)
+        api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
         if args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend
             report = api.stacks_from_files(args.from_paths, backend=backend)
-        elif remote:
-            report = _remote(
-                hosts=hosts,
-                via=via,
-                job=args.job,
-                namespace=args.namespace,
-                pid=pid,
-                native=args.native,
-                locals=args.locals,
-                nonblocking=args.nonblocking,
-                timeout=timeout,
-                rankscope_cmd=args.rankscope_cmd,
-                window=args.window,
-                counters=args.counters,
-                flight_recorder=args.flight_recorder,
-                ras=args.ras,
-            )
+        elif target.remote:
+            report = api.dump_stacks_remote(target, options, pid=pid)
         else:
-            report = api.dump_stacks(
-                pid,
-                native=args.native,
-                locals=args.locals,
-                nonblocking=args.nonblocking,
-                timeout=timeout,
-                ranks=args.ranks,
-                counters=args.counters,
-                flight_recorder=args.flight_recorder,
-                job_id=args.job,
-                ras=args.ras,
-                window=args.window,
-            )
+            report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
         # --local answers a fan-out from another host, which merges whole reports
-        full = bool(args.full or args.local)
-        if (as_json or args.brief) and not full:
-            from rankscope.analysis.bound import bound_report
-
-            report = bound_report(report, full_ranks=args.ranks)
-        emit(report, as_json, _render, full=full, brief=args.brief)
+        as_json, full = bool(args.json or args.local), bool(args.full or args.local)
+        emit(report, as_json, full=full, brief=args.brief, full_ranks=args.ranks)
         return 0
+
+
+def _target(args: argparse.Namespace) -> tuple[StacksTarget, str | None]:
+    """Where the ranks are, and which job of this host: the one ``--job`` names the Slurm job or the
+    pods' job when the call reaches other hosts (``StacksTarget.remote``), a job of this host
+    otherwise. ``--local`` (a fan-out's call on one of its hosts) stays on this host."""
+    if args.local:
+        return StacksTarget(), args.job
+    where = StacksTarget(
+        hosts=None if args.hosts is None else (args.hosts,),
+        via=args.via,
+        namespace=args.namespace,
+        rankscope_cmd=args.rankscope_cmd,
+    )
+    if where.remote:
+        return dataclasses.replace(where, job=args.job), None
+    return where, args.job
 
 
 def _add_saved_arguments(parser: argparse.ArgumentParser) -> None:
@@ -193,7 +151,7 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     )
     remote.add_argument(
         "--via",
-        choices=("ssh", *REMOTE_VIAS),
+        choices=VIAS,
         default="ssh",
         help="how to reach the hosts: ssh (needs --hosts); srun, kubectl and debug-server find the "
         "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
@@ -214,12 +172,6 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     remote.add_argument(
         "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
     )
-
-
-def _remote(**kwargs: Any) -> StacksReport:
-    """``api.dump_stacks_remote`` with the command's plain arguments."""
-    report: StacksReport = api.dump_stacks_remote(**kwargs)
-    return report
 
 
 COMMANDS = [StacksCommand]

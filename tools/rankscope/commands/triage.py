@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.render.triage import render_triage
 
 
 class TriageCommand(Command):
@@ -31,11 +30,7 @@ class TriageCommand(Command):
         from rankscope import api
 
         report = api.triage_logs(list(args.paths), max_findings=int(args.max_findings))
-        if (args.json or args.brief) and not args.full:
-            from rankscope.analysis.bound import bound_triage
-
-            report = bound_triage(report)
-        emit(report, bool(args.json), render_triage, full=args.full, brief=args.brief)
+        emit(report, bool(args.json), full=args.full, brief=args.brief)
         return 0
 
 

@@ -33,7 +33,7 @@ async def check_tensor_consistency(
     different jobs. Use it for "loss differs between ranks" / "diverges only
     at N GPUs"; see skill/wrong-results.md for what each pattern means.
     """
-    return await in_thread(api.compare_dir, path, atol=atol, rtol=rtol)
+    return api.answer(await in_thread(api.compare_dir, path, atol=atol, rtol=rtol), full=full)
 
 
 @guard
@@ -48,7 +48,7 @@ async def inspect_placements(
     storage file), bytes per file, FSDP coverage warnings (placement reports)
     and problems: chunks that overlap or leave part of a tensor missing.
     """
-    return await in_thread(api.inspect_placements, path)
+    return api.answer(await in_thread(api.inspect_placements, path), full=full)
 
 
 def register(server: MCPServer) -> None:

@@ -23,12 +23,7 @@ async def collect_env(
     (env_mismatch, gpu_shared, flight_recorder_off, shm_too_small,
     socket_ifname_missing, ...).
     """
-    report = await in_thread(api.collect_env, pid, include_torch=include_torch)
-    if full:
-        return report
-    from rankscope.analysis.bound import bound_env
-
-    return bound_env(report)
+    return api.answer(await in_thread(api.collect_env, pid, include_torch=include_torch), full=full)
 
 
 def register(server: MCPServer) -> None:

@@ -39,11 +39,7 @@ async def analyze_flight_recorder(
     await progress(ctx, 0, 1, f"reading dumps under {', '.join(paths[:3])}")
     report = await in_thread(api.analyze_flight_recorder, list(paths), stacks_report=stacks_report)
     await progress(ctx, 1, 1, f"verdict: {report.verdict.kind}")
-    if full:
-        return report
-    from rankscope.analysis.bound import bound_flight
-
-    return bound_flight(report)
+    return api.answer(report, full=full)
 
 
 def register(server: MCPServer) -> None:

@@ -23,13 +23,10 @@ from rankscope.mcp_tools._common import (
     progress,
 )
 from rankscope.models.core import JobList, StacksReport
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, DumpOptions, StacksTarget
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server"]
 """How dump_stacks reaches ranks on other nodes (see rankscope.capabilities.remote)."""
-
-MAX_ANSWER_BYTES = 7_000
-"""Where dump_stacks starts to shorten its groups' frames (compact JSON); every answer is then
-held to 8 KB by the common answer shaping, with what it cut named in left_out."""
 
 
 @guard
@@ -52,11 +49,7 @@ async def list_jobs(
     await progress(ctx, 0, 1, "scanning /proc for distributed jobs")
     report = await in_thread(api.list_jobs, pid)
     await progress(ctx, 1, 1, f"found {len(report.jobs)} job(s)")
-    if details or full:
-        return report
-    from rankscope.analysis.bound import brief_jobs
-
-    return brief_jobs(report)
+    return api.answer(report, full=full or details)
 
 
 @guard
@@ -81,7 +74,7 @@ async def dump_stacks(
     via: Annotated[Via, arg("How to reach other hosts: ssh, srun, kubectl or debug-server.")] = "ssh",
     job: Annotated[str | None, arg("Slurm job id (via=srun) or Kubernetes job (via=kubectl).")] = None,
     namespace: Annotated[str | None, arg("Kubernetes namespace (via=kubectl).")] = None,
-    timeout: Annotated[float, arg("Seconds per rank.")] = 20.0,
+    timeout: Annotated[float, arg("Seconds per rank.")] = DEFAULT_TIMEOUT_S,
     counters: Annotated[
         bool, arg("When unsure, read progress counters (step, epoch) in one more pass.")
     ] = True,
@@ -91,7 +84,7 @@ async def dump_stacks(
     ras: Annotated[bool, arg("Read NCCL RAS launch counts (off by default: it has crashed jobs).")] = False,
     window_s: Annotated[
         float, arg("Seconds to watch the job before naming anyone (0: one look); widen for long steps.")
-    ] = 1.0,
+    ] = DEFAULT_WINDOW_S,
     from_paths: Annotated[
         list[str] | None, arg("Saved stacks instead of a live job: py-spy dumps, faulthandler output, logs.")
     ] = None,
@@ -111,28 +104,27 @@ async def dump_stacks(
     missing_ranks, all_in_same_collective, no_collective, inconclusive). Read verdict.kind, suspects,
     confidence, summary, next_steps. On NCCL, wait 'gpu' = queued behind the stuck collective.
     """
-    remote = hosts is not None or via != "ssh" or job is not None or namespace is not None
-    api.check_stacks_call(
-        pid=pid, ranks=ranks, hosts=hosts, remote=remote, full_ranks=full_ranks, from_paths=from_paths
-    )
-    options = api.DumpOptions(
+    options = DumpOptions(
         native=native,
         locals=locals,
         nonblocking=nonblocking,
-        timeout=timeout,
         counters=counters,
         flight_recorder=flight_recorder,
         ras=ras,
         window=window_s,
+        timeout=timeout,
     )
+    target = StacksTarget(
+        hosts=None if hosts is None else tuple(hosts), via=via, job=job, namespace=namespace
+    )
+    api.check_stacks_call(pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths)
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
         report = await in_thread(
             api.stacks_from_files, from_paths, backend=None if backend == "auto" else backend
         )
     else:
-        where = dict(hosts=hosts, via=via, job=job, namespace=namespace, pid=pid) if remote else None
-        report = await _capture(ctx, options, where, pid=pid, ranks=ranks, job_id=job_id)
+        report = await _capture(ctx, options, target, pid=pid, ranks=ranks, job_id=job_id)
     return await _answer(ctx, report, full=full, full_ranks=full_ranks)
 
 
@@ -142,67 +134,28 @@ async def _answer(
     """Keep the whole report for the next call (a repro from it), return it bounded unless ``full``."""
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
     LAST_ANSWERS.stacks = report
-    if full:
-        return report
-    from rankscope.analysis.bound import bound_report
-
-    bounded = bound_report(report, max_bytes=MAX_ANSWER_BYTES, full_ranks=full_ranks)
-    await progress(ctx, 3, 3, f"verdict: {bounded.verdict.kind}")
-    return bounded
+    await progress(ctx, 3, 3, f"verdict: {report.verdict.kind}")
+    return api.answer(report, full=full, full_ranks=full_ranks)
 
 
 async def _capture(
     ctx: Context[Any, Any] | None,
-    options: api.DumpOptions,
-    where: dict[str, Any] | None,
+    options: DumpOptions,
+    target: StacksTarget,
     *,
     pid: int | None,
     ranks: list[int] | None,
     job_id: str | None,
 ) -> StacksReport:
-    """A live capture, on this host or (``where``) on the job's hosts, with its progress steps."""
-    if where is not None:
-        hosts = where["hosts"]
-        place = (f"{len(hosts)} host(s)" if hosts else "the job's hosts") + f" via {where['via']}"
+    """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps."""
+    if target.remote:
+        place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
         await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
         await progress(ctx, 1, 3, f"capturing stacks on {place}")
-        return await in_thread(_remote, options, **where)
+        return await in_thread(api.dump_stacks_remote, target, options, pid=pid)
     await progress(ctx, 0, 3, "finding the job's ranks on this host")
     await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
-    return await in_thread(_local, options, pid=pid, ranks=ranks, job_id=job_id)
-
-
-def _local(
-    options: api.DumpOptions, *, pid: int | None, ranks: list[int] | None, job_id: str | None
-) -> StacksReport:
-    return api.dump_stacks(
-        pid,
-        native=options.native,
-        locals=options.locals,
-        nonblocking=options.nonblocking,
-        timeout=options.timeout,
-        ranks=ranks,
-        counters=options.counters,
-        flight_recorder=options.flight_recorder,
-        job_id=job_id,
-        ras=options.ras,
-        window=options.window,
-    )
-
-
-def _remote(options: api.DumpOptions, **where: Any) -> StacksReport:
-    report: StacksReport = api.dump_stacks_remote(
-        **where,
-        native=options.native,
-        locals=options.locals,
-        nonblocking=options.nonblocking,
-        timeout=options.timeout,
-        window=options.window,
-        counters=options.counters,
-        flight_recorder=options.flight_recorder,
-        ras=options.ras,
-    )
-    return report
+    return await in_thread(api.dump_stacks, pid, options, ranks=ranks, job_id=job_id)
 
 
 def register(server: MCPServer) -> None:

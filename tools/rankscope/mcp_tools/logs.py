@@ -34,11 +34,7 @@ async def triage_logs(
     duplicate_gpu, device_assert, thread_died, cuda_oom, ...) with facts.
     """
     report = await in_thread(api.triage_logs, list(paths or []), text=text, max_findings=max_findings)
-    if full:
-        return report
-    from rankscope.analysis.bound import bound_triage
-
-    return bound_triage(report)
+    return api.answer(report, full=full)
 
 
 def register(server: MCPServer) -> None:

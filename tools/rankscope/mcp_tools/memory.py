@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 
 from rankscope import api
-from rankscope.errors import InvalidInput
 from rankscope.mcp_tools._common import READ_ONLY, Full, add_tool, arg, guard, in_thread, progress
 from rankscope.models.memory import BudgetReport, MemoryReport
 
@@ -37,15 +36,11 @@ async def inspect_memory(
     allocation sites by user frame, leak suspects, and a rank far above the
     others. Read findings first; the playbook is skill/oom.md. Next: memory_budget to check the sharding plan.
     """
-    if pid is not None and pid <= 0:
-        raise InvalidInput(f"pid must be a positive process id, got {pid}.", fix="Pass a pid from list_jobs.")
-    if top < 1 or top > 200:
-        raise InvalidInput(f"top must be between 1 and 200, got {top}.", fix="Pass top=10 (the default).")
     what = f"{len(paths)} snapshot path(s)" if paths else f"job of pid {pid}"
     await progress(ctx, 0, 1, f"reading {what}")
     report = await in_thread(api.inspect_memory, pid, paths, top=top)
     await progress(ctx, 1, 1, f"{len(report.findings)} finding(s)")
-    return report
+    return api.answer(report, full=full)
 
 
 @guard
@@ -70,7 +65,7 @@ async def memory_budget(
     largest unit unsharded. Activations are not included: headroom
     must cover them.
     """
-    return await in_thread(
+    report = await in_thread(
         api.memory_budget,
         placement,
         optimizer=optimizer,
@@ -80,6 +75,7 @@ async def memory_budget(
         gpu_memory=gpu_memory,
         world_size=world_size,
     )
+    return api.answer(report, full=full)
 
 
 def register(server: MCPServer) -> None:

@@ -38,9 +38,7 @@ async def list_repro_templates(full: Full = False) -> TemplateList:
         "Render one with generate_repro(name=NAME, out='/tmp/repro.py'); fixed=true gives the corrected "
         "code, verify=true proves it."
     )
-    from rankscope.analysis.bound import brief_templates
-
-    return (listed if full else brief_templates(listed)).model_copy(update={"hint": hint})
+    return api.answer(listed, full=full).model_copy(update={"hint": hint})
 
 
 @guard
@@ -79,15 +77,7 @@ async def generate_repro(
     over with run_commands.
     """
     source = _source(name, from_last_stacks, report, from_report)
-    if verify and not out:
-        raise InvalidInput(
-            "verify needs out: the script must be written to disk to run.", fix="Pass out='/tmp/repro.py'."
-        )
-    if hang_timeout <= 0 or (nproc is not None and nproc < 1):
-        raise InvalidInput(
-            f"hang_timeout and nproc must be positive, got {hang_timeout} and {nproc}.",
-            fix="E.g. hang_timeout=15, nproc=2.",
-        )
+    api.check_repro_call(verify=verify, out=out, nproc=nproc, hang_timeout=hang_timeout)
     total = 2 if verify else 1
     await progress(ctx, 0, total, "rendering the repro")
     if source is not None:
@@ -107,7 +97,7 @@ async def generate_repro(
     await progress(
         ctx, total, total, rendered.verify.answer if rendered.verify else f"rendered {rendered.template}"
     )
-    return rendered
+    return api.answer(rendered, full=full)
 
 
 def _source(

@@ -12,11 +12,8 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 
 from rankscope import api
-from rankscope.errors import InvalidInput
 from rankscope.mcp_tools._common import STARTS_PROCESSES, Full, add_tool, arg, guard, in_thread, progress
 from rankscope.models.run import RunReport
-
-MAX_NPROC = 64
 
 
 @guard
@@ -42,18 +39,6 @@ async def run_all_ranks(
     backend = os.environ.get("RANKSCOPE_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo").
     The job is always terminated before the answer returns.
     """
-    if not script.strip():
-        raise InvalidInput("script is empty.", fix="Pass the path of a Python script, e.g. '/tmp/probe.py'.")
-    if not 1 <= nproc <= MAX_NPROC:
-        raise InvalidInput(
-            f"nproc must be between 1 and {MAX_NPROC}, got {nproc}.",
-            fix="Pass the number of ranks, e.g. nproc=2.",
-        )
-    if timeout <= 0 or hang_timeout <= 0:
-        raise InvalidInput(
-            f"timeout and hang_timeout must be positive seconds, got {timeout} and {hang_timeout}.",
-            fix="Pass e.g. timeout=120, hang_timeout=30.",
-        )
     await progress(ctx, 0, 1, f"running {script} on {nproc} rank(s)")
     report = await in_thread(
         api.run_all_ranks,
@@ -64,7 +49,7 @@ async def run_all_ranks(
         hang_timeout=hang_timeout,
     )
     await progress(ctx, 1, 1, f"outcome: {report.outcome}")
-    return report
+    return api.answer(report, full=full)
 
 
 def register(server: MCPServer) -> None:

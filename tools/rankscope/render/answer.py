@@ -1,4 +1,10 @@
-"""The text block of an MCP answer: the model's reading of each report, bounded.
+"""How every answer leaves rankscope: the one registry of answers, and the text block of an MCP answer.
+
+:data:`ANSWERS` maps each answer type to its bound (what folds it within 8 KB) and its two text
+views (a person's lines, an agent's text block). Both faces print through it: the façade exports
+:func:`answer` (the answer bounded, unless the call asked for all of it), :func:`render_answer`
+(a person's lines) and :func:`shape_answer` (the two forms an agent reads), and neither face
+imports a bound or a renderer of its own.
 
 Clients differ in what they hand the model (benchmarks/README.md#what-the-model-reads):
 some pass only the text block, some only the structured content, a few both. The text
@@ -10,7 +16,8 @@ the budget: what does not fit is cut at a line boundary and said.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -26,47 +33,96 @@ descriptions say exactly this (tests/unit/test_answer_contract.py), and MAX_TEXT
 MAX_DATA_BYTES are what makes it true."""
 
 
-def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
-    """The line renderer for ``model``'s type, imported only when needed."""
-    name = type(model).__name__
-    if name == "StacksReport":
-        from rankscope.render.stacks import render_stacks_brief
+@dataclass(frozen=True)
+class AnswerKind:
+    """How one answer type leaves rankscope: what folds it within the bound, and its two text views.
 
-        return render_stacks_brief
-    if name == "RenderedRepro":
-        return _repro_lines
-    table: dict[str, tuple[str, str]] = {
-        "JobList": ("jobs", "render_jobs"),
-        "RunReport": ("run", "render_run"),
-        "EnvReport": ("env", "render_env"),
-        "TriageReport": ("triage", "render_triage_brief"),
-        "ConsistencyReport": ("consistency", "render_consistency"),
-        "PlacementsReport": ("placements", "render_placements"),
-        "TemplateList": ("repro", "render_list"),
-        "FlightReport": ("flight", "render_flight"),
-        "MemoryReport": ("memory", "render_memory"),
-        "BudgetReport": ("memory", "render_budget"),
-        "SkillSection": ("skill", "render_skill"),
-    }
-    where = table.get(name)
-    if where is None:
+    Each is a function named by (module, name), imported only when that answer is given.
+
+    Attributes:
+        bound: folds what is secondary, so the answer fits the bound (None: the generic fit of
+            :func:`shape_answer` alone); it takes the answer and the call's own keyword arguments
+            (``full_ranks`` for stacks).
+        human: the line renderer for a person (the CLI without --json); None: the compact JSON.
+        brief: the text block an agent reads (the MCP text, the CLI's --brief); None: the
+            compact JSON.
+    """
+
+    bound: tuple[str, str] | None
+    human: tuple[str, str] | None
+    brief: tuple[str, str] | None
+
+
+_BOUND = "rankscope.analysis.bound"
+_STACKS = "rankscope.render.stacks"
+_TRIAGE = "rankscope.render.triage"
+_REPRO = "rankscope.render.repro"
+_MEMORY = "rankscope.render.memory"
+
+
+def _same(module: str, name: str, bound: tuple[str, str] | None = None) -> AnswerKind:
+    """An answer a person and an agent read in the same lines."""
+    return AnswerKind(bound, (module, name), (module, name))
+
+
+ANSWERS: dict[str, AnswerKind] = {
+    "StacksReport": AnswerKind(
+        (_BOUND, "bound_report"), (_STACKS, "render_stacks"), (_STACKS, "render_stacks_brief")
+    ),
+    "JobList": _same("rankscope.render.jobs", "render_jobs", (_BOUND, "brief_jobs")),
+    "RunReport": _same("rankscope.render.run", "render_run"),
+    "EnvReport": _same("rankscope.render.env", "render_env", (_BOUND, "bound_env")),
+    "TriageReport": AnswerKind(
+        (_BOUND, "bound_triage"), (_TRIAGE, "render_triage"), (_TRIAGE, "render_triage_brief")
+    ),
+    "ConsistencyReport": _same("rankscope.render.consistency", "render_consistency"),
+    "PlacementsReport": _same("rankscope.render.placements", "render_placements"),
+    "TemplateList": _same(_REPRO, "render_list", (_BOUND, "brief_templates")),
+    "RenderedRepro": AnswerKind(None, (_REPRO, "render_repro_text"), (_REPRO, "render_repro_brief")),
+    "VerifyResult": AnswerKind(None, (_REPRO, "render_verify_lines"), None),
+    "FlightReport": _same("rankscope.render.flight", "render_flight", (_BOUND, "bound_flight")),
+    "MemoryReport": _same(_MEMORY, "render_memory"),
+    "BudgetReport": _same(_MEMORY, "render_budget"),
+    "SkillSection": _same("rankscope.render.skill", "render_skill"),
+    "InstallReport": AnswerKind(None, ("rankscope.render.install", "render_install"), None),
+    "McpConfig": AnswerKind(None, ("rankscope.render.mcp_config", "render_mcp_config"), None),
+}
+"""The one registry of answers, by model type name: each answer's bound and renderers. Both faces
+go through it (:func:`answer` to bound, :func:`render_answer` and :func:`shape_answer` to print),
+so no face picks a bound or a renderer of its own (tests/unit/test_answer_registry.py)."""
+
+M = TypeVar("M", bound=BaseModel)
+
+_NONE = AnswerKind(None, None, None)
+
+
+def _load(ref: tuple[str, str] | None) -> Callable[..., Any] | None:
+    if ref is None:
         return None
     import importlib
 
-    module = importlib.import_module(f"rankscope.render.{where[0]}")
-    fn: Callable[[Any], Iterator[str]] = getattr(module, where[1])
+    fn: Callable[..., Any] = getattr(importlib.import_module(ref[0]), ref[1])
     return fn
 
 
-def _repro_lines(report: Any) -> Iterator[str]:
-    from rankscope.render.repro import render_repro_text, render_verify_lines
+def answer(model: M, *, full: bool = False, **bound_args: Any) -> M:
+    """``model`` as it leaves by default: folded by its answer type's bound (``bound_args`` are the
+    call's own arguments the bound reads), or whole with ``full``. Both faces call it (the CLI for
+    --json and --brief, the MCP tools always), never a bound of their own."""
+    bound = None if full else _load(ANSWERS.get(type(model).__name__, _NONE).bound)
+    return model if bound is None else cast(M, bound(model, **bound_args))
 
-    yield from render_repro_text(report)
-    if report.verify is not None:
-        yield from render_verify_lines(report.verify)
-    if report.path is None and report.script:
-        yield "script:"
-        yield report.script
+
+def render_answer(model: BaseModel) -> Iterator[str] | None:
+    """``model`` in lines for a person (the CLI's text), or None when its answer type has none
+    (the CLI prints the compact JSON)."""
+    renderer = _load(ANSWERS.get(type(model).__name__, _NONE).human)
+    return None if renderer is None else iter(renderer(model))
+
+
+def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
+    """The text-block renderer for ``model``'s type, imported only when needed."""
+    return _load(ANSWERS.get(type(model).__name__, _NONE).brief)
 
 
 def answer_text(model: BaseModel, max_bytes: int = MAX_TEXT_BYTES) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from rankscope.errors import DumpFailed, PySpyNotFound
 from rankscope.models.core import Frame, LocalVar, ThreadStack
+from rankscope.options import DumpOptions
 from rankscope.runtime.procfs import is_alive
 
 MIN_VERSION = (0, 3, 14)
@@ -146,34 +147,25 @@ def parse_dump(data: list[dict[str, Any]], pid: int) -> list[ThreadStack]:
     return threads
 
 
-def dump_argv(
-    pid: int, exe: str, *, native: bool = False, locals: bool = False, nonblocking: bool = False
-) -> list[str]:
+DUMP_FLAGS: dict[str, str] = {"native": "--native", "locals": "--locals", "nonblocking": "--nonblocking"}
+"""The :class:`DumpOptions` fields that are ``py-spy dump`` flags, each set when the field is.
+The other fields are the capture's: ``timeout`` bounds :func:`finish_dump`, the rest decide
+what else a capture reads."""
+
+
+def dump_argv(pid: int, options: DumpOptions, exe: str) -> list[str]:
     """The ``py-spy dump --json`` command line for one pid."""
     argv = [exe, "dump", "--json", "--pid", str(pid)]
-    if native:
-        argv.append("--native")
-    if locals:
-        argv.append("--locals")
-    if nonblocking:
-        argv.append("--nonblocking")
-    return argv
+    return argv + [flag for name, flag in DUMP_FLAGS.items() if getattr(options, name)]
 
 
-def start_dump(
-    pid: int,
-    *,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    exe: str | None = None,
-) -> subprocess.Popen[str]:
+def start_dump(pid: int, options: DumpOptions, exe: str | None = None) -> subprocess.Popen[str]:
     """Start ``py-spy dump --json`` on one pid without waiting; :func:`finish_dump` collects it.
 
     Starting every rank's dump first and collecting afterwards runs them side by side
     without a thread per rank.
     """
-    argv = dump_argv(pid, exe or find_pyspy(), native=native, locals=locals, nonblocking=nonblocking)
+    argv = dump_argv(pid, options, exe or find_pyspy())
     try:
         return subprocess.Popen(
             argv,
@@ -230,32 +222,14 @@ def abandon(proc: subprocess.Popen[str]) -> None:
             proc.wait(timeout=ABANDON_WAIT)
 
 
-def dump_raw(
-    pid: int,
-    *,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    timeout: float = 20.0,
-    exe: str | None = None,
-) -> list[dict[str, Any]]:
-    """Run ``py-spy dump --json`` on one pid and return its parsed JSON, or raise DumpFailed."""
-    proc = start_dump(pid, native=native, locals=locals, nonblocking=nonblocking, exe=exe)
-    return finish_dump(proc, pid, timeout)
+def dump_raw(pid: int, options: DumpOptions, exe: str | None = None) -> list[dict[str, Any]]:
+    """Run ``py-spy dump --json`` on one pid within ``options.timeout``; its parsed JSON, or raise DumpFailed."""
+    return finish_dump(start_dump(pid, options, exe), pid, options.timeout)
 
 
-def dump(
-    pid: int,
-    native: bool = False,
-    locals: bool = False,
-    nonblocking: bool = False,
-    timeout: float = 20.0,
-    exe: str | None = None,
-) -> list[ThreadStack]:
+def dump(pid: int, options: DumpOptions, exe: str | None = None) -> list[ThreadStack]:
     """All threads of ``pid`` as ThreadStacks (locals not yet redacted: the caller redacts)."""
-    return parse_dump(
-        dump_raw(pid, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, exe=exe), pid
-    )
+    return parse_dump(dump_raw(pid, options, exe), pid)
 
 
 def record_argv(pid: int, exe: str, output: str, *, rate: int) -> list[str]:
@@ -313,6 +287,7 @@ def stop_record(proc: subprocess.Popen[bytes], output: str, timeout: float = 5.0
 
 
 __all__ = [
+    "DUMP_FLAGS",
     "DumpFailed",
     "check_pyspy",
     "classify_error",

@@ -567,7 +567,7 @@ def rule_nccl_lone_collective(f: Facts) -> Verdict | None:
     )
 
 
-def _lone_story(f: Facts, op: str) -> str:
+def _lone_story(f: Facts, op: str | None) -> str:
     """Why the lone ranks are elsewhere, as the gloo rule tells it: a rank condition above their
     collective, or where their stack leaves the others' (past the others' line in the same
     function: they ran out of the loop early, one collective short)."""

@@ -257,10 +257,15 @@ def brief_jobs(jobs: JobList) -> JobList:
 def _entry_signature(entry: FrEntry) -> tuple[object, ...]:
     site = entry.call_site
     return (
-        entry.process_group, entry.op, str(entry.input_sizes), str(entry.output_sizes),
-        str(entry.input_dtypes), str(entry.output_dtypes), entry.state,
+        entry.process_group,
+        entry.op,
+        str(entry.input_sizes),
+        str(entry.output_sizes),
+        str(entry.input_dtypes),
+        str(entry.output_dtypes),
+        entry.state,
         (site.file, site.line) if site else None,
-    )  # fmt: skip
+    )
 
 
 def _bounded_mismatch(m: FrMismatch, notes: list[str]) -> FrMismatch:

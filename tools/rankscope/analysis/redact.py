@@ -88,10 +88,36 @@ _NEAR_WORD = re.compile(
 # Every structural pattern below needs one of these; a string with none skips them all (most
 # locals: tensors, shapes, paths, numbers), which keeps a 64-rank --locals dump cheap.
 _TRIGGERS: tuple[str, ...] = (
-    "://", "-----begin", "eyj", "_pat_", "hf_", "xox", "sk-", "akia", "asia", "wandb", "aiza", "machine",
-    "login", "key", "token", "secret", "passw", "pwd", "passphrase", "auth", "credential", "cookie",
-    "session", "sig", "bearer", "basic", "account", "connection", "gh",
-)  # fmt: skip
+    "://",
+    "-----begin",
+    "eyj",
+    "_pat_",
+    "hf_",
+    "xox",
+    "sk-",
+    "akia",
+    "asia",
+    "wandb",
+    "aiza",
+    "machine",
+    "login",
+    "key",
+    "token",
+    "secret",
+    "passw",
+    "pwd",
+    "passphrase",
+    "auth",
+    "credential",
+    "cookie",
+    "session",
+    "sig",
+    "bearer",
+    "basic",
+    "account",
+    "connection",
+    "gh",
+)
 
 
 def _may_hold_secret(text: str) -> bool:

@@ -50,11 +50,32 @@ def split_by_prefix(text: str) -> dict[int, str]:
 
 _LIBRARIES = frozenset(
     {
-        "torch", "transformers", "accelerate", "deepspeed", "lightning", "pytorch_lightning", "lightning_fabric",
-        "datasets", "numpy", "fsspec", "huggingface_hub", "safetensors", "triton", "apex", "torchvision",
-        "torchaudio", "tqdm", "wandb", "torchtitan", "torchdata", "pandas", "filelock", "urllib3", "requests",
+        "torch",
+        "transformers",
+        "accelerate",
+        "deepspeed",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "datasets",
+        "numpy",
+        "fsspec",
+        "huggingface_hub",
+        "safetensors",
+        "triton",
+        "apex",
+        "torchvision",
+        "torchaudio",
+        "tqdm",
+        "wandb",
+        "torchtitan",
+        "torchdata",
+        "pandas",
+        "filelock",
+        "urllib3",
+        "requests",
     }
-)  # fmt: skip
+)
 _STDLIB_PREFIX = f"/usr/lib/python{sys.version_info.major}/"
 _SITE_PREFIX = "/site-packages/"
 

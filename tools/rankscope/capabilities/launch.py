@@ -527,10 +527,18 @@ def _run_once(
     log_dir = Path(tempfile.mkdtemp(prefix="rankscope-run-"))
     port = net.free_port()
     argv = [
-        exe, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-        f"--master_port={port}", "--monitor_interval=0.2", "--redirects=3", f"--log_dir={log_dir / 'ranks'}",
-        str(path), *args,
-    ]  # fmt: skip
+        exe,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "--monitor_interval=0.2",
+        "--redirects=3",
+        f"--log_dir={log_dir / 'ranks'}",
+        str(path),
+        *args,
+    ]
     runner = _Runner(
         argv=argv,
         log_dir=log_dir / "ranks",

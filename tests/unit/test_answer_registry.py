@@ -142,3 +142,22 @@ def test_the_cli_prints_what_the_mcp_server_sends(
         return  # --json --full is the whole model, indented for a person
     main([*argv, "--json"])
     assert json.loads(capsys.readouterr().out) == sent.structured_content
+
+
+def test_a_verified_repro_says_its_verdict_once() -> None:
+    """The person's lines already end with the verify lines; the agent's text block adds only the
+    script, never a second copy of the verdict."""
+    from rankscope.models.repro import RenderedRepro, VerifyResult
+    from rankscope.render.repro import render_repro_brief
+
+    verify = VerifyResult(
+        path="/tmp/repro.py", template="skip_collective", symptom="hang", symptom_source="verdict",
+        fixed=False, expected="symptom", answer="reproduced", ok=True, summary="hung as expected",
+    )  # fmt: skip
+    repro = RenderedRepro(
+        template="skip_collective", title="t", symptom="hang", symptom_source="verdict", requires_cuda=False,
+        fixed=False, params={}, path="/tmp/repro.py", script="print()", skill_section="skill/repro.md#x",
+        verify=verify,
+    )  # fmt: skip
+    lines = list(render_repro_brief(repro))
+    assert sum(1 for line in lines if line.startswith("verify: REPRODUCED")) == 1, lines

@@ -43,11 +43,9 @@ def render_repro_text(r: RenderedRepro) -> Iterator[str]:
 
 
 def render_repro_brief(r: RenderedRepro) -> Iterator[str]:
-    """The text block an agent reads: the person's lines, the verify lines, and the script itself when
-    it was not written to a file (the agent has nowhere else to read it)."""
+    """The text block an agent reads: the person's lines (the verify lines among them), and the
+    script itself when it was not written to a file (the agent has nowhere else to read it)."""
     yield from render_repro_text(r)
-    if r.verify is not None:
-        yield from render_verify_lines(r.verify)
     if r.path is None and r.script:
         yield "script:"
         yield r.script

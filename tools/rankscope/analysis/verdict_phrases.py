@@ -68,6 +68,11 @@ def stopped_groups(f: Facts) -> list[str]:
     ]
 
 
+def other_side(direction: str) -> str:
+    """The call a blocking ``direction`` waits for: ``send`` for a recv, ``receive`` for a send."""
+    return "send" if direction == "recv" else "receive"
+
+
 def transport(backend: Backend | None) -> str:
     """The transport a stuck collective may wait on, named for this job's backend."""
     if backend in ("nccl", "gloo"):
@@ -125,6 +130,7 @@ __all__ = [
     "describe",
     "describe_all",
     "guard_phrase",
+    "other_side",
     "parting_phrase",
     "plural",
     "recorder_lines",

@@ -34,6 +34,7 @@ from rankscope.analysis.verdict_phrases import (
     describe,
     describe_all,
     guard_phrase,
+    other_side,
     state_words,
     stopped_groups,
     transport,
@@ -208,7 +209,7 @@ def _all_in_same_p2p(f: Facts, g: Group) -> Ruling:
     if cycle is not None:
         summary = f"{where}; {cycle_phrase(cycle, f.waits)}"
     else:
-        other = "send" if direction == "recv" else "receive"
+        other = other_side(direction)
         summary = say(
             "p2p_unmatched",
             where=where,

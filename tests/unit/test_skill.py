@@ -18,11 +18,11 @@ import anyio
 import pytest
 from mcp import Client
 
+from rankscope.analysis.verdict_texts import PLAYBOOK, STEPS
 from rankscope.capabilities.install import install_skill
 from rankscope.mcp_server import build_server
 from rankscope.models.core import VerdictKind
 from rankscope.resources import bundle_root, playbooks_dir, skill_md
-from tests.paths import ROOT
 
 ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -222,8 +222,9 @@ def test_hangs_playbook_has_a_section_for_every_verdict_and_step() -> None:
     for kind in get_args(VerdictKind):
         assert kind.replace("_", "-") in have, f"skill/hangs.md has no #{kind.replace('_', '-')} section"
     # every skill_section the hang analysis emits resolves to a heading
-    source = (ROOT / "tools" / "rankscope" / "analysis" / "verdict.py").read_text()
-    emitted = set(re.findall(r'_step\([^)]*?"([a-z-]+)",?\s*\)', source, flags=re.DOTALL))
+    refs = {tuple(text.skill_section.split("#", 1)) for text in STEPS.values()}
+    assert {playbook for playbook, _ in refs} == {PLAYBOOK} == {"skill/hangs.md"}
+    emitted = {section for _, section in refs}
     assert "mismatched-collectives" in emitted
     assert emitted <= have, f"sections emitted by the analysis but missing from hangs.md: {emitted - have}"
     assert "```json" in hangs  # real tool output is shown

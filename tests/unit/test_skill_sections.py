@@ -124,7 +124,7 @@ def test_the_scan_sees_every_way_the_code_names_a_section() -> None:
     found = sections_named_in_code()
     assert (
         "skill/hangs.md#mismatched-collectives" in found
-    )  # verdict.py's _step(..., "mismatched-collectives")
+    )  # verdict_texts.py's _step(..., "mismatched-collectives")
     assert any(ref.startswith("skill/communication-errors.md#") for ref in found)  # log_rules f"{_CE}#..."
     assert "skill/multi-node.md#flight-recorder" in found  # a module constant
     assert any(ref.startswith("skill/wrong-results.md#") for ref in found)  # a local, pb

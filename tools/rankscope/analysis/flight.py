@@ -38,6 +38,15 @@ Matcher = Callable[[dict[str, Any], dict[str, Any], list[int], str], str | None]
 """(event_a, event_b, pg_ranks, pg_name) -> torchfrtrace's verdict for the pair, or None."""
 
 SKILL = "skill/multi-node.md#flight-recorder"
+
+NATIVE_STACK_STEP = NextStep(
+    action="If it still runs, read that rank's native stack.",
+    tool="dump_stacks",
+    skill_section="skill/hangs.md#nccl-hangs",
+)
+"""The recorder's one step that reads native frames: the hang verdict, passing it on, asks the
+call for them (analysis/verdict_texts.py), which the step's words alone would not tell it."""
+
 _LIB_MARKERS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
 
 
@@ -707,11 +716,7 @@ def _not_started(pgs: dict[str, _PG], groups: list[FrProcessGroup]) -> Verdict |
                     tool="collect_env",
                     skill_section="skill/hangs.md#nccl-hangs",
                 ),
-                NextStep(
-                    action="If it still runs, read that rank's native stack.",
-                    tool="dump_stacks",
-                    skill_section="skill/hangs.md#nccl-hangs",
-                ),
+                NATIVE_STACK_STEP.model_copy(),
             ],
         )
     return None

@@ -519,7 +519,7 @@ def _extra_collective(
 
 
 def _ran_out_early(ctx: _Ctx, odd: Group) -> bool:
-    """The verdict found the odd rank past the loop the others are still in (see verdict.parting_phrase)."""
+    """The verdict found the odd rank past the loop the others are still in (see verdict_phrases.parting_phrase)."""
     text = " ".join([ctx.report.verdict.summary, *ctx.report.verdict.evidence])
     return RAN_OUT_EARLY in text and bool(odd.ranks)
 

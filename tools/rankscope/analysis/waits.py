@@ -183,20 +183,36 @@ def classify_wait(
         known = "" if backend in ("nccl", "mixed") else " (backend not read: assumed on a GPU)"
         return (
             "gpu",
-            f"inferred: `{user_line.strip()[:80]}`{where} synchronises with the GPU{known}; --native confirms",
+            f"{_INFERRED}: `{user_line.strip()[:80]}`{where} synchronises with the GPU{known}; --native confirms",
         )
     own = under_own_line(frames)
     if backend in ("nccl", "mixed") and user_line is None and own is not None:
         where = user_site or f"{own.file.rsplit('/', 1)[-1]}:{own.line}"
         return (
             "maybe_gpu",
-            f"inferred: the innermost frame is the job's own line {where}, in C code called from it, and "
+            f"{_INFERRED}: the innermost frame is the job's own line {where}, in C code called from it, and "
             "that line is not readable here; on NCCL that is most likely a GPU wait (.item(), .cpu(), "
             "synchronize()); --native, or the line, decides",
         )
     return "other", "no collective and no GPU wait in the frames" + (
-        "" if has_native else " (Python frames only; --native shows GPU waits)"
+        "" if has_native else f" ({_PYTHON_ONLY}; --native shows GPU waits)"
     )
+
+
+_INFERRED = "inferred"
+_PYTHON_ONLY = "Python frames only"
+
+
+def inferred(evidence: str | None) -> bool:
+    """Whether :func:`classify_wait`'s evidence says the wait was inferred from the job's line, not
+    read from a frame that waits: a GPU wait the hang verdict is then less sure of."""
+    return _INFERRED in (evidence or "")
+
+
+def python_frames_only(evidence: str | None) -> bool:
+    """Whether :func:`classify_wait`'s evidence says a wait for neither was read from Python frames
+    alone: a kernel launch blocked under a Python call would not show there."""
+    return _PYTHON_ONLY in (evidence or "")
 
 
 def wait_phrase(kind: str) -> str:

@@ -1,0 +1,192 @@
+"""The hang rule for ranks blocked in different collectives, on either backend.
+
+With a majority, the minority issued another collective (skipped, added or reordered on those
+ranks), unless the minority waits on a subgroup the others are not in: then it was left there
+by a member of its group that went on. With no majority, a rank condition above one side's
+call decides; else the split names no one, and the progress counters may break the tie (a
+tie-break rule of analysis/verdict_rules.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rankscope.analysis.group_members import members as group_members
+from rankscope.analysis.p2p import cycle_phrase, find_cycle
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.verdict_facts import Facts, Ruling
+from rankscope.analysis.verdict_phrases import (
+    are,
+    describe,
+    describe_all,
+    guard_phrase,
+    parting_phrase,
+    plural,
+    recorder_lines,
+)
+from rankscope.analysis.verdict_texts import Step, say, step
+from rankscope.models.core import Confidence, Group
+
+
+def rule_mismatched(f: Facts) -> Ruling | None:
+    """Ranks blocked (on the CPU) in different collectives: the minority issued another one."""
+    if len(f.op_groups) <= 1:
+        return None
+    sizes = Counter(len(g.ranks) for g in f.op_groups)
+    largest = max(len(g.ranks) for g in f.op_groups)
+    extra: list[str] = []
+    if sizes[largest] == 1:
+        majority = next(g for g in f.op_groups if len(g.ranks) == largest)
+        minority = [g for g in f.op_groups if g is not majority]
+        left = left_in_subgroup(f, majority, minority)
+        if left is not None:
+            return left
+        suspects, confidence, summary, extra = _against_majority(f, majority, minority)
+    else:
+        suspects, confidence, summary = _even_split(f)
+    cycle = find_cycle(f.waits)
+    if cycle is not None:
+        summary += f"; {cycle_phrase(cycle, f.waits)}"
+    if f.gpu:
+        summary += say("cpu_not_where_stuck", groups=describe_all(f.gpu_groups))
+    recorder = () if f.on_gloo else (step("recorder_mismatch_seq"),)
+    return Ruling(
+        kind="mismatched_collectives",
+        suspects=suspects,
+        confidence=confidence,
+        summary=summary,
+        evidence=[*f.evidence, *extra],
+        steps=(step("open_mismatch_site"), *recorder, step("repro_mismatch")),
+    )
+
+
+def _against_majority(
+    f: Facts, majority: Group, minority: list[Group]
+) -> tuple[list[int], Confidence, str, list[str]]:
+    """The minority's ranks, and why they are elsewhere: a rank condition above a call, or where
+    their stack leaves the majority's; partings that tell nothing new go to the evidence."""
+    suspects = sorted(r for g in minority for r in g.ranks)
+    summary = say(
+        "mismatched",
+        minority=describe_all(minority),
+        majority=describe(majority),
+        who=ranks_phrase(suspects),
+        are=are(len(suspects)),
+    )
+    conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
+    if conditions:
+        summary += f"; {'; '.join(conditions)}"
+    partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
+    # a rank condition above the suspects' own collective already tells why they are elsewhere
+    guarded = any(guard_phrase(f, g) for g in minority)
+    told = [text for text, telling in partings if telling and not guarded]
+    if told:
+        summary += f"; {'; '.join(told)}"
+    # guarded: the condition is the story, and a parting's guess (a skipped batch) would contradict it
+    extra = [] if guarded else [text for text, telling in partings if not telling]
+    return suspects, "high", summary, extra
+
+
+def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
+    """Ranks split evenly between collectives: a rank condition above one side's call decides it."""
+    described = describe_all(f.op_groups)
+    ruled = [
+        (g, p) for g in f.op_groups if (p := guard_phrase(f, g)) and f.guards[g.ranks[0]][0].kind == "rank"
+    ]
+    if len(ruled) == 1:
+        group, phrase = ruled[0]
+        return (
+            list(group.ranks),
+            "medium",
+            say(
+                "even_split_ruled",
+                described=described,
+                phrase=phrase,
+                who=ranks_phrase(group.ranks),
+                run=plural(len(group.ranks), "runs", "run"),
+            ),
+        )
+    return sorted(r for g in f.op_groups for r in g.ranks), "low", say("even_split", described=described)
+
+
+def left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Ruling | None:
+    """The minority waits in a collective on a subgroup while the others went on: it is left waiting.
+
+    A subgroup collective completes only when every member calls it; a member that skipped it
+    went on to the next collective with the majority. The minority is the victim, and the culprit
+    is the member of its group that went on: read from the job's locals (a table of groups or a
+    list of ranks, :mod:`~rankscope.analysis.group_members`), else from the flight recorder, else
+    not named at all.
+    """
+    by_rank = {s.rank: s for s in f.live}
+    waiting = [r for g in minority for r in g.ranks]
+    if not waiting or not all(by_rank.get(r) is not None and by_rank[r].subgroup for r in waiting):
+        return None
+    if any(by_rank.get(r) is not None and by_rank[r].subgroup for r in majority.ranks):
+        return None
+    who = ranks_phrase(waiting)
+    where = say("subgroup_where", minority=describe_all(minority), majority=describe(majority))
+    named = _members_gone_on(f, waiting, majority)
+    if named is not None:
+        culprits, evidence, confidence = named
+        summary = say(
+            "subgroup_named",
+            where=where,
+            culprits=ranks_phrase(culprits),
+            who=who,
+            has=plural(len(culprits), "has", "have"),
+            next=majority.op or say("the_next_collective"),
+            they=plural(len(culprits), "it", "they"),
+        )
+        return _subgroup_ruling(culprits, confidence, summary, [evidence, *f.evidence])
+    if f.flight is not None and f.flight.verdict.suspect_ranks:
+        fr = f.flight.verdict
+        return _subgroup_ruling(
+            list(fr.suspect_ranks),
+            fr.confidence,
+            say("subgroup_recorder", where=where, summary=fr.summary),
+            recorder_lines(fr) + f.evidence,
+        )
+    summary = say(
+        "subgroup_unnamed", where=where, who=who, are=are(len(waiting)), others=ranks_phrase(majority.ranks)
+    )
+    return _subgroup_ruling([], "low", summary, f.evidence)
+
+
+def _members_gone_on(
+    f: Facts, waiting: list[int], majority: Group
+) -> tuple[list[int], str, Confidence] | None:
+    """The members of the waiting ranks' groups that went on with the majority, read from locals."""
+    culprits: set[int] = set()
+    evidence: list[str] = []
+    table = True
+    for rank in waiting:
+        read = group_members(rank, f.live)
+        if read is None:
+            return None
+        found, text, from_table = read
+        culprits |= {r for r in found if r in majority.ranks}
+        evidence.append(text)
+        table = table and from_table
+    if not culprits:
+        return None
+    return sorted(culprits), "; ".join(dict.fromkeys(evidence)), "high" if table else "medium"
+
+
+def _subgroup_ruling(
+    suspects: list[int], confidence: Confidence, summary: str, evidence: list[str]
+) -> Ruling:
+    """A subgroup left waiting: read the culprit's loop when it is named, else find the group's members."""
+    steps: tuple[Step, ...]
+    if suspects:
+        steps = (
+            step("open_group_loop", who=ranks_phrase(suspects)),
+            step("recorder_group_members"),
+            step("repro_skipped"),
+        )
+    else:
+        steps = (step("find_group_members"), step("recorder_group_members"))
+    return Ruling("mismatched_collectives", suspects, confidence, summary, evidence, steps)
+
+
+__all__ = ["left_in_subgroup", "rule_mismatched"]

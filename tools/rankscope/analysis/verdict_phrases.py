@@ -1,0 +1,140 @@
+"""How the hang verdict names what it saw: a group of ranks and where it waits, a process state,
+the transport, a rank condition above a call, where one rank's stack leaves the others'.
+
+These phrases fill the ``{fields}`` of the sentences in analysis/verdict_texts.py and the
+evidence lines; they say, and decide nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rankscope.analysis.frames import (
+    STUCK_STATES,
+    blocked_in,
+    is_user_frame,
+    lib_where,
+    main_thread,
+    parting,
+    short_site,
+)
+from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.verdict_facts import Facts
+from rankscope.analysis.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
+from rankscope.analysis.waits import GPU_LIKE, wait_phrase
+from rankscope.models.core import Backend, Group, Verdict
+
+
+def are(count: int) -> str:
+    """The verb for ``count`` ranks: ``are`` for several, ``is`` for one."""
+    return "are" if count > 1 else "is"
+
+
+def describe(group: Group) -> str:
+    """``ranks 0-1 wait in all_reduce at train.py:9``, ``rank 2 waits for the GPU at ...``,
+    ``rank 3 is in no collective, at train.py:40 blocked in Queue.get``."""
+    who = ranks_phrase(group.ranks)
+    plural = len(group.ranks) > 1
+    if group.wait in GPU_LIKE:
+        what = wait_phrase(group.wait or "")
+        if not plural:
+            what = what.replace("wait ", "waits ", 1).replace("are ", "is ", 1)
+        inside = f" (inside {group.op})" if group.op else ""
+        return f"{who} {what} at {short_site(group.call_site)}{inside}"
+    if group.op:
+        return f"{who} {'wait' if plural else 'waits'} in {group.op} at {short_site(group.call_site)}"
+    inner = blocked_in(group.frames)
+    return f"{who} {are(len(group.ranks))} in no collective, at {short_site(group.call_site)}" + (
+        f" blocked in {inner}" if inner else ""
+    )
+
+
+def describe_all(groups: list[Group]) -> str:
+    """:func:`describe` of each group, one after the other."""
+    return "; ".join(describe(g) for g in groups)
+
+
+def state_words(state: str | None) -> str:
+    """``stopped (state T: SIGSTOP, Ctrl-Z or a debugger)``: what a process state means."""
+    return STATE_WORDS.get(state or "", state or "")
+
+
+def stopped_groups(f: Facts) -> list[str]:
+    """``rank 3 is stopped (state T: ...)`` for each group of stopped, traced or D-state ranks."""
+    return [
+        f"{ranks_phrase(g.ranks)} {are(len(g.ranks))} {state_words(g.state)}"
+        for g in f.groups
+        if g.state in STUCK_STATES
+    ]
+
+
+def other_side(direction: str) -> str:
+    """The call a blocking ``direction`` waits for: ``send`` for a recv, ``receive`` for a send."""
+    return "send" if direction == "recv" else "receive"
+
+
+def transport(backend: Backend | None) -> str:
+    """The transport a stuck collective may wait on, named for this job's backend."""
+    if backend in ("nccl", "gloo"):
+        return f"the network or the {'NCCL' if backend == 'nccl' else 'Gloo'} transport"
+    return "the network or the backend's transport (NCCL or Gloo)"
+
+
+def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, bool] | None:
+    """``rank 1 leaves ranks 0,2-3 in Trainer.fit (trainer.py): at line 68, they at line 67 ...``, and
+    whether it says more than the call sites do (library code, or a suspect past the others' line)."""
+    by_rank = {s.rank: s for s in f.annotated}
+    a, b = by_rank.get(suspects.ranks[0]), by_rank.get(majority.ranks[0])
+    ta, tb = (main_thread(a) if a else None), (main_thread(b) if b else None)
+    if ta is None or tb is None:
+        return None
+    found = parting(ta.frames, tb.frames)
+    if found is None:
+        return None
+    fa, fb = found
+    who, they = ranks_phrase(suspects.ranks), ranks_phrase(majority.ranks)
+    where = f"{fa.function} ({lib_where(fa).rsplit(':', 1)[0]})"
+    library = not is_user_frame(fa)
+    if fa.line == fb.line:
+        return say("part_below", who=who, they=they, where=where, line=fa.line), library
+    leaves = "leaves" if len(suspects.ranks) == 1 else "leave"
+    text = say("parting", who=who, leaves=leaves, they=they, where=where, line=fa.line, their_line=fb.line)
+    later = fa.line is not None and fb.line is not None and fa.line > fb.line
+    if later:
+        text += say("past_the_block", who=who, ran_out_early=RAN_OUT_EARLY)
+    return text, library or later
+
+
+def recorder_lines(recorder: Verdict) -> list[str]:
+    """The recorder's first evidence lines, each marked as the recorder's."""
+    return [say("recorder_line", line=line) for line in recorder.evidence[:6]]
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """``one`` for a single rank, ``many`` for several."""
+    return many if count > 1 else one
+
+
+def guard_phrase(f: Facts, group: Group) -> str | None:
+    """``train.py:9 `if dist.get_rank() == 0:` guards the barrier at train.py:10`` for a group's lead rank."""
+    found = f.guards.get(group.ranks[0]) if group.ranks else None
+    if found is None:
+        return None
+    guard, site = found
+    what = group.op or "call"
+    return guard.phrase(os.path.basename(site.file), what, site.line)
+
+
+__all__ = [
+    "are",
+    "describe",
+    "describe_all",
+    "guard_phrase",
+    "other_side",
+    "parting_phrase",
+    "plural",
+    "recorder_lines",
+    "state_words",
+    "stopped_groups",
+    "transport",
+]

@@ -295,12 +295,12 @@ STEPS: Mapping[str, StepText] = MappingProxyType(
         "dump_again_soon": _dump(
             "Dump again in a few seconds: if the stacks move, the job is slow, not hung.", "no-collective"
         ),
-        # the call has always asked for native frames only, though the words name --locals too
         "dump_native_main": _dump(
             "Dump with --native and --locals to see what the main thread waits on (DataLoader workers, locks, "
             "the GPU).",
             "no-collective",
             native=True,
+            locals=True,
         ),
         "inspect_memory": _step(
             "Check the memory of the ranks if they may be swapping or near OOM.",

@@ -208,14 +208,14 @@ def synthetic_job(world: int = 64) -> tuple[Any, list[Any], list[list[dict[str, 
 
 def bench_context(world: int = 64) -> dict[str, Any]:
     from rankscope import api
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
 
     job, stacks, raws = synthetic_job(world)
     full = analyze(job, stacks, [])
     bounded = api.answer(full)  # what dump_stacks returns by default
     raw_bytes = sum(len(json.dumps(r, indent=2)) for r in raws)  # py-spy dump --json pretty-prints
     raw_compact = sum(len(json.dumps(r)) for r in raws)
-    from rankscope.analysis.fit import size_of
+    from rankscope.analysis.sizing.fit import size_of
     from rankscope.render.answer import shape_answer
 
     text, data = shape_answer(bounded)  # what the server sends: text block and structured content

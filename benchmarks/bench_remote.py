@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.capabilities.remote import dump_stacks_remote, merge_reports, parse_report
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
 from rankscope.options import DumpOptions, StacksTarget

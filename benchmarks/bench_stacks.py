@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 from tests.jobs import JobFactory  # noqa: E402
 from tests.unit.test_stacks_analysis import synthetic  # noqa: E402
 
-from rankscope.analysis.bound import bound_report  # noqa: E402
-from rankscope.analysis.stacks import analyze  # noqa: E402
+from rankscope.analysis.hang.stacks import analyze  # noqa: E402
+from rankscope.analysis.sizing.bound import bound_report  # noqa: E402
 from rankscope.capabilities.discovery import find_job  # noqa: E402
 from rankscope.runtime.pyspy import find_pyspy  # noqa: E402
 

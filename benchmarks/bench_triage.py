@@ -64,7 +64,7 @@ print(json.dumps({"seconds": dt, "rss_kb": resource.getrusage(resource.RUSAGE_SE
 
 PYLINES = """
 import json, re, resource, sys, time
-from rankscope.analysis.logs import SHELL_NEEDLES
+from rankscope.analysis.triage.logs import SHELL_NEEDLES
 rx = re.compile("|".join(re.escape(n) for n in SHELL_NEEDLES))
 t = time.perf_counter()
 hits = 0
@@ -93,7 +93,7 @@ def run_py(code: str, path: Path) -> dict[str, float]:
 
 
 def run_grep(path: Path) -> dict[str, float]:
-    from rankscope.analysis.logs import SHELL_NEEDLES
+    from rankscope.analysis.triage.logs import SHELL_NEEDLES
 
     args = ["grep", "-c", "-F"]
     for n in SHELL_NEEDLES:

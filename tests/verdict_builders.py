@@ -1,6 +1,6 @@
 """Hand-built facts for the hang rules' own tests (tests/unit/test_verdict_rules.py).
 
-A rank is built as ``analysis.stacks.annotate`` leaves it (its op, what it waits for, its call
+A rank is built as ``analysis.hang.stacks.annotate`` leaves it (its op, what it waits for, its call
 site at ``train.py:<line>`` in ``main``), so a test says only what its rule reads, and the
 facts come from the same ``facts`` the analysis calls.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rankscope.analysis.stacks import group_by_op
-from rankscope.analysis.verdict import Facts, facts
+from rankscope.analysis.hang.stacks import group_by_op
+from rankscope.analysis.hang.verdict import Facts, facts
 from rankscope.models.core import (
     Backend,
     CallSite,

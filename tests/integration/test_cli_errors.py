@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rankscope import cli
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.capabilities.discovery import find_job, proc_state
 from rankscope.capabilities.stacks import capture_job
 from rankscope.options import DumpOptions
@@ -144,7 +144,7 @@ def test_hang_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
         "import rankscope.commands.ps, rankscope.commands.stacks, rankscope.capabilities.stacks, rankscope.capabilities.discovery\n"
-        "import rankscope.analysis.stacks, rankscope.analysis.bound, rankscope.render.stacks\n"
+        "import rankscope.analysis.hang.stacks, rankscope.analysis.sizing.bound, rankscope.render.stacks\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -123,7 +123,7 @@ def test_the_recorder_is_read_at_both_ends_where_the_job_opened_a_channel(
     each rank's completed collectives are one more sign of motion."""
     from pathlib import Path
 
-    from rankscope.analysis.progress import RECORDER_KEY
+    from rankscope.analysis.hang.progress import RECORDER_KEY
 
     dumps = Path(str(tmp_path)) / "fr"
     job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy", "--probe", str(dumps)])

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rankscope import cli
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
 from rankscope.capabilities.stacks import capture_job, counter_pass
 from rankscope.models.core import StacksReport

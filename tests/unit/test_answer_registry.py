@@ -25,7 +25,7 @@ from pydantic import BaseModel
 import rankscope.mcp_tools
 import rankscope.models
 from rankscope import api
-from rankscope.analysis.bound import bound_report
+from rankscope.analysis.sizing.bound import bound_report
 from rankscope.cli import main
 from rankscope.mcp_server import build_server
 from rankscope.render.answer import ANSWERS

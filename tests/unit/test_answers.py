@@ -14,9 +14,9 @@ import jsonschema
 import pytest
 from mcp import Client
 
-from rankscope.analysis.bound import bound_report
-from rankscope.analysis.fit import fit, size_of
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.stacks import analyze
+from rankscope.analysis.sizing.bound import bound_report
+from rankscope.analysis.sizing.fit import fit, size_of
 from rankscope.mcp_server import build_server
 from rankscope.models.compact import compact
 from rankscope.models.core import (
@@ -193,7 +193,7 @@ def test_answers_validate_against_the_slimmed_output_schemas() -> None:
 @pytest.mark.parametrize("case", sorted(p.name for p in (DATA / "flight").iterdir() if p.is_dir()))
 def test_flight_recorder_answers_in_4_kb_without_repeats(case: str) -> None:
     from rankscope import api
-    from rankscope.analysis.bound import bound_flight
+    from rankscope.analysis.sizing.bound import bound_flight
 
     report = api.analyze_flight_recorder([str(DATA / "flight" / case)])
     bounded = bound_flight(report)
@@ -281,7 +281,7 @@ _SEVERAL_JOBS = ("h200", "watchdog")
 )
 def test_triage_of_one_jobs_logs_answers_in_4_kb_and_keeps_the_conclusion(log: str) -> None:
     from rankscope import api
-    from rankscope.analysis.bound import bound_triage
+    from rankscope.analysis.sizing.bound import bound_triage
 
     full = api.triage_logs([str(DATA / "logs" / log)])
     bounded = bound_triage(full)
@@ -296,7 +296,7 @@ def test_triage_of_one_jobs_logs_answers_in_4_kb_and_keeps_the_conclusion(log: s
 
 def test_sixteen_ranks_environment_once_with_what_differs() -> None:
     from rankscope import api
-    from rankscope.analysis.bound import bound_env
+    from rankscope.analysis.sizing.bound import bound_env
     from rankscope.models.env import EnvDifference, RankEnv
 
     node = api.collect_env(None, include_torch=False)
@@ -345,7 +345,7 @@ def test_cli_brief_prints_the_mcp_text_block(
 ) -> None:
     """An agent on a shell reads what an agent over MCP reads: `--brief` is the tool's text block."""
     from rankscope import api
-    from rankscope.analysis.bound import bound_triage
+    from rankscope.analysis.sizing.bound import bound_triage
     from rankscope.cli import main
 
     assert main([*argv, "--brief"]) == 0
@@ -362,7 +362,7 @@ def test_a_dead_jobs_brief_text_leads_with_the_verdict_and_says_each_fact_once()
     """The recorder's ranks that agree are one line, the folder is named once, a finding's message
     the evidence gave is not repeated, and no playbook is named twice."""
     from rankscope import api
-    from rankscope.analysis.bound import bound_triage
+    from rankscope.analysis.sizing.bound import bound_triage
     from rankscope.render.triage import render_triage
 
     report = bound_triage(api.triage_logs([str(DATA / "postmortem" / "gpu_stuck")]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankscope.analysis.conditions import guard_of
+from rankscope.analysis.hang.conditions import guard_of
 from rankscope.models.core import CallSite, Frame, RankStack, ThreadStack
 
 TRAIN = "/job/train.py"
@@ -83,7 +83,7 @@ def test_no_guard_for_a_plain_call_or_an_unrelated_condition() -> None:
 
 
 def test_even_split_decided_by_a_rank_condition_and_left_open_without_source() -> None:
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
     from rankscope.models.core import Job
 
     stacks = [c10d_stack(0, "all_reduce", 5), c10d_stack(1, "barrier", 4)]
@@ -97,7 +97,7 @@ def test_even_split_decided_by_a_rank_condition_and_left_open_without_source() -
 
 def test_divergence_frame_in_library_code_is_named() -> None:
     """A Trainer in site-packages: both groups' user call site is the same `trainer.fit()` line."""
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
     from rankscope.models.core import Frame, Job, RankStack, ThreadStack
 
     sp = "/venv/lib/python3.11/site-packages/"
@@ -133,7 +133,7 @@ def test_divergence_frame_in_library_code_is_named() -> None:
 
 
 def test_repro_choice_tells_an_extra_collective_under_a_rank_condition_the_right_way_round() -> None:
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
     from rankscope.analysis.templates import choose_from_stacks
     from rankscope.models.core import Job
 
@@ -154,7 +154,7 @@ def test_repro_choice_tells_an_extra_collective_under_a_rank_condition_the_right
 
 def test_a_guard_every_rank_passes_through_explains_nothing() -> None:
     """``if "RANK" in os.environ: main()`` is on every rank's stack: it cannot be why they split."""
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
     from rankscope.models.core import Job
 
     source = "\n".join(
@@ -183,7 +183,7 @@ def test_a_guard_every_rank_passes_through_explains_nothing() -> None:
 
 
 def test_repro_choice_for_a_rank_past_the_loop_is_the_data_dependent_skip() -> None:
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
     from rankscope.analysis.templates import choose_from_stacks
     from rankscope.models.core import Job
 
@@ -222,7 +222,7 @@ def test_a_rank_condition_leaves_no_guess_of_a_skipped_batch() -> None:
     """Rank 0 in a checkpoint barrier below ``if rank == 0``, past the others' all_reduce in the same
     function: the condition is the story. The parting's guess for a rank past the others' line (a
     skipped batch, an early continue) would send the reader after a bug that is not there."""
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
     from rankscope.models.core import Job
 
     def stack(rank: int) -> RankStack:

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from rankscope import api
-from rankscope.analysis.flight import LoadedDump, analyze
+from rankscope.analysis.recorder.flight import LoadedDump, analyze
 from rankscope.capabilities.flight import analyze_flight_recorder
 from rankscope.cli import main as cli_main
 from rankscope.errors import InvalidInput

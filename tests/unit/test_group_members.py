@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankscope.analysis.group_members import group_table, rank_list, read_group_locals, waited_group
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.group_members import group_table, rank_list, read_group_locals, waited_group
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.models.core import Frame, Job, LocalVar, RankStack, ThreadStack, Verdict
 from rankscope.models.flight import FlightReport
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.capabilities.triage import triage_logs
 from rankscope.models.core import RankStack, StacksReport
 from tests.paths import DATA

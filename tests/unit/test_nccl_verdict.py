@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankscope.analysis.flight import analyze as analyze_flight
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.stacks import analyze
+from rankscope.analysis.recorder.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Backend, Job, RankStack, StacksReport
 from tests.paths import DATA
@@ -171,8 +171,8 @@ def test_answer_is_no_larger_than_the_stacks_it_summarises() -> None:
 
 
 def test_cannot_tell_leads_with_this_jobs_recorder_and_offers_ras() -> None:
-    from rankscope.analysis.bound import bound_report
-    from rankscope.analysis.stacks import analyze as analyze_stacks
+    from rankscope.analysis.hang.stacks import analyze as analyze_stacks
+    from rankscope.analysis.sizing.bound import bound_report
     from rankscope.models.core import Job
     from tests.unit.test_waits_counters_backend import gpu_waiting_ranks
 

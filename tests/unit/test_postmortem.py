@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.analysis.bound import bound_triage
-from rankscope.analysis.fit import size_of
+from rankscope.analysis.sizing.bound import bound_triage
+from rankscope.analysis.sizing.fit import size_of
 from rankscope.capabilities.triage import kind_of, triage_logs
 from rankscope.render.answer import shape_answer
 from tests.paths import DATA

@@ -1,4 +1,4 @@
-"""Pure comparison of per-rank fingerprints (rankscope.analysis.fingerprints).
+"""Pure comparison of per-rank fingerprints (rankscope.analysis.consistency).
 
 The fixtures are real fingerprint files written by ``rankscope.probe.dump``
 in tests/programs/probe_divergence.py (3 ranks, rank 2 seeded differently).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from rankscope.analysis.fingerprints import compare_fingerprints
+from rankscope.analysis.consistency import compare_fingerprints
 from rankscope.models.probe import Fingerprint, RankFingerprints
 from tests.paths import DATA as DATA_ROOT
 from tests.paths import ROOT
@@ -163,7 +163,7 @@ def test_every_emitted_skill_section_resolves_to_a_heading() -> None:
         for m in re.finditer(r"^#{1,6}\s+(.*)$", playbook, flags=re.MULTILINE)
     }
     emitted: set[str] = set()
-    for module in ("analysis/fingerprints.py", "capabilities/compare.py"):
+    for module in ("analysis/consistency.py", "capabilities/compare.py"):
         source = (root / "tools" / "rankscope" / module).read_text()
         emitted |= set(re.findall(r"(?:wrong-results\.md|\{pb\})#([a-z-]+)", source))
     assert {"missing-broadcast", "batchnorm", "nan-on-one-rank", "offline"} <= emitted

@@ -3,7 +3,7 @@ the verdicts of a job that is not hung, and the sampler's raw output."""
 
 from __future__ import annotations
 
-from rankscope.analysis.progress import (
+from rankscope.analysis.hang.progress import (
     RankWatch,
     counters_phrase,
     find_straggler,
@@ -12,8 +12,8 @@ from rankscope.analysis.progress import (
     parse_record,
     watch_rank,
 )
-from rankscope.analysis.progress_verdict import progress_verdict
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.progress_verdict import progress_verdict
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.models.core import Frame, Job, RankStack, ThreadStack
 from rankscope.models.progress import RankMotion
 
@@ -230,8 +230,8 @@ def test_counters_phrase_and_hosts_merged() -> None:
 def test_a_bounded_answer_keeps_the_progress_evidence_for_many_ranks() -> None:
     """64 moving ranks, one straggler: the bounded answer stays small, leads with the verdict and the
     window's evidence, and lists the straggler's motion; the others are summed up."""
-    from rankscope.analysis.bound import bound_report
-    from rankscope.analysis.fit import size_of
+    from rankscope.analysis.sizing.bound import bound_report
+    from rankscope.analysis.sizing.fit import size_of
     from rankscope.models.compact import compact
     from rankscope.render.stacks import render_stacks_brief
 
@@ -251,7 +251,7 @@ def test_a_bounded_answer_keeps_the_progress_evidence_for_many_ranks() -> None:
 def test_the_recorders_completed_collectives_are_a_counter_of_their_own() -> None:
     """Where the job opened a channel for a recorder dump, one at each end of the window: a rank
     whose completed sequence numbers grew moved, even when its stack and locals say nothing."""
-    from rankscope.analysis.progress import RECORDER_KEY, recorder_completed, with_recorder
+    from rankscope.analysis.hang.progress import RECORDER_KEY, recorder_completed, with_recorder
     from rankscope.models.core import Verdict
     from rankscope.models.flight import FlightReport, FrProcessGroup, FrRankProgress
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.analysis.counters import int_locals
-from rankscope.analysis.progress import RankWatch, judge, parse_record
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.counters import int_locals
+from rankscope.analysis.hang.progress import RankWatch, judge, parse_record
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.models.core import Frame, Job, RankStack, ThreadStack
 from rankscope.models.progress import Progress
 from rankscope.runtime.pyspy import parse_dump

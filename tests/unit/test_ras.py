@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.analysis.ras import finding, parse_json, parse_text
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.ras import finding, parse_json, parse_text
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, RankProcess, RankStack
 from rankscope.models.ras import RasStatus

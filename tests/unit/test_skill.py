@@ -18,7 +18,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from rankscope.analysis.verdict_texts import PLAYBOOK, STEPS
+from rankscope.analysis.hang.verdict_texts import PLAYBOOK, STEPS
 from rankscope.capabilities.install import install_skill
 from rankscope.mcp_server import build_server
 from rankscope.models.core import VerdictKind

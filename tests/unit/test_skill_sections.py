@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.analysis.fit import size_of
+from rankscope.analysis.sizing.fit import size_of
 from rankscope.analysis.skill_sections import parse_ref, split_sections
 from rankscope.capabilities.skill import all_sections, playbook_files, read_skill
 from rankscope.errors import InvalidInput

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankscope.analysis.frames import is_user_frame, main_thread
-from rankscope.analysis.stack_files import (
+from rankscope.analysis.hang.frames import is_user_frame, main_thread
+from rankscope.analysis.hang.stack_files import (
     faulthandler,
     full_path,
     pyspy_text,

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from rankscope.analysis.bound import bound_report
-from rankscope.analysis.ranges import rank_ranges
-from rankscope.analysis.stacks import (
+from rankscope.analysis.hang.stacks import (
     analyze,
     find_call_site,
     is_user_frame,
@@ -19,6 +17,8 @@ from rankscope.analysis.stacks import (
     p2p_peer,
     recognise_op,
 )
+from rankscope.analysis.ranges import rank_ranges
+from rankscope.analysis.sizing.bound import bound_report
 from rankscope.capabilities.stacks import _spawn_index, _with_source_op
 from rankscope.models.core import (
     Frame,

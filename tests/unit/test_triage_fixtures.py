@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.analysis.logs import LogScanner, conclude, parse_size
+from rankscope.analysis.triage.logs import LogScanner, conclude, parse_size
 from rankscope.capabilities.triage import rank_hint, triage_logs
 from rankscope.cli import main
 from rankscope.errors import InvalidInput
@@ -171,7 +171,7 @@ def test_redaction_and_bounded_findings() -> None:
 
 
 def test_prefilter_never_skips_a_line_a_rule_wants() -> None:
-    from rankscope.analysis.logs import SHELL_NEEDLES
+    from rankscope.analysis.triage.logs import SHELL_NEEDLES
     from rankscope.capabilities.triage import PREFILTER
 
     assert len(PREFILTER) < len(SHELL_NEEDLES)
@@ -211,7 +211,7 @@ def test_scanner_is_streaming_and_pure() -> None:
 def test_every_skill_section_emitted_resolves_to_a_heading() -> None:
     import re as _re
 
-    from rankscope.analysis.log_rules import RULES, SECTIONS
+    from rankscope.analysis.triage.log_rules import RULES, SECTIONS
 
     root = ROOT
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from rankscope.analysis.flight import analyze as analyze_flight
-from rankscope.analysis.ras import finding
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang.ras import finding
+from rankscope.analysis.hang.stacks import analyze
+from rankscope.analysis.recorder.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport
 from rankscope.models.flight import FlightReport

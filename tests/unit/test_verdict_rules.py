@@ -1,7 +1,7 @@
 """Each hang rule on hand-built facts (tests/verdict_builders.py): it fires where it should, with
 its kind, suspects and confidence, and declines on the nearest case it must leave to another
 rule. Tests are named ``test_<rule>_...``; the last test checks that every rule of the tables
-has one. The words are in analysis/verdict_texts.py; these tests read them only where a rule
+has one. The words are in analysis/hang/verdict_texts.py; these tests read them only where a rule
 chooses between them.
 """
 
@@ -11,11 +11,10 @@ import ast
 import inspect
 from pathlib import Path
 
-from rankscope.analysis import verdict_mismatch, verdict_nccl, verdict_rules
-from rankscope.analysis.flight import NATIVE_STACK_STEP
-from rankscope.analysis.verdict import decide, verdict
-from rankscope.analysis.verdict_facts import Ruling
-from rankscope.analysis.verdict_rules import (
+from rankscope.analysis.hang import verdict_mismatch, verdict_nccl, verdict_rules
+from rankscope.analysis.hang.verdict import decide, verdict
+from rankscope.analysis.hang.verdict_facts import Ruling
+from rankscope.analysis.hang.verdict_rules import (
     GLOO_RULES,
     LAST_RULE,
     NCCL_RULES,
@@ -34,7 +33,8 @@ from rankscope.analysis.verdict_rules import (
     tie_mismatched,
     tie_no_collective,
 )
-from rankscope.analysis.verdict_texts import SAY, STEPS, Step
+from rankscope.analysis.hang.verdict_texts import SAY, STEPS, Step
+from rankscope.analysis.recorder.flight import NATIVE_STACK_STEP
 from rankscope.models.core import GroupLocals, NextStep, RankError, RankStack, Verdict, WaitKind
 from rankscope.models.flight import FlightReport, FrMismatch
 from rankscope.models.ras import RasFinding

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from rankscope.analysis.backend import ProcessSigns, job_backend_of, rank_backend
-from rankscope.analysis.counters import counter_split, int_locals
-from rankscope.analysis.stacks import analyze, annotate
-from rankscope.analysis.waits import classify_wait
+from rankscope.analysis.hang.backend import ProcessSigns, job_backend_of, rank_backend
+from rankscope.analysis.hang.counters import counter_split, int_locals
+from rankscope.analysis.hang.stacks import analyze, annotate
+from rankscope.analysis.hang.waits import classify_wait
 from rankscope.models.core import Frame, Job, LocalVar, RankStack, ThreadStack
 
 SP = "/usr/lib/python3.11/site-packages/"
@@ -244,7 +244,7 @@ SMI_APPS = "4100, GPU-11111111-aaaa-bbbb-cccc-000000000000\n4101, GPU-22222222-a
 
 
 def test_rank_utilisation_by_pid_then_by_device_file() -> None:
-    from rankscope.analysis.gpu_busy import parse_apps, parse_gpus, rank_utilisation
+    from rankscope.analysis.hang.gpu_busy import parse_apps, parse_gpus, rank_utilisation
 
     gpus, apps = parse_gpus(SMI_GPUS), parse_apps(SMI_APPS)
     util = rank_utilisation(
@@ -262,7 +262,7 @@ def test_idle_gpu_among_spinning_ones_names_its_rank_on_nccl() -> None:
     assert v.suspect_ranks == [2] and v.confidence == "medium"
     assert "GPU utilisation" in v.summary and "never launched" in v.summary
     # an even split or too few ranks: nothing decided by the GPUs
-    from rankscope.analysis.gpu_busy import idle_minority
+    from rankscope.analysis.hang.gpu_busy import idle_minority
 
     assert idle_minority({0: 100, 1: 0}) is None
     assert idle_minority({0: 100, 1: 100, 2: 0, 3: 0}) is None
@@ -323,7 +323,7 @@ def test_ranks_in_c_code_under_an_unread_line_are_not_blamed_on_nccl() -> None:
 
 
 def test_creating_communicator_from_native_or_python_frames() -> None:
-    from rankscope.analysis.waits import creating_communicator
+    from rankscope.analysis.hang.waits import creating_communicator
 
     assert creating_communicator([nat("pncclCommInitRankConfig"), nat("c10d::NCCLComm::create")])
     assert creating_communicator([nat("c10d::ProcessGroupNCCL::getNCCLComm(std::string const&)")])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from rankscope.analysis.log_rules import XID_MEANING
+from rankscope.analysis.triage.log_rules import XID_MEANING
 from rankscope.models.env import GpuInfo, GpuTopology, XidEvent
 
 QUERY_FIELDS: tuple[str, ...] = (

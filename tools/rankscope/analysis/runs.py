@@ -7,8 +7,8 @@ import contextlib
 import re
 import signal
 
-from rankscope.analysis.bound import bound_report
 from rankscope.analysis.collapse import format_ranks
+from rankscope.analysis.sizing.bound import bound_report
 from rankscope.models.core import NextStep, StacksReport
 from rankscope.models.run import CollapsedLine, RankExit, RunOutcome, RunReport
 

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from rankscope.analysis.conditions import guard_kind
+from rankscope.analysis.hang.conditions import guard_kind
+from rankscope.analysis.hang.verdict import RAN_OUT_EARLY
 from rankscope.analysis.p2p import P2P_DIRECTION
-from rankscope.analysis.verdict import RAN_OUT_EARLY
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding, Group, StacksReport
 from rankscope.models.repro import Catalog, ParamSpec, ParamValue, TemplateChoice, TemplateSpec

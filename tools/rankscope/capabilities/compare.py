@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rankscope.analysis.fingerprints import compare_fingerprints
+from rankscope.analysis.consistency import compare_fingerprints
 from rankscope.analysis.redact import redact_text
 from rankscope.errors import InvalidInput, TorchMissing
 from rankscope.models.core import NextStep

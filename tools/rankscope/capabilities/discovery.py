@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rankscope.analysis.backend import job_backend_of, rank_backend
+from rankscope.analysis.hang.backend import job_backend_of, rank_backend
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound

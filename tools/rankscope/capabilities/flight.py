@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from rankscope.analysis.flight import LoadedDump, Matcher, analyze
+from rankscope.analysis.recorder.flight import LoadedDump, Matcher, analyze
 from rankscope.capabilities.files import expand_paths
 from rankscope.errors import InvalidInput
 from rankscope.models.core import RankError, StacksReport

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.analysis.env_checks import blocking_wait_on, dump_on_timeout_off, recorder_off
-from rankscope.analysis.flight import LoadedDump
-from rankscope.analysis.flight import analyze as analyze_flight
+from rankscope.analysis.recorder.flight import LoadedDump
+from rankscope.analysis.recorder.flight import analyze as analyze_flight
 from rankscope.capabilities.flight import read_dumps
 from rankscope.capabilities.remote import debug_server_trace, debug_server_urls
 from rankscope.errors import RankscopeError

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 
-from rankscope.analysis.gpu_busy import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus, rank_utilisation
+from rankscope.analysis.hang.gpu_busy import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus, rank_utilisation
 from rankscope.models.core import Job
 from rankscope.runtime import procfs, subproc
 

@@ -3,7 +3,7 @@
 The first dump is the capture itself (taken with locals, integers kept, when a window is
 asked); then every rank is sampled without pausing it (``py-spy record --nonblocking``) while
 the rest of the evidence is gathered; then every rank is dumped once more with locals. What
-each rank did in between goes to :func:`rankscope.analysis.progress.judge`. The window is
+each rank did in between goes to :func:`rankscope.analysis.hang.progress.judge`. The window is
 bounded (``DumpOptions.window``, at most :data:`rankscope.options.MAX_WINDOW_S`), every sampler is interrupted at its end and reaped
 (killed if it does not stop), and one rank's failure leaves the others' looks intact.
 """
@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rankscope.analysis.counters import int_locals
-from rankscope.analysis.frames import NO_PTRACE_STATES
-from rankscope.analysis.progress import RankWatch, parse_record
+from rankscope.analysis.hang.counters import int_locals
+from rankscope.analysis.hang.frames import NO_PTRACE_STATES
+from rankscope.analysis.hang.progress import RankWatch, parse_record
 from rankscope.models.core import Frame, RankProcess, ThreadStack
 from rankscope.runtime import procfs, pyspy
 

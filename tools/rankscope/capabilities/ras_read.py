@@ -17,8 +17,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rankscope.analysis.hang.ras import finding, parse_json, parse_text
 from rankscope.analysis.hostlist import host_port
-from rankscope.analysis.ras import finding, parse_json, parse_text
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job
 from rankscope.models.ras import RasFinding, RasStatus

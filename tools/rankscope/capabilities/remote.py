@@ -7,7 +7,7 @@ pods. Every host runs concurrently with its own timeout; a host that cannot be
 reached, lacks rankscope, times out or refuses the key becomes a ``RankError``
 for that host with the fix, and the other hosts' ranks still arrive. The
 per-host reports are merged into one ``Job`` and judged once by
-``rankscope.analysis.stacks.analyze``, so ranks nobody could see count as
+``rankscope.analysis.hang.stacks.analyze``, so ranks nobody could see count as
 missing.
 
 Command construction and output parsing are pure functions (tested against the
@@ -621,9 +621,9 @@ def dump_stacks_debug_server(target: StacksTarget, options: DumpOptions = DEFAUL
         ranks=ranks,
         notes=[_debug_server_note(options)],
     )
-    from rankscope.analysis.flight import LoadedDump
-    from rankscope.analysis.flight import analyze as analyze_flight
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.stacks import analyze
+    from rankscope.analysis.recorder.flight import LoadedDump
+    from rankscope.analysis.recorder.flight import analyze as analyze_flight
 
     dumps = [
         LoadedDump(path=f"{urls[i]}/handler/fr_trace_json", rank=i, format="json", data=t)
@@ -725,8 +725,8 @@ def _judge_hosts(
     failed = [r for r in results.values() if isinstance(r, RankError)]
     merged_job, stacks, errors, _ = merge_reports(reports, failed, host_list)
     merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, note]})
-    from rankscope.analysis.progress import merge_progress
-    from rankscope.analysis.stacks import analyze
+    from rankscope.analysis.hang.progress import merge_progress
+    from rankscope.analysis.hang.stacks import analyze
 
     progress = merge_progress(
         [r.progress for r in reports.values() if r.progress is not None], merged_job.backend

@@ -3,7 +3,7 @@
 Many incidents arrive after the job is gone: py-spy dumps a hang detector saved for every
 rank, or a log with every rank's faulthandler traceback. This shell reads the files (a
 folder holds one file per rank; a torchrun log holds all ranks under ``[rankN]:``), hands
-their text to the pure parsers (:mod:`rankscope.analysis.stack_files`) and the result to
+their text to the pure parsers (:mod:`rankscope.analysis.hang.stack_files`) and the result to
 the same analysis as a live capture. A file that cannot be read or parsed is reported on
 its own and the rest is still analysed; nothing is guessed from a file that was not read.
 """
@@ -14,8 +14,8 @@ import json
 import os
 from pathlib import Path
 
-from rankscope.analysis import stack_files as sf
-from rankscope.analysis.stacks import analyze
+from rankscope.analysis.hang import stack_files as sf
+from rankscope.analysis.hang.stacks import analyze
 from rankscope.capabilities.files import expand_paths
 from rankscope.capabilities.stacks import source_lines
 from rankscope.errors import InvalidInput

@@ -21,17 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rankscope.analysis.backend import job_backend
-from rankscope.analysis.conditions import LOOK_BACK, USER_FRAMES
-from rankscope.analysis.counters import int_locals, on_subgroup
-from rankscope.analysis.frames import NO_PTRACE_STATES, is_user_frame
-from rankscope.analysis.group_members import read_group_locals
+from rankscope.analysis.hang.backend import job_backend
+from rankscope.analysis.hang.conditions import LOOK_BACK, USER_FRAMES
+from rankscope.analysis.hang.counters import int_locals, on_subgroup
+from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_user_frame
+from rankscope.analysis.hang.group_members import read_group_locals
+from rankscope.analysis.hang.progress import judge, place_lines, with_recorder
+from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
+from rankscope.analysis.hang.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
+from rankscope.analysis.hang.waits import creating_communicator
 from rankscope.analysis.p2p import P2P_DIRECTION
-from rankscope.analysis.progress import judge, place_lines, with_recorder
-from rankscope.analysis.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.redact import Redactor
-from rankscope.analysis.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
-from rankscope.analysis.waits import creating_communicator
 from rankscope.capabilities import discovery
 from rankscope.capabilities.flight_pickup import (
     ask_again,

@@ -1,8 +1,8 @@
 """`rankscope triage`: one verdict for a dead job from what it left, in any mix.
 
 A folder is enough: each file is sorted by its first bytes into logs (and error.json), flight-recorder
-dumps and saved stacks; each kind goes to its own analysis (``analysis.logs``, ``analysis.flight``,
-the saved-stacks shell) and ``analysis.postmortem`` decides which answer leads. Files are read in fixed-size
+dumps and saved stacks; each kind goes to its own analysis (``analysis.triage.logs``, ``analysis.recorder.flight``,
+the saved-stacks shell) and ``analysis.triage.postmortem`` decides which answer leads. Files are read in fixed-size
 binary chunks; only lines that contain one of the rule engine's literal needles
 are decoded and passed on, so memory stays bounded and gigabyte logs stream at
 the speed of ``bytes.find``. Binary input is recognised and skipped with a
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from rankscope.analysis.logs import SHELL_NEEDLES, LogScanner, conclude
-from rankscope.analysis.postmortem import PostMortem, combine
+from rankscope.analysis.triage.logs import SHELL_NEEDLES, LogScanner, conclude
+from rankscope.analysis.triage.postmortem import PostMortem, combine
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Finding
 from rankscope.models.logs import FailureRecord, LogSource, SourceKind, TriageReport
@@ -278,7 +278,7 @@ def _read_flight(files: list[str], sources: list[LogSource]) -> FlightReport | N
     """The recorder's own analysis of the dumps among the files (None when there are none)."""
     if not files:
         return None
-    from rankscope.analysis.flight import analyze
+    from rankscope.analysis.recorder.flight import analyze
     from rankscope.capabilities.flight import read_dumps
 
     dumps, errors = read_dumps(files)

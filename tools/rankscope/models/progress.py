@@ -2,7 +2,7 @@
 
 One instant of a moving job looks like a hang: ranks stand in collectives, one rank is a step
 ahead. So every live capture first watches the job for a moment (``window_s``) and says what
-moved. These models carry that answer; :mod:`rankscope.analysis.progress` computes them.
+moved. These models carry that answer; :mod:`rankscope.analysis.hang.progress` computes them.
 """
 
 from __future__ import annotations

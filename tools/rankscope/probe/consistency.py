@@ -3,7 +3,7 @@
 Each rank fingerprints its tensors locally (shape, dtype, CRC-32 of the bytes,
 sum, abs-max, NaN/Inf counts), the ranks exchange the fingerprints in
 **one** gather of small objects, and every rank runs the same pure comparison
-(``rankscope.analysis.fingerprints``), so the report is identical everywhere.
+(``rankscope.analysis.consistency``), so the report is identical everywhere.
 Nothing here moves a full tensor unless ``max_diff=True`` asks for the second
 phase, which broadcasts only the divergent tensors from their reference rank.
 """
@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rankscope.analysis.fingerprints import NO_GRAD, compare_fingerprints
+from rankscope.analysis.consistency import NO_GRAD, compare_fingerprints
 from rankscope.errors import InvalidInput
 from rankscope.models.probe import ConsistencyReport, Fingerprint, RankFingerprints, TensorKind
 from rankscope.probe import _dist

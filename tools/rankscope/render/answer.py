@@ -53,7 +53,7 @@ class AnswerKind:
     brief: tuple[str, str] | None
 
 
-_BOUND = "rankscope.analysis.bound"
+_BOUND = "rankscope.analysis.sizing.bound"
 _STACKS = "rankscope.render.stacks"
 _TRIAGE = "rankscope.render.triage"
 _REPRO = "rankscope.render.repro"
@@ -166,7 +166,7 @@ def shape_answer(model: BaseModel, *, full: bool = False) -> tuple[str, dict[str
     what was cut is listed in its ``left_out`` and repeated at the end of the text. Both stay
     valid readings of the same model, so a client that passes either one loses nothing.
     """
-    from rankscope.analysis.fit import fit
+    from rankscope.analysis.sizing.fit import fit
     from rankscope.models.compact import compact
 
     data: dict[str, Any] = compact(model)

@@ -12,12 +12,12 @@ import os
 import re
 from collections.abc import Iterator
 
-from rankscope.analysis.bound import RANKS_CUT
-from rankscope.analysis.collectives import classify_native_frame, frame_key
-from rankscope.analysis.frames import short_path
+from rankscope.analysis.hang.collectives import classify_native_frame, frame_key
+from rankscope.analysis.hang.frames import short_path
+from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
-from rankscope.analysis.waits import GPU_LIKE, wait_phrase
+from rankscope.analysis.sizing.bound import RANKS_CUT
 from rankscope.models.core import Frame, Group, StacksReport
 from rankscope.render.next_steps import render_next_steps, tool_call
 

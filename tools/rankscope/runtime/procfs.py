@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rankscope.analysis.backend import ProcessSigns
+from rankscope.analysis.hang.backend import ProcessSigns
 
 if TYPE_CHECKING:
     from rankscope.models.core import ProcState
@@ -386,7 +386,7 @@ def caught_signals(pid: int) -> frozenset[int]:
 
 
 def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
-    """What /proc shows of a rank's backend (see :mod:`rankscope.analysis.backend`); no ptrace."""
+    """What /proc shows of a rank's backend (see :mod:`rankscope.analysis.hang.backend`); no ptrace."""
     return ProcessSigns(
         threads=thread_names(pid),
         mapped=mapped_paths(pid),

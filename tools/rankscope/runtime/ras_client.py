@@ -4,7 +4,7 @@ Send ``CLIENT PROTOCOL 2``, read ``SERVER PROTOCOL N``; ``TIMEOUT <s>`` and ``SE
 each answer ``OK`` (older servers answer ``ERROR: ...`` to the format and keep text); ``STATUS``
 answers until the server closes the connection. Every socket operation is bounded by the
 timeout. When and whether to ask (never by default: it has crashed jobs) is
-:mod:`rankscope.capabilities.ras_read`'s; what the answer says is :mod:`rankscope.analysis.ras`'s.
+:mod:`rankscope.capabilities.ras_read`'s; what the answer says is :mod:`rankscope.analysis.hang.ras`'s.
 """
 
 from __future__ import annotations

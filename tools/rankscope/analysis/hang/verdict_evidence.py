@@ -5,12 +5,12 @@ autograd and on GPU waits that keep a reader from the wrong conclusion."""
 
 from __future__ import annotations
 
-from rankscope.analysis.frames import GONE_STATES, STUCK_STATES, short_site
+from rankscope.analysis.hang.frames import GONE_STATES, STUCK_STATES, short_site
+from rankscope.analysis.hang.verdict_facts import Facts
+from rankscope.analysis.hang.verdict_phrases import describe, guard_phrase, state_words
+from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import Waits, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.verdict_facts import Facts
-from rankscope.analysis.verdict_phrases import describe, guard_phrase, state_words
-from rankscope.analysis.waits import GPU_LIKE
 from rankscope.models.core import RankStack
 
 BACKWARD_OP = "autograd.backward"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rankscope.analysis.frames import is_user_frame
+from rankscope.analysis.hang.frames import is_user_frame
 from rankscope.models.core import CallSite, Frame
 
 LOOK_BACK = 12

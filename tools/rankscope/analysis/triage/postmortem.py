@@ -1,7 +1,7 @@
 """One verdict for a dead job from everything it left: the logs, the recorder's dumps, saved stacks.
 
-Each source is read by its own analysis (``analysis.logs.conclude``, ``analysis.flight.analyze``,
-``analysis.stacks.analyze``); this module only decides which of their answers leads. The flight
+Each source is read by its own analysis (``analysis.triage.logs.conclude``, ``analysis.recorder.flight.analyze``,
+``analysis.hang.stacks.analyze``); this module only decides which of their answers leads. The flight
 recorder outranks the others where they disagree: it records, per rank, every collective it
 issued, its sizes and its state, while a log holds what each rank chose to print and saved stacks
 hold one moment. Saved stacks outrank logs that name nobody (a rank blocked on a queue prints
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankscope.analysis.log_rules import SECTIONS
-from rankscope.analysis.logs import Conclusion
 from rankscope.analysis.ranges import merge_rank_lines, ranks_phrase
+from rankscope.analysis.triage.log_rules import SECTIONS
+from rankscope.analysis.triage.logs import Conclusion
 from rankscope.models.core import Finding, NextStep, Verdict
 from rankscope.models.logs import DecidedBy
 

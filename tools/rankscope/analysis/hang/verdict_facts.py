@@ -3,7 +3,7 @@
 
 The facts sort the ranks by what they wait for, because that is what every rule asks first:
 a rank in a collective, in none, waiting for the GPU, stopped. The evidence lines every
-verdict carries are written from them by analysis/verdict_evidence.py.
+verdict carries are written from them by analysis/hang/verdict_evidence.py.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rankscope.analysis.conditions import Guard, stack_guard
-from rankscope.analysis.counters import CounterSplit, counter_split
-from rankscope.analysis.frames import STUCK_STATES, main_thread
-from rankscope.analysis.gpu_busy import idle_minority
+from rankscope.analysis.hang.conditions import Guard, stack_guard
+from rankscope.analysis.hang.counters import CounterSplit, counter_split
+from rankscope.analysis.hang.frames import STUCK_STATES, main_thread
+from rankscope.analysis.hang.gpu_busy import idle_minority
+from rankscope.analysis.hang.verdict_texts import Step
+from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits
-from rankscope.analysis.verdict_texts import Step
-from rankscope.analysis.waits import GPU_LIKE
 from rankscope.models.core import (
     Backend,
     CallSite,
@@ -74,7 +74,7 @@ class Facts:
 @dataclass(frozen=True)
 class Ruling:
     """A rule's answer: the verdict's kind, suspects and confidence, its summary and evidence,
-    and its next steps by key (:data:`~rankscope.analysis.verdict_texts.STEPS`; a
+    and its next steps by key (:data:`~rankscope.analysis.hang.verdict_texts.STEPS`; a
     :class:`NextStep` is one passed on from the recorder's answer). Words and call arguments
     are put in when the ruling becomes the verdict, so a tie-break that changes the suspects
     changes whom the calls name too."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rankscope.analysis.frames import is_user_frame
+from rankscope.analysis.hang.frames import is_user_frame
 from rankscope.models.core import Backend, Frame, WaitKind
 
 COMM_INIT_NATIVE = r"broadcastUniqueNCCLID|ncclCommInitRank|NCCLComm::create|initNCCLComm"

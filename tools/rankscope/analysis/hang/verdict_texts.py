@@ -1,6 +1,6 @@
 """The words of the hang verdict: its next steps and its sentences, in tables beside the rules.
 
-A rule (analysis/verdict_rules.py and its kin) decides who is suspect and how sure it is, and
+A rule (analysis/hang/verdict_rules.py and its kin) decides who is suspect and how sure it is, and
 names its sentence and its next steps by key; this module holds what those keys say. A next
 step's tool arguments are data here (``args``, and whether the call names the verdict's
 suspects), so a step's words can change without changing the call it asks for, and no code
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from rankscope.analysis.flight import NATIVE_STACK_STEP
+from rankscope.analysis.recorder.flight import NATIVE_STACK_STEP
 from rankscope.models.core import NextStep
 
 PLAYBOOK = "skill/hangs.md"

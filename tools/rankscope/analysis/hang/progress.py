@@ -30,11 +30,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rankscope.analysis.counters import KNOWN_COUNTERS, internal_file
-from rankscope.analysis.progress_verdict import BUSY_CPU_PCT
+from rankscope.analysis.hang.counters import KNOWN_COUNTERS, internal_file
+from rankscope.analysis.hang.progress_verdict import BUSY_CPU_PCT
+from rankscope.analysis.hang.stacks import recognise_op
+from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.stacks import recognise_op
-from rankscope.analysis.waits import GPU_LIKE, classify_wait
 from rankscope.models.core import Backend, Frame
 from rankscope.models.flight import FlightReport
 from rankscope.models.progress import JobMotion, Motion, Progress, RankMotion

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
-from rankscope.analysis.counters import internal_file
+from rankscope.analysis.hang.counters import internal_file
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Frame, GroupLocals, RankStack
 

@@ -2,13 +2,13 @@
 
 Where its parts live:
 
-- analysis/verdict_facts.py: :class:`Facts` (the ranks sorted by what they wait for) and
+- analysis/hang/verdict_facts.py: :class:`Facts` (the ranks sorted by what they wait for) and
   :class:`Ruling` (what a rule answers);
-- analysis/verdict_rules.py: the rules common to both backends, the tie-breaks, and the two
-  ordered tables (``NCCL_RULES``, ``GLOO_RULES``); analysis/verdict_nccl.py and
-  analysis/verdict_mismatch.py: the NCCL rules and the mismatched-collectives rule;
-- analysis/verdict_texts.py: the words: every sentence and next step, by key, with each step's
-  tool arguments as data; analysis/verdict_phrases.py and analysis/verdict_evidence.py: how
+- analysis/hang/verdict_rules.py: the rules common to both backends, the tie-breaks, and the two
+  ordered tables (``NCCL_RULES``, ``GLOO_RULES``); analysis/hang/verdict_nccl.py and
+  analysis/hang/verdict_mismatch.py: the NCCL rules and the mismatched-collectives rule;
+- analysis/hang/verdict_texts.py: the words: every sentence and next step, by key, with each step's
+  tool arguments as data; analysis/hang/verdict_phrases.py and analysis/hang/verdict_evidence.py: how
   groups, partings and guards are named, and the evidence lines every verdict carries.
 """
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rankscope.analysis.verdict_evidence import BACKWARD_OP, evidence
-from rankscope.analysis.verdict_facts import Facts, Ruling, gather
-from rankscope.analysis.verdict_rules import GLOO_RULES, NCCL_RULES, rule_for
-from rankscope.analysis.verdict_texts import RAN_OUT_EARLY, next_steps
+from rankscope.analysis.hang.verdict_evidence import BACKWARD_OP, evidence
+from rankscope.analysis.hang.verdict_facts import Facts, Ruling, gather
+from rankscope.analysis.hang.verdict_rules import GLOO_RULES, NCCL_RULES, rule_for
+from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, next_steps
 from rankscope.models.core import Backend, Group, Job, RankError, RankStack, Verdict
 from rankscope.models.flight import FlightReport
 from rankscope.models.ras import RasFinding

@@ -1,7 +1,7 @@
 """How the hang verdict names what it saw: a group of ranks and where it waits, a process state,
 the transport, a rank condition above a call, where one rank's stack leaves the others'.
 
-These phrases fill the ``{fields}`` of the sentences in analysis/verdict_texts.py and the
+These phrases fill the ``{fields}`` of the sentences in analysis/hang/verdict_texts.py and the
 evidence lines; they say, and decide nothing.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from rankscope.analysis.frames import (
+from rankscope.analysis.hang.frames import (
     STUCK_STATES,
     blocked_in,
     is_user_frame,
@@ -18,10 +18,10 @@ from rankscope.analysis.frames import (
     parting,
     short_site,
 )
+from rankscope.analysis.hang.verdict_facts import Facts
+from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
+from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.verdict_facts import Facts
-from rankscope.analysis.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
-from rankscope.analysis.waits import GPU_LIKE, wait_phrase
 from rankscope.models.core import Backend, Group, Verdict
 
 

@@ -4,18 +4,16 @@ With a majority, the minority issued another collective (skipped, added or reord
 ranks), unless the minority waits on a subgroup the others are not in: then it was left there
 by a member of its group that went on. With no majority, a rank condition above one side's
 call decides; else the split names no one, and the progress counters may break the tie (a
-tie-break rule of analysis/verdict_rules.py).
+tie-break rule of analysis/hang/verdict_rules.py).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from rankscope.analysis.group_members import members as group_members
-from rankscope.analysis.p2p import cycle_phrase, find_cycle
-from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.verdict_facts import Facts, Ruling
-from rankscope.analysis.verdict_phrases import (
+from rankscope.analysis.hang.group_members import members as group_members
+from rankscope.analysis.hang.verdict_facts import Facts, Ruling
+from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
     describe_all,
@@ -24,7 +22,9 @@ from rankscope.analysis.verdict_phrases import (
     plural,
     recorder_lines,
 )
-from rankscope.analysis.verdict_texts import Step, say, step
+from rankscope.analysis.hang.verdict_texts import Step, say, step
+from rankscope.analysis.p2p import cycle_phrase, find_cycle
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Confidence, Group
 
 
@@ -115,7 +115,7 @@ def left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Ruling
     A subgroup collective completes only when every member calls it; a member that skipped it
     went on to the next collective with the majority. The minority is the victim, and the culprit
     is the member of its group that went on: read from the job's locals (a table of groups or a
-    list of ranks, :mod:`~rankscope.analysis.group_members`), else from the flight recorder, else
+    list of ranks, :mod:`~rankscope.analysis.hang.group_members`), else from the flight recorder, else
     not named at all.
     """
     by_rank = {s.rank: s for s in f.live}

@@ -10,11 +10,9 @@ state is.
 
 from __future__ import annotations
 
-from rankscope.analysis.frames import short_site
-from rankscope.analysis.p2p import P2P_DIRECTION
-from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.verdict_facts import Facts, Ruling
-from rankscope.analysis.verdict_phrases import (
+from rankscope.analysis.hang.frames import short_site
+from rankscope.analysis.hang.verdict_facts import Facts, Ruling
+from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
     describe_all,
@@ -23,8 +21,10 @@ from rankscope.analysis.verdict_phrases import (
     recorder_lines,
     stopped_groups,
 )
-from rankscope.analysis.verdict_texts import Step, say, step
-from rankscope.analysis.waits import GPU_LIKE, inferred, python_frames_only
+from rankscope.analysis.hang.verdict_texts import Step, say, step
+from rankscope.analysis.hang.waits import GPU_LIKE, inferred, python_frames_only
+from rankscope.analysis.p2p import P2P_DIRECTION
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Group
 
 

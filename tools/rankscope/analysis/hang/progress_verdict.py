@@ -1,6 +1,6 @@
 """The verdicts a job that is not hung gets: ``progressing``, ``straggler`` and ``busy``.
 
-They are read before any hang rule (:func:`rankscope.analysis.stacks.analyze`): a job that
+They are read before any hang rule (:func:`rankscope.analysis.hang.stacks.analyze`): a job that
 moved during the window is never called hung, and a job whose only ranks that do not wait
 compute in their own code is "no progress yet", not a deadlock. Everything else goes to the
 hang rules, with what the window saw added to their evidence.
@@ -8,9 +8,9 @@ hang rules, with what the window saw added to their evidence.
 
 from __future__ import annotations
 
-from rankscope.analysis.frames import short_site
+from rankscope.analysis.hang.frames import short_site
+from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.waits import GPU_LIKE, wait_phrase
 from rankscope.models.core import Confidence, NextStep, RankStack, Verdict
 from rankscope.models.progress import Progress, RankMotion
 

@@ -45,7 +45,7 @@ NATIVE_STACK_STEP = NextStep(
     skill_section="skill/hangs.md#nccl-hangs",
 )
 """The recorder's one step that reads native frames: the hang verdict, passing it on, asks the
-call for them (analysis/verdict_texts.py), which the step's words alone would not tell it."""
+call for them (analysis/hang/verdict_texts.py), which the step's words alone would not tell it."""
 
 _LIB_MARKERS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
 

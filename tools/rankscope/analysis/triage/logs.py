@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankscope.analysis.log_rules import (
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
+from rankscope.analysis.triage.log_rules import (
     ALL_NEEDLES,
     ASSERT_CUDA_ERROR,
     RULES,
@@ -29,7 +30,6 @@ from rankscope.analysis.log_rules import (
     Role,
     Rule,
 )
-from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.units import size_or_none
 from rankscope.models.core import Finding, NextStep, Severity
 from rankscope.models.logs import FailureRecord

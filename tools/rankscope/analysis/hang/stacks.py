@@ -12,17 +12,16 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
-from rankscope.analysis.backend import job_backend
-from rankscope.analysis.bound import bound_report
-from rankscope.analysis.collectives import (
+from rankscope.analysis.hang.backend import job_backend
+from rankscope.analysis.hang.collectives import (
     BACKWARD_FRAMES,
     NATIVE_STRONG,
     classify_native_frame,
     classify_python_frame,
     frame_key,
 )
-from rankscope.analysis.counters import int_locals, on_subgroup
-from rankscope.analysis.frames import (
+from rankscope.analysis.hang.counters import int_locals, on_subgroup
+from rankscope.analysis.hang.frames import (
     GONE_STATES,
     STUCK_STATES,
     find_call_site,
@@ -32,13 +31,14 @@ from rankscope.analysis.frames import (
     main_thread,
     short_site,
 )
-from rankscope.analysis.group_members import read_group_locals
+from rankscope.analysis.hang.group_members import read_group_locals
+from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS, progress_verdict
+from rankscope.analysis.hang.progress_verdict import evidence as progress_evidence
+from rankscope.analysis.hang.verdict import BACKWARD_OP, decide, facts
+from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
 from rankscope.analysis.p2p import P2P_DIRECTION
-from rankscope.analysis.progress_verdict import PROGRESS_KINDS, progress_verdict
-from rankscope.analysis.progress_verdict import evidence as progress_evidence
 from rankscope.analysis.ranges import rank_ranges
-from rankscope.analysis.verdict import BACKWARD_OP, decide, facts
-from rankscope.analysis.waits import GPU_LIKE, classify_wait
+from rankscope.analysis.sizing.bound import bound_report
 from rankscope.models.core import (
     Backend,
     CallSite,

@@ -1,10 +1,10 @@
 """The hang rules: two tables, read one rule at a time, first match wins.
 
-A rule takes the facts of one capture (:class:`~rankscope.analysis.verdict_facts.Facts`) and
-returns a :class:`~rankscope.analysis.verdict_facts.Ruling` or None; its sentences and next
-steps are keys into analysis/verdict_texts.py. The gloo rules assume what gloo does: a
+A rule takes the facts of one capture (:class:`~rankscope.analysis.hang.verdict_facts.Facts`) and
+returns a :class:`~rankscope.analysis.hang.verdict_facts.Ruling` or None; its sentences and next
+steps are keys into analysis/hang/verdict_texts.py. The gloo rules assume what gloo does: a
 collective blocks the CPU until every rank arrives, so where the CPU stops is where the rank
-is stuck. The NCCL rules (analysis/verdict_nccl.py) know that a collective returns once its
+is stuck. The NCCL rules (analysis/hang/verdict_nccl.py) know that a collective returns once its
 kernel is enqueued. A tie-break is a rule too: it sits just before the rule whose open answer
 it breaks, and fires only when the progress counters give a lead that answer lacks.
 """
@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from rankscope.analysis.counters import CounterSplit
-from rankscope.analysis.frames import main_thread, short_site
-from rankscope.analysis.p2p import P2P_DIRECTION, cycle_phrase, find_cycle
-from rankscope.analysis.ranges import ranks_phrase
-from rankscope.analysis.verdict_facts import Facts, Ruling
-from rankscope.analysis.verdict_mismatch import rule_mismatched
-from rankscope.analysis.verdict_nccl import (
+from rankscope.analysis.hang.counters import CounterSplit
+from rankscope.analysis.hang.frames import main_thread, short_site
+from rankscope.analysis.hang.verdict_facts import Facts, Ruling
+from rankscope.analysis.hang.verdict_mismatch import rule_mismatched
+from rankscope.analysis.hang.verdict_nccl import (
     nccl_same_line,
     rule_flight_recorder,
     rule_gpu_idle,
@@ -29,7 +27,7 @@ from rankscope.analysis.verdict_nccl import (
     rule_nccl_rank_elsewhere,
     rule_ras,
 )
-from rankscope.analysis.verdict_phrases import (
+from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
     describe_all,
@@ -39,8 +37,10 @@ from rankscope.analysis.verdict_phrases import (
     stopped_groups,
     transport,
 )
-from rankscope.analysis.verdict_texts import Step, say, step
-from rankscope.analysis.waits import under_own_line
+from rankscope.analysis.hang.verdict_texts import Step, say, step
+from rankscope.analysis.hang.waits import under_own_line
+from rankscope.analysis.p2p import P2P_DIRECTION, cycle_phrase, find_cycle
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Confidence, Group
 
 Rule = Callable[[Facts], Ruling | None]

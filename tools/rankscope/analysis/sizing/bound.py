@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
-from rankscope.analysis.collectives import classify_native_frame, frame_key
-from rankscope.analysis.fit import size_of
-from rankscope.analysis.frames import is_torch_or_stdlib, short_path
-from rankscope.analysis.progress_verdict import PROGRESS_KINDS
+from rankscope.analysis.hang.collectives import classify_native_frame, frame_key
+from rankscope.analysis.hang.frames import is_torch_or_stdlib, short_path
+from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.ranges import merge_rank_lines, rank_ranges
+from rankscope.analysis.sizing.fit import size_of
 from rankscope.models.compact import compact
 from rankscope.models.core import (
     Finding,

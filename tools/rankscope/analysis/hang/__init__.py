@@ -1,0 +1,22 @@
+"""Hang analysis: the stacks of a job's ranks (live or saved) in, hung or slow and who is to blame out.
+
+Modules, in reading order:
+
+- ``stacks``: :func:`~rankscope.analysis.hang.stacks.analyze`, the entry point: annotates each
+  rank's main thread, groups the ranks, and hands the facts to the verdict;
+- what one rank's stack says: ``frames`` (the job's own code, the main thread), ``collectives``
+  (frames that mean "in a torch.distributed operation"), ``waits`` (what it waits for),
+  ``counters`` (its loop counters), ``conditions`` (the condition above its call),
+  ``group_members`` (who is in the group it waits on);
+- what the job's other signs say: ``backend`` (NCCL or gloo, from /proc or native frames),
+  ``gpu_busy`` (nvidia-smi), ``ras`` (NCCL RAS's launch counts);
+- ``progress`` and ``progress_verdict``: the progress window (moving, busy, blocked) and the
+  verdicts of a job that is not hung;
+- ``verdict``: the hang verdict, from ``verdict_facts`` (what the rules read and return),
+  ``verdict_rules`` with ``verdict_nccl`` and ``verdict_mismatch`` (the rules), ``verdict_texts``
+  (their words), ``verdict_phrases`` and ``verdict_evidence`` (how they name what they saw);
+- ``stack_files``: saved stacks (py-spy output, faulthandler tracebacks) parsed into the same threads.
+
+The shells that feed it: ``capabilities/stacks.py``, ``progress_watch.py``, ``gpu_read.py``,
+``ras_read.py``, ``saved_stacks.py`` and ``remote.py``.
+"""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.capabilities.flight import analyze_flight_recorder
+from rankscope.capabilities.recorder.flight import analyze_flight_recorder
 from tests.jobs import JobFactory, wait_for
 from tests.paths import DATA as DATA_ROOT
 

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rankscope.capabilities import flight_pickup
-from rankscope.capabilities.flight_pickup import dump_path, find_dumps, pick_up
+from rankscope.capabilities.recorder import pickup
+from rankscope.capabilities.recorder.pickup import dump_path, find_dumps, pick_up
 from rankscope.models.core import Job, RankProcess
 from rankscope.runtime.procfs import read_environ
 from tests.jobs import JobFactory, wait_for
@@ -109,7 +109,7 @@ def test_no_pipe_no_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     def no_sleep(seconds: float) -> None:
         raise AssertionError(f"waited {seconds} s with no pipe to ask through")
 
-    monkeypatch.setattr(flight_pickup, "time", SimpleNamespace(sleep=no_sleep, monotonic=time.monotonic))
+    monkeypatch.setattr(pickup, "time", SimpleNamespace(sleep=no_sleep, monotonic=time.monotonic))
     with ranks_with({"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "none_")}) as job:
         assert pick_up(job) is None
 
@@ -120,7 +120,11 @@ def test_exception_dump_is_read_from_the_jobs_store_and_never_written() -> None:
 
     from torch.distributed import TCPStore
 
-    from rankscope.capabilities.flight_pickup import EXCEPTION_DUMP, exception_dump_note, read_exception_dump
+    from rankscope.capabilities.recorder.pickup import (
+        EXCEPTION_DUMP,
+        exception_dump_note,
+        read_exception_dump,
+    )
     from tests.jobs import free_port
 
     port = free_port()
@@ -151,7 +155,7 @@ def test_worker_server_sockets_give_the_recorder_of_a_hung_gloo_job(
     """Ranks that serve torchelastic's worker handlers on their own socket answer fr_trace_json while
     they hang; stacks analyses those traces with the stacks, and the ranks go on waiting."""
     from rankscope.api import dump_stacks
-    from rankscope.capabilities.flight_pickup import worker_trace
+    from rankscope.capabilities.recorder.pickup import worker_trace
 
     sockets = tmp_path / "sockets"
     sockets.mkdir()
@@ -168,7 +172,7 @@ def test_worker_server_sockets_give_the_recorder_of_a_hung_gloo_job(
 
 
 def test_recorder_plan_says_where_when_and_how_from_the_launch_environment() -> None:
-    from rankscope.capabilities.flight_pickup import recorder_plan
+    from rankscope.capabilities.recorder.pickup import recorder_plan
 
     job = Job(job_id="j", backend="nccl", ranks=[RankProcess(rank=0, pid=4242, host="h")])
 

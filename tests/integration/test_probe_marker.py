@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from rankscope.capabilities.flight_pickup import Probe, probe_of
+from rankscope.capabilities.recorder.pickup import Probe, probe_of
 from rankscope.probe.flight import MARKER_PREFIX
 from rankscope.runtime import procfs
 

@@ -18,7 +18,7 @@ import pytest
 
 from rankscope import api
 from rankscope.analysis.recorder.flight import LoadedDump, analyze
-from rankscope.capabilities.flight import analyze_flight_recorder
+from rankscope.capabilities.recorder.flight import analyze_flight_recorder
 from rankscope.cli import main as cli_main
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, StacksReport, Verdict

@@ -7,7 +7,7 @@ import pytest
 
 from rankscope.analysis.hang.stacks import analyze
 from rankscope.analysis.recorder.flight import analyze as analyze_flight
-from rankscope.capabilities.flight import read_dumps
+from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.models.core import Backend, Job, RankStack, StacksReport
 from tests.paths import DATA
 from tests.unit.test_stacks_analysis import load as load_capture

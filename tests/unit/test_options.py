@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from rankscope.capabilities import discovery, remote, stacks
+from rankscope.capabilities.recorder import debug_server
 from rankscope.cli import build_parser
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
@@ -56,7 +57,7 @@ def test_every_field_is_covered() -> None:
     """A new option needs its flag (so it reaches the other hosts) and a value in this test."""
     assert set(OPTION_FLAGS) == set(FIELDS) == set(ASKED)
     assert set(pyspy.DUMP_FLAGS) <= set(FIELDS)
-    assert set(remote.DEBUG_SERVER_LIMITS) | {"timeout", "flight_recorder"} == set(FIELDS)
+    assert set(debug_server.DEBUG_SERVER_LIMITS) | {"timeout", "flight_recorder"} == set(FIELDS)
     for name in FIELDS:
         assert getattr(_asked(name), name) != getattr(DEFAULTS, name), name
 
@@ -173,7 +174,7 @@ def test_every_option_reaches_the_debug_server_or_is_named(
         store.append(timeout)
         return ["http://h0:1", "http://h1:1"]
 
-    monkeypatch.setattr(remote, "debug_server_urls", urls)
+    monkeypatch.setattr(debug_server, "debug_server_urls", urls)
     monkeypatch.setattr(net, "http_post", post)
 
     def collect(options: DumpOptions) -> tuple[StacksReport, list[tuple[str, float]]]:
@@ -190,7 +191,7 @@ def test_every_option_reaches_the_debug_server_or_is_named(
         assert {what for what, _ in seen} == {"dump_traceback"}  # no recorder traces asked for
     else:
         [note] = [n for n in report.job.notes if "debug server" in n]
-        assert OPTION_FLAGS[name] in note and remote.DEBUG_SERVER_LIMITS[name] in note, note
+        assert OPTION_FLAGS[name] in note and debug_server.DEBUG_SERVER_LIMITS[name] in note, note
         assert OPTION_FLAGS[name] not in " ".join(plain.job.notes)
 
 

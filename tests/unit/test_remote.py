@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rankscope.capabilities.recorder.debug_server import parse_faulthandler
 from rankscope.capabilities.remote import (
     classify_failure,
     dump_stacks_remote,
@@ -19,7 +20,6 @@ from rankscope.capabilities.remote import (
     kubectl_exec_argv,
     kubectl_get_pods_argv,
     merge_reports,
-    parse_faulthandler,
     parse_report,
     pods_from_json,
     split_labelled,

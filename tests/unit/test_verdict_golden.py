@@ -20,7 +20,7 @@ import pytest
 from rankscope.analysis.hang.ras import finding
 from rankscope.analysis.hang.stacks import analyze
 from rankscope.analysis.recorder.flight import analyze as analyze_flight
-from rankscope.capabilities.flight import read_dumps
+from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport
 from rankscope.models.flight import FlightReport
 from rankscope.models.ras import RasFinding

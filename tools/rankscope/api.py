@@ -32,7 +32,7 @@ EXPORTS: dict[str, str] = {
     "verify_repro": "rankscope.capabilities.repro",
     # beyond one host / after the fact
     "dump_stacks_remote": "rankscope.capabilities.remote",
-    "analyze_flight_recorder": "rankscope.capabilities.flight",
+    "analyze_flight_recorder": "rankscope.capabilities.recorder.flight",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
     # memory
     "inspect_memory": "rankscope.capabilities.memory",
@@ -69,7 +69,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.discovery import find_job as find_job
     from rankscope.capabilities.discovery import list_jobs as list_jobs
     from rankscope.capabilities.envinfo import collect_env as collect_env
-    from rankscope.capabilities.flight import analyze_flight_recorder as analyze_flight_recorder
     from rankscope.capabilities.install import install_skill as install_skill
     from rankscope.capabilities.install import mcp_config as mcp_config
     from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
@@ -77,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.memory import inspect_memory as inspect_memory
     from rankscope.capabilities.memory import memory_budget as memory_budget
     from rankscope.capabilities.placements import inspect_placements as inspect_placements
+    from rankscope.capabilities.recorder.flight import analyze_flight_recorder as analyze_flight_recorder
     from rankscope.capabilities.remote import dump_stacks_remote as dump_stacks_remote
     from rankscope.capabilities.repro import list_templates as list_templates
     from rankscope.capabilities.repro import render_repro as render_repro

@@ -33,7 +33,10 @@ from rankscope.analysis.hang.waits import creating_communicator
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities import discovery
-from rankscope.capabilities.flight_pickup import (
+from rankscope.capabilities.gpu_read import gpu_utilisation
+from rankscope.capabilities.progress_watch import Window, main_frames
+from rankscope.capabilities.ras_read import read_ras
+from rankscope.capabilities.recorder.pickup import (
     ask_again,
     debug_server_flight,
     exception_dump_note,
@@ -42,9 +45,6 @@ from rankscope.capabilities.flight_pickup import (
     pick_up,
     recorder_plan,
 )
-from rankscope.capabilities.gpu_read import gpu_utilisation
-from rankscope.capabilities.progress_watch import Window, main_frames
-from rankscope.capabilities.ras_read import read_ras
 from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
 from rankscope.models.core import (
     Job,

@@ -279,7 +279,7 @@ def _read_flight(files: list[str], sources: list[LogSource]) -> FlightReport | N
     if not files:
         return None
     from rankscope.analysis.recorder.flight import analyze
-    from rankscope.capabilities.flight import read_dumps
+    from rankscope.capabilities.recorder.flight import read_dumps
 
     dumps, errors = read_dumps(files)
     read = {d.path: d.rank for d in dumps}

@@ -35,15 +35,15 @@ from typing import Any
 from rankscope.analysis.env_checks import blocking_wait_on, dump_on_timeout_off, recorder_off
 from rankscope.analysis.recorder.flight import LoadedDump
 from rankscope.analysis.recorder.flight import analyze as analyze_flight
-from rankscope.capabilities.flight import read_dumps
-from rankscope.capabilities.remote import debug_server_trace, debug_server_urls
+from rankscope.capabilities.recorder.debug_server import debug_server_trace, debug_server_urls
+from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.errors import RankscopeError
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
 from rankscope.probe.flight import MARKER_PREFIX, TRACE_PREFIX
 from rankscope.runtime import net, procfs, signals, tcpstore
 
-log = logging.getLogger("rankscope.capabilities.flight_pickup")
+log = logging.getLogger("rankscope.capabilities.recorder.pickup")
 
 DEFAULT_NAME = "comm_lib_trace_rank_"
 START_SLACK_S = 5.0

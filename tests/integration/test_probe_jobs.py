@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rankscope.capabilities.compare import compare_dir
+from rankscope.capabilities.consistency import compare_dir
 from rankscope.capabilities.placements import inspect_placements
 from tests.jobs import JobFactory, wait_for
 

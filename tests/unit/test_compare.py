@@ -12,7 +12,7 @@ import pytest
 import torch
 from mcp import Client
 
-from rankscope.capabilities.compare import compare_dir
+from rankscope.capabilities.consistency import compare_dir
 from rankscope.cli import main
 from rankscope.errors import InvalidInput
 from rankscope.mcp_server import build_server

@@ -65,7 +65,7 @@ class Plant:
 
 
 ANALYSIS = "analysis/ranges.py"
-SHELL = "capabilities/compare.py"
+SHELL = "capabilities/consistency.py"
 
 PLANTS = [
     Plant("models imports analysis", "models/base.py", "from rankscope.analysis.ranges import rank_ranges\n",

@@ -16,7 +16,7 @@ from rankscope.analysis.placements import coverage, tiling_problems
 from rankscope.capabilities.placements import inspect_placements
 from rankscope.cli import main
 from rankscope.errors import InvalidInput
-from rankscope.models.probe import Chunk, ModuleWrapping, PlacementReport, TensorPlacement
+from rankscope.models.placements import Chunk, ModuleWrapping, PlacementReport, TensorPlacement
 from tests.paths import DATA as DATA_ROOT
 
 DATA = DATA_ROOT / "probe"

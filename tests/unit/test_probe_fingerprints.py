@@ -10,7 +10,7 @@ import json
 import re
 
 from rankscope.analysis.consistency import compare_fingerprints
-from rankscope.models.probe import Fingerprint, RankFingerprints
+from rankscope.models.consistency import Fingerprint, RankFingerprints
 from tests.paths import DATA as DATA_ROOT
 from tests.paths import ROOT
 
@@ -163,7 +163,7 @@ def test_every_emitted_skill_section_resolves_to_a_heading() -> None:
         for m in re.finditer(r"^#{1,6}\s+(.*)$", playbook, flags=re.MULTILINE)
     }
     emitted: set[str] = set()
-    for module in ("analysis/consistency.py", "capabilities/compare.py"):
+    for module in ("analysis/consistency.py", "capabilities/consistency.py"):
         source = (root / "tools" / "rankscope" / module).read_text()
         emitted |= set(re.findall(r"(?:wrong-results\.md|\{pb\})#([a-z-]+)", source))
     assert {"missing-broadcast", "batchnorm", "nan-on-one-rank", "offline"} <= emitted

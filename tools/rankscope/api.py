@@ -23,7 +23,7 @@ EXPORTS: dict[str, str] = {
     "collect_env": "rankscope.capabilities.envinfo",
     "triage_logs": "rankscope.capabilities.triage",
     # cross-rank consistency and placements (offline side of rankscope.probe)
-    "compare_dir": "rankscope.capabilities.compare",
+    "compare_dir": "rankscope.capabilities.consistency",
     "inspect_placements": "rankscope.capabilities.placements",
     # minimal repros
     "list_templates": "rankscope.capabilities.repro",
@@ -65,7 +65,7 @@ __all__ = sorted(EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rankscope.analysis.redact import redact_model as redact_model
-    from rankscope.capabilities.compare import compare_dir as compare_dir
+    from rankscope.capabilities.consistency import compare_dir as compare_dir
     from rankscope.capabilities.discovery import find_job as find_job
     from rankscope.capabilities.discovery import list_jobs as list_jobs
     from rankscope.capabilities.envinfo import collect_env as collect_env

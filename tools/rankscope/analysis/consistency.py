@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
-from rankscope.models.core import NextStep
-from rankscope.models.probe import (
+from rankscope.models.consistency import (
     ConsistencyReport,
     DivergentTensor,
     Fingerprint,
@@ -32,6 +31,7 @@ from rankscope.models.probe import (
     RankFingerprints,
     RankValue,
 )
+from rankscope.models.core import NextStep
 
 NO_GRAD = "none"
 """dtype of the fingerprint of a parameter whose .grad is None on that rank."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rankscope.models.probe import Chunk, CoverageSummary, ModuleWrapping, SizedName, TensorPlacement
+from rankscope.models.placements import Chunk, CoverageSummary, ModuleWrapping, SizedName, TensorPlacement
 
 ADAM_BYTES_PER_ELEMENT = 8
 """exp_avg and exp_avg_sq, both fp32, per parameter element."""

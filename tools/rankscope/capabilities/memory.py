@@ -37,7 +37,7 @@ from rankscope.capabilities.discovery import find_job
 from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
 from rankscope.models.core import Job, NextStep, RankError, RankProcess
 from rankscope.models.memory import BudgetInput, BudgetReport, MemoryReport, RankMemory, SnapshotSummary
-from rankscope.models.probe import PlacementReport, PlacementsReport
+from rankscope.models.placements import PlacementReport, PlacementsReport
 from rankscope.options import check_pid
 from rankscope.runtime import procfs, subproc
 from rankscope.runtime.proctree import children_map, descendants

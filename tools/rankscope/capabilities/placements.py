@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from rankscope.analysis.placements import tiling_problems
 from rankscope.analysis.redact import redact_text
 from rankscope.errors import InvalidInput, TorchMissing
-from rankscope.models.probe import Chunk, FileBytes, PlacementReport, PlacementsReport, StoredTensor
+from rankscope.models.placements import Chunk, FileBytes, PlacementReport, PlacementsReport, StoredTensor
 
 _RANK_FILE = re.compile(r"placements-rank(\d+)\.json$")
 

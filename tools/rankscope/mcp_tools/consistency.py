@@ -12,7 +12,8 @@ from mcp.server.mcpserver import MCPServer
 
 from rankscope import api
 from rankscope.mcp_tools._common import READ_ONLY, Full, add_tool, arg, guard, in_thread
-from rankscope.models.probe import ConsistencyReport, PlacementsReport
+from rankscope.models.consistency import ConsistencyReport
+from rankscope.models.placements import PlacementsReport
 
 
 @guard

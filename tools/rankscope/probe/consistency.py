@@ -20,7 +20,7 @@ from typing import Any
 
 from rankscope.analysis.consistency import NO_GRAD, compare_fingerprints
 from rankscope.errors import InvalidInput
-from rankscope.models.probe import ConsistencyReport, Fingerprint, RankFingerprints, TensorKind
+from rankscope.models.consistency import ConsistencyReport, Fingerprint, RankFingerprints, TensorKind
 from rankscope.probe import _dist
 
 WHICH = ("params", "grads", "buffers", "all")

@@ -11,7 +11,7 @@ from typing import Any
 
 from rankscope.analysis.placements import coverage
 from rankscope.errors import InvalidInput
-from rankscope.models.probe import ModuleWrapping, PlacementReport, TensorPlacement
+from rankscope.models.placements import ModuleWrapping, PlacementReport, TensorPlacement
 from rankscope.probe import _dist
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rankscope.models.probe import ConsistencyReport
+from rankscope.models.consistency import ConsistencyReport
 from rankscope.render.next_steps import render_next_steps
 
 MAX_LISTED = 20

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rankscope.models.probe import PlacementsReport
+from rankscope.models.placements import PlacementsReport
 
 MAX_LISTED = 40
 

@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from rankscope.analysis.consistency import compare_fingerprints
 from rankscope.analysis.redact import redact_text
 from rankscope.errors import InvalidInput, TorchMissing
+from rankscope.models.consistency import ConsistencyReport, RankFingerprints
 from rankscope.models.core import NextStep
-from rankscope.models.probe import ConsistencyReport, RankFingerprints
 
 _FP_FILE = re.compile(r"^fingerprints-rank(\d+)\.json$")
 _SD_FILE = re.compile(r"(?:rank|shard|_|-)[_-]?(\d+)\.(?:pt|pth|bin|ckpt)$", re.IGNORECASE)

@@ -1,0 +1,81 @@
+"""The triage report of every log capture the tests hold, kept word for word (tests/data/triage_reports.json).
+
+The fixture tests check what each capture is for (its suspect, its kinds); this one holds the whole
+answer, every finding's wording, facts, lines and excerpt, the failure records and the summary, so a
+refactoring of the log scanner that changes any of it shows up as a diff. A deliberate change
+rewrites the file (``RANKSCOPE_REGOLD=1 pytest tests/unit/test_triage_golden.py``) and the diff is
+reviewed. Every log folder is also read as one job, so state that crosses files (torchrun's table,
+NCCL's pid-to-rank map, tracebacks per source) meets more than one source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from rankscope.capabilities.triage import triage_logs
+from tests.paths import DATA, ROOT
+
+GOLDEN = DATA / "triage_reports.json"
+LOGS = DATA / "logs"
+
+
+def _cases() -> list[str]:
+    """Every log file and log folder under tests/data/logs, and the torchrun logs of the other captures."""
+    logs = sorted(p for p in LOGS.rglob("*") if p.name != "README.md")
+    others = [DATA / "nccl_uneven" / "torchrun.log", *sorted((DATA / "postmortem").glob("*/torchrun.log"))]
+    return [str(p.relative_to(ROOT)) for p in [LOGS, *logs, *others]]
+
+
+def _report(rel: str) -> dict[str, Any]:
+    """One capture's report, its paths relative to the repository and its timings left out."""
+    text = triage_logs([str(ROOT / rel)]).model_dump_json()
+    report: dict[str, Any] = json.loads(text.replace(f"{ROOT}/", ""))
+    report["stats"] = {k: v for k, v in report["stats"].items() if k in ("bytes", "lines")}
+    return report
+
+
+def test_every_triage_report_is_as_recorded() -> None:
+    got = {rel: _report(rel) for rel in _cases()}
+    if os.environ.get("RANKSCOPE_REGOLD"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        pytest.skip(f"rewrote {GOLDEN.relative_to(ROOT)}")
+    want = json.loads(GOLDEN.read_text())
+    assert sorted(got) == sorted(want), "the cases changed: rewrite the golden file and review the diff"
+    changed = [name for name in sorted(want) if got[name] != want[name]]
+    assert not changed, (
+        f"{len(changed)} reports differ, first {changed[0]}: {_diff(got[changed[0]], want[changed[0]])}"
+    )
+
+
+def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{k}: {got.get(k)!r} != {want.get(k)!r}" for k in sorted(want) if got.get(k) != want.get(k)
+    )
+
+
+def test_the_golden_file_covers_every_finding_kind() -> None:
+    """A golden file that lost its variety would let a rule change unnoticed."""
+    reports = json.loads(GOLDEN.read_text()).values()
+    kinds = {f["kind"] for r in reports for f in r["findings"]}
+    assert kinds >= {
+        "collective_timeout",
+        "collective_mismatch",
+        "child_failed",
+        "killed_by_signal",
+        "cuda_oom",
+        "cuda_error",
+        "device_assert",
+        "duplicate_gpu",
+        "thread_died",
+        "nccl_error",
+        "gpu_xid",
+        "peer_closed",
+        "dataloader_worker_killed",
+        "address_in_use",
+        "rendezvous_failure",
+        "unused_parameters",
+    }

@@ -9,6 +9,11 @@ that lags, stays silent, runs out of memory or is killed is the suspect.
 torchrun's "first observed failure" is only evidence: the first rank to fail is
 often a victim that timed out first.
 
+The scanner only routes each line; its readers sit in their own modules:
+``torchrun_lines`` (the launcher's table and exits), ``tracebacks`` (call sites,
+dead threads), ``rule_facts`` (what a rule's line says), ``accumulator`` (one
+finding per kind, rank and source) and ``after_scan`` (what needs the whole log).
+
 No I/O here: the shell (``rankscope.capabilities.triage``) reads files and passes lines.
 """
 
@@ -17,65 +22,24 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
-from rankscope.analysis.triage.log_rules import (
-    ALL_NEEDLES,
-    ASSERT_CUDA_ERROR,
-    RULES,
-    SECTIONS,
-    SIGNAL_MEANING,
-    XID_MEANING,
-    Role,
-    Rule,
+from rankscope.analysis.triage import rule_facts
+from rankscope.analysis.triage.accumulator import EXCERPT_CHARS, Accumulator
+from rankscope.analysis.triage.after_scan import (
+    WATCHDOG_EVIDENCE,
+    derive_from_records,
+    fold_duplicate_gpu,
+    mark_watchdog_aborts,
 )
+from rankscope.analysis.triage.log_rules import ALL_NEEDLES, RULES, Rule
+from rankscope.analysis.triage.torchrun_lines import TorchrunLines
+from rankscope.analysis.triage.tracebacks import ThreadEnd, Tracebacks
 from rankscope.analysis.units import size_or_none
-from rankscope.models.core import Finding, NextStep, Severity
+from rankscope.models.core import Finding, NextStep
 from rankscope.models.logs import FailureRecord
 
 _RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:")
-_NCCL_COMM = re.compile(
-    r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
-)
-_NCCL_LINE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] (?:\S+:\d+ )?NCCL ")
-_TORCHRUN_FAILED = re.compile(
-    r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"
-)
-_SPAWN_EXIT = re.compile(r"process (?P<rank>\d+) terminated with exit code (?P<exitcode>-?\d+)")
-_CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG\w+)")
-_TABLE_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
-_TABLE_RANK = re.compile(r"(?P<rank>-?\d+|<N/A>)(?: \(local_rank: (?P<local_rank>-?\d+|<N/A>)\))?")
-_TABLE_EXIT = re.compile(r"(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<signal>SIG\w+)\))?")
-_PG_RANK = re.compile(
-    r"\[(?:PG ID (?P<pg_id>\d+) PG GUID (?P<pg_guid>[^\]]*?) |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\]"
-)
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
-_EXCEPTION_LINE = re.compile(
-    r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)\w*)(?:: (?P<exc_message>.*))?$"
-)
-_LIBRARY_FILES = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "/torch/")
-_TRACE_SPAN = 60
-"""A user frame more than this many lines before an error is not that error's traceback."""
-_TRACED_KINDS = frozenset(
-    {"cuda_error", "cuda_oom", "nccl_error", "duplicate_gpu", "collective_mismatch", "unused_parameters"}
-)
-"""Kinds whose finding takes the innermost user frame of the traceback printed with it (facts.call_site)."""
-_SIGNUM = {
-    "SIGHUP": 1,
-    "SIGINT": 2,
-    "SIGQUIT": 3,
-    "SIGILL": 4,
-    "SIGABRT": 6,
-    "SIGBUS": 7,
-    "SIGFPE": 8,
-    "SIGKILL": 9,
-    "SIGSEGV": 11,
-    "SIGPIPE": 13,
-    "SIGALRM": 14,
-    "SIGTERM": 15,
-}
-_SIGNAME = {v: k for k, v in _SIGNUM.items()}
 
 TABLE_NEEDLES: tuple[str, ...] = (
     "Root Cause (first observed failure)",
@@ -102,92 +66,39 @@ TABLE_END = "====="
 SHELL_NEEDLES: tuple[str, ...] = (*NEEDLES, TABLE_END)
 """What a shell pre-filtering lines must pass to ``feed``: the needles and the end of torchrun's table."""
 
-_SEVERITY_ORDER: dict[str, int] = {"critical": 0, "error": 1, "warning": 2, "info": 3}
-_ROLE_ORDER: dict[str, int] = {"cause": 0, "context": 1, "victim": 2}
-_MAX_LINES_PER_FINDING = 8
-_EXCERPT_CHARS = 600
-
 
 parse_size = size_or_none  # sizes as PyTorch prints them ("2.00 GiB"); None when not a size
 
 
-def _facts_from(m: re.Match[str]) -> dict[str, Any]:
-    facts: dict[str, Any] = {}
-    for key, value in m.groupdict().items():
-        if value is None:
-            continue
-        value = value.strip()
-        if re.fullmatch(r"-?\d+", value) and key not in ("pci", "pg_guid", "nccl_version", "bus_id"):
-            facts[key] = int(value)
-        else:
-            facts[key] = value
-    return facts
-
-
-def _oom_bytes(facts: dict[str, Any]) -> None:
-    """Add ``<size>_bytes`` beside each size an OOM message printed (``2.00 GiB``)."""
-    for key in ("requested", "total_capacity", "free", "allocated_by_pytorch", "reserved_unallocated"):
-        if isinstance(facts.get(key), str):
-            size = parse_size(facts[key])
-            if size is not None:
-                facts[f"{key}_bytes"] = size
-
-
-@dataclass
-class _Acc:
-    """A finding being accumulated from one or more lines."""
-
-    kind: str
-    severity: Severity
-    role: Role
-    rank: int | None
-    source: str
-    message: str
-    explanation: str
-    fix: str
-    next_steps: list[NextStep]
-    first_line: int
-    order: int
-    lines: list[int] = field(default_factory=list)
-    excerpt: list[str] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
-    count: int = 0
-
-
-@dataclass
-class _Table:
-    """torchrun's ChildFailedError table while it is being read."""
-
-    source: str
-    first_observed: bool = False
-    current: dict[str, str] = field(default_factory=dict)
-    line: int = 0
-
-
 class LogScanner:
-    """Streaming rule engine: ``feed`` lines, then ``findings()`` and ``failures()``."""
+    """Streaming rule engine: ``feed`` lines, then ``findings()`` and ``failures()``.
+
+    It routes each line to the reader it belongs to (torchrun's lines, a traceback, or the rules),
+    decides the rank a line is about, and accumulates what the rules make of it."""
 
     def __init__(self, redact: Callable[[str], str] | None = None) -> None:
         self._redact = redact or (lambda s: s)
-        self._accs: dict[tuple[str, int | None, str], _Acc] = {}
-        self._order = 0
-        self._table: _Table | None = None
-        self._records: list[tuple[FailureRecord, str, int]] = []
-        self._torchrun_failed: list[tuple[FailureRecord, str, int]] = []
-        self._sigterm_pids: set[int] = set()
-        self._pid_rank: dict[tuple[str, int], tuple[int, int]] = {}
         self.seen_ranks: set[int] = set()
-        self.world_size: int | None = None
-        self._frames: dict[tuple[str, int | None], tuple[int, str]] = {}
-        self._threads: dict[tuple[str, int | None], tuple[str, int | None, str]] = {}
-        self.stack_sources: set[str] = set()
+        self._accs = Accumulator(self._redact)
+        self._torchrun = TorchrunLines(self._redact, self.seen_ranks)
+        self._tracebacks = Tracebacks()
+        self.stack_sources: set[str] = self._tracebacks.stack_sources
         """Sources that hold faulthandler stacks ("most recent call first"): saved stacks as well as logs."""
+
+    @property
+    def world_size(self) -> int | None:
+        """The largest communicator NCCL's init lines reported; None when they were not logged."""
+        return self._torchrun.world_size
+
+    @world_size.setter
+    def world_size(self, value: int | None) -> None:
+        self._torchrun.world_size = value
 
     # -- input -----------------------------------------------------------------------------------------
     def feed(self, line: str, line_no: int, source: str, rank_hint: int | None = None) -> None:
         """Consume one line (without its newline). Lines without any needle cost one scan."""
-        if self._table is not None and TABLE_END in line and line.strip().startswith(TABLE_END):
-            self._close_table()
+        if self._torchrun.in_table and TABLE_END in line and line.strip().startswith(TABLE_END):
+            self._torchrun.close_table()
             return
         if not any(n in line for n in NEEDLES):
             return
@@ -199,83 +110,50 @@ class LogScanner:
             text = line[m.end() :]
         if rank is not None:
             self.seen_ranks.add(rank)
-        if self._table_line(text, line_no, source):
+        if self._torchrun.table_line(text, line_no, source):
             return
-        if self._torchrun_line(text, line_no, source):
+        if self._torchrun.launcher_line(text, line_no, source):
             return
-        if self._traceback_line(text, line_no, source, rank):
+        if self._tracebacks.read(text, line_no, source, rank):
             return
-        nm = _NCCL_LINE.search(text)
-        if nm and rank is None:
-            known = self._pid_rank.get((nm["host"], int(nm["pid"])))
-            if known:
-                rank = known[0]
+        end = self._tracebacks.thread_end(text, line_no, source, rank)
+        if end is not None:
+            self._thread_ended(end, text, line_no, source, rank)
+        if rank is None:
+            rank = self._torchrun.rank_of_nccl_line(text)
         for rule in RULES:
             if any(n in text for n in rule.needles):
                 self._apply(rule, text, line_no, source, rank)
 
-    def _traceback_line(self, text: str, line_no: int, source: str, rank: int | None) -> bool:
-        """Follow Python tracebacks: the innermost user frame (for facts.call_site) and the exception
-        that ends a dead thread's traceback. True when the line is a traceback line and nothing more."""
-        key = (source, rank)
-        if "(most recent call first)" in text:
-            self.stack_sources.add(source)
-            return True
-        if "Traceback (most recent call last)" in text:
-            self._frames.pop(key, None)
-            return True
-        fm = _FRAME.match(text)
-        if fm is not None:
-            if not any(part in fm["file"] for part in _LIBRARY_FILES):
-                self._frames[key] = (line_no, f"{fm['file']}:{fm['line']} in {fm['func']}")
-            return True
-        thread = self._threads.get(key)
-        em = _EXCEPTION_LINE.match(text.strip()) if thread is not None else None
-        if thread is not None and em is not None:
-            del self._threads[key]
-            acc = self._accs.get(("thread_died", thread[1], source))
-            if acc is not None:
-                acc.facts.setdefault("exception", em["exception"])
-                if em["exc_message"]:
-                    acc.facts.setdefault("exception_message", self._redact(em["exc_message"].strip())[:300])
-                site = self.call_site(source, rank, line_no)
-                if site:
-                    acc.facts.setdefault("call_site", site)
-                acc.message = f"thread {thread[0]} died: {self._redact(text.strip())[:200]}"
-                acc.lines.append(line_no)
-                acc.excerpt.append(self._redact(text.strip())[:_EXCERPT_CHARS])
-        return False
+    def _thread_ended(self, end: ThreadEnd, text: str, line_no: int, source: str, rank: int | None) -> None:
+        """Complete a dead thread's finding with the exception that closed its traceback."""
+        acc = self._accs.by_key.get(("thread_died", rank, source))
+        if acc is None:
+            return
+        acc.facts.setdefault("exception", end.exception)
+        if end.message:
+            acc.facts.setdefault("exception_message", self._redact(end.message.strip())[:300])
+        if end.call_site:
+            acc.facts.setdefault("call_site", end.call_site)
+        acc.message = f"thread {end.thread} died: {self._redact(text.strip())[:200]}"
+        acc.lines.append(line_no)
+        acc.excerpt.append(self._redact(text.strip())[:EXCERPT_CHARS])
 
     def call_site(self, source: str, rank: int | None, line_no: int) -> str | None:
         """The innermost user frame of the traceback just printed on this rank, if recent enough."""
-        seen = self._frames.get((source, rank))
-        return seen[1] if seen is not None and line_no - seen[0] <= _TRACE_SPAN else None
+        return self._tracebacks.call_site(source, rank, line_no)
 
     def add_failure(self, record: FailureRecord, source: str, line_no: int = 0) -> None:
         """A failure record read from a torchelastic error.json by the shell."""
-        self._records.append((record, source, line_no))
+        self._torchrun.records.append((record, source, line_no))
         if record.rank is not None:
             self.seen_ranks.add(record.rank)
 
     def _apply(self, rule: Rule, text: str, line_no: int, source: str, rank: int | None) -> None:
-        if rule.kind == "rendezvous_failure" and "EADDRINUSE" in text:
-            return  # the port is taken: address_in_use says it better
-        if rule.kind == "peer_closed" and text.lstrip().startswith("ConnectionResetError"):
-            return  # a Python socket (multiprocessing, DataLoader fd passing), not a collective peer
-        if rule.kind == "nccl_error" and "Duplicate GPU detected" in text:
-            return  # duplicate_gpu names it with the right fix
-        facts: dict[str, Any] = {}
-        if rule.pattern is not None:
-            m = rule.pattern.search(text)
-            if m is None and rule.require_match:
-                return
-            if m is not None:
-                facts = _facts_from(m)
-        if rule.kind == "collective_timeout":
-            pm = _PG_RANK.search(text)
-            if pm is not None:
-                for k, v in _facts_from(pm).items():
-                    facts.setdefault(k, v)
+        """Accumulate what ``rule`` makes of a line; the rank the line names wins over the file's."""
+        facts = rule_facts.line_facts(rule, text)
+        if facts is None:
+            return
         if rank is None and isinstance(facts.get("rank"), int):
             rank = facts["rank"]
         if rank is not None:
@@ -283,356 +161,26 @@ class LogScanner:
         if isinstance(facts.get("other_rank"), int):
             self.seen_ranks.add(facts["other_rank"])
         facts.pop("rank", None)
-        severity: Severity = rule.severity
-        explanation, fix = rule.explanation, rule.fix
-        message = rule.message
-        next_steps = list(rule.next_steps)
-        if rule.kind in _TRACED_KINDS and rule.severity != "warning":
+        if rule_facts.takes_call_site(rule):
             site = self.call_site(source, rank, line_no)
             if site:
                 facts.setdefault("call_site", site)
-        if rule.kind == "killed_by_signal":
-            sig = facts.pop("signal2", None) or facts.get("signal")
-            crash = facts.pop("crash", None)
-            if crash:
-                sig = "SIGSEGV" if crash.startswith("Seg") else "SIGBUS"
-            if facts.get("oom_pid"):
-                sig = "SIGKILL"
-                facts["oom_killer"] = True
-            if sig:
-                facts["signal"] = sig
-                severity, explanation, fix = SIGNAL_MEANING.get(sig, (severity, explanation, fix))
-                message = f"killed by {sig}"
-        elif rule.kind == "gpu_xid" and isinstance(facts.get("xid"), int):
-            facts["meaning"] = XID_MEANING.get(facts["xid"], "See NVIDIA's Xid catalog for this code.")
-            message = f"GPU Xid {facts['xid']}"
-        elif rule.kind == "cuda_oom":
-            _oom_bytes(facts)
-        elif rule.kind == "cuda_error" and "device-side assert" in text:
-            fix = ASSERT_CUDA_ERROR[0]
-            next_steps = list(ASSERT_CUDA_ERROR[1])
-        elif rule.kind in ("device_assert", "duplicate_gpu", "thread_died"):
-            message = self._special_message(rule.kind, facts, message, rank)
-            if rule.kind == "thread_died":
-                self._threads[(source, rank)] = (str(facts.get("thread", "?")), rank, text)
-        elif rule.kind == "nccl_error" and "warning" in facts:
-            warning = str(facts["warning"])
-            if "Cuda failure" in warning or "cuda" in warning.lower():
-                message = "NCCL warning: CUDA failure"
-        self._add(
-            rule.kind,
-            severity,
-            rule.role,
-            rank,
-            source,
-            line_no,
-            text,
-            message,
-            explanation,
-            fix,
-            next_steps,
-            facts,
-        )
-
-    @staticmethod
-    def _special_message(kind: str, facts: dict[str, Any], message: str, rank: int | None) -> str:
-        """The one-line message of a device assert, a shared GPU or a dead thread, from its facts."""
-        if kind == "device_assert":
-            reason = re.search(r'"([^"]+)"', str(facts.get("assertion", "")))
-            if reason:
-                facts["reason"] = reason.group(1)
-            name = str(facts.get("kernel_file", "?")).rsplit("/", 1)[-1]
-            facts["kernel_site"] = f"{name}:{facts.get('kernel_line', '?')} {facts.get('kernel', '')}".strip()
-            return f"device-side assert in {facts['kernel_site']}: `{facts.get('assertion', '')}` failed"
-        if kind == "duplicate_gpu":
-            other = facts.get("other_rank")
-            me = rank if rank is not None else facts.get("rank")
-            return f"ranks {me} and {other} on one GPU (bus id {facts.get('bus_id', '?')}): Duplicate GPU detected"
-        return f"thread {facts.get('thread', '?')} died"
-
-    def _add(
-        self,
-        kind: str,
-        severity: Severity,
-        role: Role,
-        rank: int | None,
-        source: str,
-        line_no: int,
-        text: str,
-        message: str,
-        explanation: str,
-        fix: str,
-        next_steps: list[NextStep],
-        facts: dict[str, Any],
-    ) -> None:
-        key = (kind, rank, source)
-        acc = self._accs.get(key)
-        if acc is None:
-            self._order += 1
-            acc = _Acc(
-                kind=kind,
-                severity=severity,
-                role=role,
-                rank=rank,
-                source=source,
-                message=message,
-                explanation=explanation,
-                fix=fix,
-                next_steps=next_steps,
-                first_line=line_no,
-                order=self._order,
-            )
-            self._accs[key] = acc
-        elif _SEVERITY_ORDER[severity] < _SEVERITY_ORDER[acc.severity]:
-            acc.severity, acc.explanation, acc.fix, acc.message = severity, explanation, fix, message
-        acc.count += 1
-        for k, v in facts.items():
-            acc.facts.setdefault(k, v)
-        if len(acc.lines) < _MAX_LINES_PER_FINDING:
-            acc.lines.append(line_no)
-            if sum(len(e) for e in acc.excerpt) < _EXCERPT_CHARS:
-                acc.excerpt.append(self._redact(text.strip())[:_EXCERPT_CHARS])
-
-    # -- torchrun's own lines ------------------------------------------------------------------------------
-    def _table_line(self, text: str, line_no: int, source: str) -> bool:
-        stripped = text.strip()
-        if stripped.startswith("Root Cause (first observed failure)") or stripped == "Failures:":
-            self._flush_entry()
-            if self._table is None or self._table.source != source:
-                self._table = _Table(source=source)
-            self._table.first_observed = stripped.startswith("Root Cause")
-            return True
-        if self._table is None:
-            return False
-        m = _TABLE_FIELD.match(text)
-        if m is None:
-            return False
-        if m["key"] == "time":
-            self._flush_entry()
-            self._table.line = line_no
-        self._table.current[m["key"]] = m["value"].strip()
-        if m["key"] == "traceback":
-            self._flush_entry()
-        return True
-
-    def _flush_entry(self) -> None:
-        table = self._table
-        if table is None or not table.current:
-            return
-        cur, table.current = table.current, {}
-        rec = FailureRecord(
-            first_observed=table.first_observed,
-            time=cur.get("time"),
-            host=cur.get("host"),
-            error_file=cur.get("error_file"),
-            message=self._redact(cur.get("traceback", ""))[:_EXCERPT_CHARS],
-        )
-        rm = _TABLE_RANK.match(cur.get("rank", ""))
-        if rm:
-            rec.rank = int(rm["rank"]) if rm["rank"].lstrip("-").isdigit() else None
-            lr = rm["local_rank"]
-            rec.local_rank = int(lr) if lr and lr.lstrip("-").isdigit() else None
-        em = _TABLE_EXIT.match(cur.get("exitcode", ""))
-        if em:
-            rec.exitcode = int(em["exitcode"])
-            rec.pid = int(em["pid"])
-            rec.signal = em["signal"] or (_SIGNAME.get(-rec.exitcode) if rec.exitcode < 0 else None)
-        self._records.append((rec, table.source, table.line))
-        if rec.rank is not None:
-            self.seen_ranks.add(rec.rank)
-
-    def _close_table(self) -> None:
-        self._flush_entry()
-        self._table = None
-
-    def _torchrun_line(self, text: str, line_no: int, source: str) -> bool:
-        m = _TORCHRUN_FAILED.search(text)
-        if m:
-            code = int(m["exitcode"])
-            rec = FailureRecord(
-                rank=None,
-                local_rank=int(m["local_rank"]),
-                pid=int(m["pid"]),
-                exitcode=code,
-                signal=_SIGNAME.get(-code) if code < 0 else None,
-                message=self._redact(text.strip())[:300],
-            )
-            self._torchrun_failed.append((rec, source, line_no))
-            return True
-        m = _CLOSING.search(text)
-        if m:
-            self._sigterm_pids.add(int(m["pid"]))
-            return True
-        m = _SPAWN_EXIT.search(text)
-        if m:
-            rec = FailureRecord(
-                rank=int(m["rank"]), exitcode=int(m["exitcode"]), message=self._redact(text.strip())[:300]
-            )
-            self._records.append((rec, source, line_no))
-            self.seen_ranks.add(rec.rank or 0)
-            return True
-        m = _NCCL_COMM.search(text)
-        if m:
-            key = (m["host"], int(m["pid"]))
-            rank, nranks = int(m["rank"]), int(m["nranks"])
-            old = self._pid_rank.get(key)
-            if old is None or nranks > old[1]:
-                self._pid_rank[key] = (rank, nranks)
-            self.world_size = max(self.world_size or 0, nranks)
-            return True
-        return False
+        draft = rule_facts.shaped(rule, text, facts, rank)
+        if rule.kind == "thread_died":
+            self._tracebacks.watch_thread(source, rank, str(facts.get("thread", "?")))
+        self._accs.add(draft, rank, source, line_no, text)
 
     # -- output ----------------------------------------------------------------------------------------------
     def failures(self) -> list[FailureRecord]:
-        self._close_table()
-        records = [r for r, _, _ in self._records]
-        if not any(r.exitcode is not None and r.rank is not None for r in records):
-            # No table (log cut short): fall back to torchrun's "failed (exitcode...)" lines; on one node the
-            # local rank is the global rank.
-            for rec, _, _ in self._torchrun_failed:
-                records.append(rec.model_copy(update={"rank": rec.local_rank}))
-        return records
+        """The launcher's failure records (torchrun's "failed" lines when its table is missing)."""
+        return [r for r, _, _ in self._torchrun.failure_records()]
 
     def findings(self) -> list[Finding]:
         """Every accumulated finding, plus those derived from failure records; most important first."""
-        self._close_table()
-        records = list(self._records)
-        if not any(r.exitcode is not None and r.rank is not None for r, _, _ in records):
-            records += [
-                (r.model_copy(update={"rank": r.local_rank}), s, n) for r, s, n in self._torchrun_failed
-            ]
-        self._derive_from_records(records)
-        self._fold_duplicate_gpu()
-        self._mark_watchdog_aborts()
-        accs = sorted(
-            self._accs.values(), key=lambda a: (_ROLE_ORDER[a.role], _SEVERITY_ORDER[a.severity], a.order)
-        )
-        out: list[Finding] = []
-        for a in accs:
-            facts = dict(a.facts)
-            if a.count > 1:
-                facts["occurrences"] = a.count
-            out.append(
-                Finding(
-                    kind=a.kind,
-                    severity=a.severity,
-                    ranks=[a.rank] if a.rank is not None else [],
-                    message=a.message,
-                    explanation=a.explanation,
-                    fix=a.fix,
-                    source=a.source,
-                    line_numbers=a.lines,
-                    excerpt="\n".join(a.excerpt),
-                    facts=facts,
-                    next_steps=a.next_steps,
-                )
-            )
-        return out
-
-    def _mark_watchdog_aborts(self) -> None:
-        """A SIGABRT in a job whose watchdog timed out or saw an error is the watchdog's own abort
-        (TORCH_NCCL_ASYNC_ERROR_HANDLING): every rank that timed out gets one. Said so, as context."""
-        kinds = {k for k, _, _ in self._accs} - {"killed_by_signal"}
-        if not kinds & _WATCHDOG_EVIDENCE:
-            return
-        for (kind, _, _), acc in self._accs.items():
-            if kind == "killed_by_signal" and acc.facts.get("signal") == "SIGABRT":
-                acc.severity, acc.role = "info", "victim"
-                acc.explanation = (
-                    "NCCL's watchdog aborted this process after the collective timeout or error the log shows "
-                    "(TORCH_NCCL_ASYNC_ERROR_HANDLING): a consequence, not a cause."
-                )
-                acc.fix = "Follow the timeout or error, not the abort."
-
-    def _fold_duplicate_gpu(self) -> None:
-        """NCCL's 'invalid usage' error on a rank that printed 'Duplicate GPU detected' is the same failure
-        told twice: its lines join the duplicate_gpu finding instead of standing as a second cause."""
-        for (kind, rank, source), acc in list(self._accs.items()):
-            dup = self._accs.get(("duplicate_gpu", rank, source))
-            if kind != "nccl_error" or dup is None or "invalid usage" not in str(acc.facts.get("reason", "")):
-                continue
-            del self._accs[(kind, rank, source)]
-            dup.facts.setdefault("nccl_error", f"{acc.facts['reason']} at {acc.facts.get('where', '?')}")
-            dup.lines = sorted({*dup.lines, *acc.lines})[:_MAX_LINES_PER_FINDING]
-
-    def _derive_from_records(self, records: list[tuple[FailureRecord, str, int]]) -> None:
-        failed = [(r, s, n) for r, s, n in records if r.exitcode not in (None, 0) or r.message]
-        if not failed:
-            return
-        first = next((r for r, _, _ in failed if r.first_observed), None)
-        src = failed[0][1]
-        line = failed[0][2]
-        table = [r.model_dump(exclude_defaults=True) for r, _, _ in failed]
-        ranks = sorted({r.rank for r, _, _ in failed if r.rank is not None})
-        msg = "launcher reported failed ranks"
-        if first is not None:
-            msg += f"; first observed failure: rank {first.rank} (exitcode {first.exitcode})"
-        self._add(
-            "child_failed",
-            "error",
-            "context",
-            None,
-            src,
-            line,
-            msg,
-            msg,
-            "torchrun (or the spawn parent) lists every failed local worker and calls the earliest one the "
-            "'Root Cause (first observed failure)'. It is only the first to exit: a rank that timed out waiting "
-            "for a stuck peer exits first and gets named, while the stuck rank is stopped later with SIGTERM.",
-            "Read the findings of each rank; trust suspect_ranks over the first observed failure.",
-            [
-                NextStep(
-                    action="Compare the failed ranks' own errors.", skill_section=SECTIONS["child_failed"]
-                )
-            ],
-            {
-                "failures": table,
-                "failed_ranks": ranks,
-                **(
-                    {"first_observed_rank": first.rank, "first_observed_exitcode": first.exitcode}
-                    if first
-                    else {}
-                ),
-            },
-        )
-        for rec, source, line_no in failed:
-            sig = rec.signal
-            if (
-                not sig
-                and rec.exitcode is not None
-                and rec.exitcode > 128
-                and _SIGNAME.get(rec.exitcode - 128)
-            ):
-                sig = _SIGNAME[rec.exitcode - 128]
-            if not sig:
-                continue
-            severity, explanation, fix = SIGNAL_MEANING.get(
-                sig, ("error", f"The process died from {sig}.", "")
-            )
-            facts: dict[str, Any] = {"signal": sig, "exitcode": rec.exitcode, "pid": rec.pid}
-            if sig == "SIGTERM" and rec.pid in self._sigterm_pids:
-                facts["sent_by_launcher"] = True
-            role: Role = "victim" if sig in ("SIGTERM", "SIGINT") else "cause"
-            self._add(
-                "killed_by_signal",
-                severity,
-                role,
-                rec.rank,
-                source,
-                line_no,
-                f"rank {rec.rank} exitcode {rec.exitcode} ({sig})",
-                f"killed by {sig}",
-                explanation,
-                fix,
-                [
-                    NextStep(
-                        action="Check the kernel log and memory limits.",
-                        tool="collect_env",
-                        skill_section=SECTIONS["killed_by_signal"],
-                    )
-                ],
-                {k: v for k, v in facts.items() if v is not None},
-            )
+        derive_from_records(self._accs, self._torchrun.failure_records(), self._torchrun.sigterm_pids)
+        fold_duplicate_gpu(self._accs)
+        mark_watchdog_aborts(self._accs)
+        return self._accs.findings()
 
 
 # -- reasoning across findings --------------------------------------------------------------------------------
@@ -651,18 +199,6 @@ _CAUSE_KINDS = (
     "collective_mismatch",
     "unused_parameters",
 )
-_WATCHDOG_EVIDENCE = frozenset(
-    {
-        "collective_timeout",
-        "fr_dump_signal",
-        "nccl_error",
-        "cuda_error",
-        "device_assert",
-        "cuda_oom",
-        "gpu_xid",
-    }
-)
-"""Kinds after which NCCL's watchdog aborts the process: a SIGABRT that follows one is its consequence."""
 
 
 @dataclass
@@ -831,7 +367,7 @@ def _consequence(f: Finding, kinds: set[str]) -> str | None:
     sig = f.facts.get("signal")
     if sig in ("SIGTERM", "SIGINT"):
         return f"stopped by {sig} (a victim)"
-    if sig == "SIGABRT" and kinds & _WATCHDOG_EVIDENCE:
+    if sig == "SIGABRT" and kinds & WATCHDOG_EVIDENCE:
         return "aborted (SIGABRT) by NCCL's watchdog after a timeout or an error: a consequence, not a cause"
     return None
 

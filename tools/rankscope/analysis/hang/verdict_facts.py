@@ -15,6 +15,7 @@ from rankscope.analysis.hang.conditions import Guard, stack_guard
 from rankscope.analysis.hang.counters import CounterSplit, counter_split
 from rankscope.analysis.hang.frames import STUCK_STATES, main_thread
 from rankscope.analysis.hang.gpu_busy import idle_minority
+from rankscope.analysis.hang.verdict_evidence import evidence
 from rankscope.analysis.hang.verdict_texts import Step
 from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits
@@ -87,7 +88,7 @@ class Ruling:
     steps: tuple[Step | NextStep, ...] = ()
 
 
-def gather(
+def facts(
     job: Job,
     annotated: list[RankStack],
     groups: list[Group],
@@ -100,7 +101,7 @@ def gather(
     source: Mapping[tuple[str, int], str] | None = None,
     ras: RasFinding | None = None,
 ) -> Facts:
-    """Sort the ranks by what they wait for (the evidence lines are left to the caller)."""
+    """Sort the ranks by what they wait for and write the evidence every verdict carries."""
     f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight, ras=ras)
     f.guards = _guards(annotated, source or {})
     f.stuck = [s for s in annotated if s.state in STUCK_STATES and s.rank is not None]
@@ -116,6 +117,7 @@ def gather(
     f.gpu_idle = idle_minority(
         {s.rank: s.gpu_util for s in f.live if s.rank is not None and s.gpu_util is not None}
     )
+    f.evidence = evidence(f)
     return f
 
 
@@ -148,4 +150,4 @@ def _guards(
     return out
 
 
-__all__ = ["Facts", "Ruling", "gather"]
+__all__ = ["Facts", "Ruling", "facts"]

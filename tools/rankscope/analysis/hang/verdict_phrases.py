@@ -8,6 +8,7 @@ evidence lines; they say, and decide nothing.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from rankscope.analysis.hang.frames import (
     STUCK_STATES,
@@ -18,11 +19,13 @@ from rankscope.analysis.hang.frames import (
     parting,
     short_site,
 )
-from rankscope.analysis.hang.verdict_facts import Facts
 from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Backend, Group, Verdict
+
+if TYPE_CHECKING:  # annotations only: verdict_facts imports the evidence, which uses these phrases
+    from rankscope.analysis.hang.verdict_facts import Facts
 
 
 def are(count: int) -> str:

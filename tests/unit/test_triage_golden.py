@@ -11,12 +11,12 @@ NCCL's pid-to-rank map, tracebacks per source) meets more than one source.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
 
 from rankscope.capabilities.triage import triage_logs
+from tests.golden import check_golden
 from tests.paths import DATA, ROOT
 
 GOLDEN = DATA / "triage_reports.json"
@@ -43,21 +43,7 @@ def _report(rel: str) -> dict[str, Any]:
 def test_every_triage_report_is_as_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     got = {rel: _report(rel) for rel in _cases()}
-    if os.environ.get("RANKSCOPE_REGOLD"):
-        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
-        pytest.skip(f"rewrote {GOLDEN.relative_to(ROOT)}")
-    want = json.loads(GOLDEN.read_text())
-    assert sorted(got) == sorted(want), "the cases changed: rewrite the golden file and review the diff"
-    changed = [name for name in sorted(want) if got[name] != want[name]]
-    assert not changed, (
-        f"{len(changed)} reports differ, first {changed[0]}: {_diff(got[changed[0]], want[changed[0]])}"
-    )
-
-
-def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
-    return "; ".join(
-        f"{k}: {got.get(k)!r} != {want.get(k)!r}" for k in sorted(want) if got.get(k) != want.get(k)
-    )
+    check_golden(GOLDEN, got, "reports")
 
 
 def test_the_golden_file_covers_every_finding_kind() -> None:

@@ -10,12 +10,9 @@ recorder or RAS answer beside it, so most rules and their tie-breaks meet a real
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
-
-import pytest
 
 from rankscope.analysis.hang.ras import finding
 from rankscope.analysis.hang.stacks import analyze
@@ -24,6 +21,7 @@ from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport
 from rankscope.models.flight import FlightReport
 from rankscope.models.ras import RasFinding
+from tests.golden import check_golden
 from tests.paths import DATA
 from tests.unit import test_nccl_uneven, test_progress_nccl
 from tests.unit.test_ras import PIDS
@@ -169,21 +167,7 @@ def _verdicts() -> dict[str, Any]:
 
 def test_every_verdict_is_as_recorded() -> None:
     got = _verdicts()
-    if os.environ.get("RANKSCOPE_REGOLD"):
-        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
-        pytest.skip(f"rewrote {GOLDEN.relative_to(DATA.parent.parent)}")
-    want = json.loads(GOLDEN.read_text())
-    assert sorted(got) == sorted(want), "the cases changed: rewrite the golden file and review the diff"
-    changed = [name for name in sorted(want) if got[name] != want[name]]
-    assert not changed, (
-        f"{len(changed)} verdicts differ, first {changed[0]}: {_diff(got[changed[0]], want[changed[0]])}"
-    )
-
-
-def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
-    return "; ".join(
-        f"{k}: {got.get(k)!r} != {want.get(k)!r}" for k in sorted(want) if got.get(k) != want.get(k)
-    )
+    check_golden(GOLDEN, got, "verdicts")
 
 
 def test_the_golden_file_covers_every_verdict_kind() -> None:

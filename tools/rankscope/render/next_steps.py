@@ -24,6 +24,14 @@ def render_next_steps(steps: Sequence[NextStep], *, indent: str = "") -> Iterato
         yield f"{indent}  {i}. {step.action}" + (f" [{refs}]" if refs else "")
 
 
+def brief_next_steps(steps: Sequence[NextStep]) -> Iterator[str]:
+    """``next 1: action -> tool(args) [section]``: the steps as a model reads them, one line each,
+    in the brief views of every answer."""
+    for i, step in enumerate(steps, 1):
+        call = f" -> {tool_call(step)}" if step.tool else ""
+        yield f"next {i}: {step.action}{call}" + (f" [{step.skill_section}]" if step.skill_section else "")
+
+
 def tool_call(step: NextStep) -> str:
     """``generate_repro(from_last_stacks=true)``: the call to make, arguments in JSON; the bare
     tool name when the step has none."""

@@ -19,7 +19,7 @@ from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.sizing.bound import RANKS_CUT
 from rankscope.models.core import Frame, Group, StacksReport
-from rankscope.render.next_steps import render_next_steps, tool_call
+from rankscope.render.next_steps import brief_next_steps, render_next_steps
 
 _STATE_NOTE = {
     "stopped": "process stopped (T): not sampled",
@@ -247,8 +247,6 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
     for err in report.errors:
         who = f"rank {err.rank}" if err.rank is not None else (err.host or "capture")
         yield f"error: {who}: {err.kind}: {err.message}" + (f" Fix: {err.fix}" if err.fix else "")
-    for i, step in enumerate(verdict.next_steps, 1):
-        call = f" -> {tool_call(step)}" if step.tool else ""
-        yield f"next {i}: {step.action}{call}" + (f" [{step.skill_section}]" if step.skill_section else "")
+    yield from brief_next_steps(verdict.next_steps)
     if report.hint:
         yield f"left out: {report.hint}"  # left_out itself closes every answer (render/answer.py)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from rankscope.analysis.ranges import rank_ranges
 from rankscope.models.core import Finding
 from rankscope.models.logs import TriageReport
-from rankscope.render.next_steps import render_next_steps, tool_call
+from rankscope.render.next_steps import brief_next_steps, render_next_steps
 
 
 def render_triage(r: TriageReport) -> Iterator[str]:
@@ -135,8 +135,6 @@ def render_triage_brief(r: TriageReport) -> Iterator[str]:
     for name, verdict in (("recorder", r.flight), ("saved stacks", r.stacks)):
         if verdict is not None and verdict.summary and verdict.summary not in said:
             yield f"{name}: {verdict.kind}, suspects {rank_ranges(verdict.suspect_ranks) or '-'}"
-    for i, step in enumerate(r.next_steps, 1):
-        call = f" -> {tool_call(step)}" if step.tool else ""
-        yield f"next {i}: {step.action}{call}" + (f" [{step.skill_section}]" if step.skill_section else "")
+    yield from brief_next_steps(r.next_steps)
     if r.playbook and not any(s.skill_section == r.playbook for s in r.next_steps):
         yield f"read next: {r.playbook}"

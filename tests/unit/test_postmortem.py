@@ -188,9 +188,16 @@ def test_loader_hang_folder_the_stacks_name_the_rank_the_log_cannot() -> None:
     """The log has the dead thread's traceback but no rank prefix; the stacks show rank 3 in Queue.get."""
     r = triage_logs([str(POST / "loader_hang")])
     assert r.decided_by == "stacks" and r.suspect_ranks == [3]
-    assert "Queue.get" in r.summary and "Thread shard-reader died" in r.summary
+    # the dead thread leads: whose it most likely was, its error and line, what the rank waits in
+    assert r.summary.startswith("A thread died, most likely rank 3's (the one the saved stacks single out)")
+    assert "ValueError: corrupt record in shard-00003" in r.summary and "Queue.get" in r.summary
+    assert r.summary.count("shard-reader died") == 1  # the logs' sentence is not said again
     assert any(f.kind == "thread_died" for f in r.findings)
-    assert any("dead thread shard-reader names no rank; rank 3" in e for e in r.evidence)
+    # the first step is the fix; nothing asks to dump the dead job again or repro "the last stacks"
+    assert r.next_steps[0].action.startswith("Fix: the exception (at ")
+    assert "get(timeout=...)" in r.next_steps[0].action
+    assert all(s.tool != "dump_stacks" and not (s.args or {}).get("from_last_stacks") for s in r.next_steps)
+    assert r.playbook == "skill/crashes.md#thread-died"
 
 
 def test_recorder_outranks_the_log_where_they_disagree(tmp_path: Path) -> None:

@@ -149,6 +149,31 @@ def test_straggler_verdict_names_its_hot_lines() -> None:
     )
 
 
+def test_straggler_verdict_quotes_its_top_line_and_the_sizes_there() -> None:
+    """The straggler's hot function's integer locals that stayed put (``side=448``) and its top line's
+    text say why its work is larger; a moved counter and a ``_`` name are not sizes."""
+    watches = straggling(4, slow=2)
+    slow = watches[2]
+    slow.counters = [
+        {"train.py:main:step": 7, "train.py:load_batch:side": 448, "train.py:load_batch:_": 1},
+        {"train.py:main:step": 9, "train.py:load_batch:side": 448, "train.py:load_batch:_": 3},
+    ]
+    source = {(T, 10): "    images = torch.rand(16, 1, side, side)"}
+    progress = judge(watches, backend="gloo", source=source, window_s=1.0)
+    motion = next(r for r in progress.ranks if r.rank == 2)
+    assert motion.hot_locals == {"side": 448} and motion.hot_code == "images = torch.rand(16, 1, side, side)"
+    verdict = progress_verdict(progress, [])
+    assert verdict is not None
+    assert "load_batch (train.py:10) 90% `images = torch.rand(16, 1, side, side)`" in verdict.summary
+    assert verdict.summary.endswith("where side=448. Slow, not hung")
+    # the summary holds its hot lines: its evidence line does not repeat them
+    assert not any(e.startswith("rank 2:") and "own code" in e for e in verdict.evidence)
+    # a local of a function it does not spend its time in is not quoted
+    slow.counters = [{"train.py:evaluate:side": 448}, {"train.py:evaluate:side": 448}]
+    again = judge(watches, backend="gloo", source={}, window_s=1.0)
+    assert next(r for r in again.ranks if r.rank == 2).hot_locals == {}
+
+
 def _stack(rank: int, frames: list[Frame], op: str | None, wait: str) -> RankStack:
     return RankStack(
         rank=rank,

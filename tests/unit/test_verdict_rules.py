@@ -295,6 +295,27 @@ def test_rule_mismatched_even_split_names_everyone_unless_a_rank_condition_decid
     )
 
 
+def test_rule_mismatched_under_a_condition_gives_the_fix_with_its_lines() -> None:
+    """A rank condition above the minority's collective dictates the fix; the step quotes it and both
+    lines, so the agent need not open the file. A data condition asks for agreement instead."""
+    stacks = [rank(0, "all_reduce"), rank(1, "all_reduce"), rank(2, "barrier", line=20)]
+    by_rank = source({10: "    dist.all_reduce(t)", 19: "if rank == 2:  # save", 20: "    dist.barrier()"})
+    ruling = rule_mismatched(facts_of(stacks, lines=by_rank))
+    assert ruling is not None and keys(ruling) == ["fix_rank_guard", "repro_mismatch"]
+    fields = ruling.steps[0].fields  # type: ignore[union-attr]
+    assert fields["cond"] == "rank == 2" and fields["op"] == "barrier"
+    assert fields["site"].endswith(":20") and fields["guard_at"].endswith(":19")
+    by_data = source({10: "    dist.all_reduce(t)", 19: "if torch.isfinite(loss):", 20: "    dist.barrier()"})
+    on_data = rule_mismatched(facts_of(stacks, lines=by_data))
+    assert on_data is not None and keys(on_data)[0] == "fix_data_guard"
+    # a condition above the majority's call does not dictate a fix for the minority
+    majority = source(
+        {9: "if rank < 2:", 10: "    dist.all_reduce(t)", 12: "def save():", 20: "    dist.barrier()"}
+    )
+    plain = rule_mismatched(facts_of(stacks, lines=majority))
+    assert plain is not None and keys(plain)[0] == "open_mismatch_site"
+
+
 def test_rule_mismatched_on_a_subgroup_names_the_member_that_went_on() -> None:
     base = [rank(0, "all_reduce", subgroup=False), rank(1, "all_reduce", subgroup=False)]
     waiting = rank(2, "barrier", line=20, subgroup=True)

@@ -50,6 +50,14 @@ class RankMotion(Model):
         default_factory=list,
         description="Where its own time goes: the job's lines it was seen at when not waiting, with their share.",
     )
+    hot_code: str | None = Field(
+        default=None, description="The source text of its top hot line, where the job's files could be read."
+    )
+    hot_locals: dict[str, int] = Field(
+        default_factory=dict,
+        description="Integer locals of the functions of its hot lines that stayed put over the window "
+        "(name -> value): the sizes behind its work, e.g. side=448.",
+    )
 
 
 class Progress(Model):

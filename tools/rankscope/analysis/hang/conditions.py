@@ -41,6 +41,12 @@ class Guard:
     line: int
     text: str
 
+    @property
+    def condition(self) -> str:
+        """The tested expression alone: ``rank == 0`` of ``if rank == 0:  # save``."""
+        m = _HEADER.match(self.text)
+        return m.group("cond") if m is not None else self.text
+
     def phrase(self, file: str, what: str, site_line: int | None) -> str:
         return f"{file}:{self.line} `{self.text}` guards the {what} at {file}:{site_line}"
 

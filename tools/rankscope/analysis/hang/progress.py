@@ -109,10 +109,6 @@ def _place(frames: Sequence[Frame]) -> tuple[str, int | None] | None:
     return (own.file, own.line) if own is not None else None
 
 
-def _where(frame: Frame) -> str:
-    return f"{frame.function} ({os.path.basename(frame.file)}:{frame.line})"
-
-
 def _waiting(frames: list[Frame], backend: Backend | None, source: Mapping[tuple[str, int], str]) -> bool:
     """Whether one sampled stack waits: in a collective, or for the GPU (as the hang analysis reads it)."""
     python = [f for f in frames if not f.native]
@@ -137,18 +133,73 @@ def _samples(w: RankWatch) -> list[tuple[list[Frame], int]]:
     return w.samples or [(frames, 1) for frames in w.looks]
 
 
-def _hot(weighted: list[tuple[list[Frame], int, bool]], total: int) -> list[str]:
-    own: Counter[str] = Counter()
+_Place = tuple[str, str, int | None]
+"""(function, file, line) of a rank's own frame."""
+
+
+def _own_counts(weighted: list[tuple[list[Frame], int, bool]]) -> Counter[_Place]:
+    own: Counter[_Place] = Counter()
     for frames, n, waiting in weighted:
         frame = own_frame(frames)
         if not waiting and frame is not None:
-            own[_where(frame)] += n
-    return [f"{where} {100 * n // max(total, 1)}%" for where, n in own.most_common(MAX_HOT)]
+            own[(frame.function, frame.file, frame.line)] += n
+    return own
+
+
+def _hot(own: Counter[_Place], total: int) -> list[str]:
+    return [
+        f"{function} ({os.path.basename(file)}:{line}) {100 * n // max(total, 1)}%"
+        for (function, file, line), n in own.most_common(MAX_HOT)
+    ]
+
+
+MAX_CODE = 120
+"""Characters of the top hot line's source text quoted at most."""
+
+
+def _top_code(own: Counter[_Place], source: Mapping[tuple[str, int], str]) -> str | None:
+    """The source text of the line a rank spends most of its own time at (the shell read it)."""
+    if not own:
+        return None
+    (_, file, line), _ = own.most_common(1)[0]
+    text = source.get((file, line)) if line is not None else None
+    if not text or not text.strip():
+        return None
+    code = text.strip()
+    return code if len(code) <= MAX_CODE else code[: MAX_CODE - 1] + "…"
+
+
+MAX_HOT_LOCALS = 4
+"""Integer locals of a rank's hot functions given with its hot lines."""
+
+
+def _hot_locals(own: Counter[_Place], counters: list[dict[str, int]]) -> dict[str, int]:
+    """The integer locals of the functions a rank spends its own time in, that stayed put over the
+    window: the sizes that make its work (``side=448``), read from the dumps' locals. A loop
+    counter that moved tells motion, not size, and ``_`` names are throwaways."""
+    functions = {
+        f"{os.path.basename(file)}:{function}:" for (function, file, _), _ in own.most_common(MAX_HOT)
+    }
+    seen = [c for c in counters if c]
+    out: dict[str, int] = {}
+    for key, value in (seen[-1] if seen else {}).items():
+        head, _, name = key.rpartition(":")
+        if (
+            f"{head}:" not in functions
+            or name.startswith("_")
+            or any(c.get(key, value) != value for c in seen)
+        ):
+            continue
+        out[name] = value
+        if len(out) >= MAX_HOT_LOCALS:
+            break
+    return out
 
 
 def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[str, int], str]) -> RankMotion:
     """How one rank spent the window: its motion, CPU, share of waiting and hot lines."""
     weighted = [(frames, n, _waiting(frames, backend, source)) for frames, n in _samples(w)]
+    own = _own_counts(weighted)
     total = sum(n for _, n, _ in weighted)
     waited = sum(n for _, n, waiting in weighted if waiting)
     places = {_place(frames) for frames in w.looks} | {_place(frames) for frames, _, _ in weighted}
@@ -173,7 +224,9 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         cpu_pct=cpu_pct,
         samples=total,
         waiting_pct=100 * waited // total if total else None,
-        hot=_hot(weighted, total),
+        hot=_hot(own, total),
+        hot_locals=_hot_locals(own, w.counters),
+        hot_code=_top_code(own, source),
     )
 
 

@@ -20,6 +20,10 @@ BUSY_CPU_PCT = 25
 PROGRESS_KINDS = ("progressing", "straggler", "busy")
 """The verdict kinds of a job that is not hung."""
 
+OWN_TIME_PCT = 50
+"""A rank that waits less than this share of its samples spends most of its time in its own code: the
+integer locals there (sizes, counts) are worth quoting."""
+
 _SECTION = "skill/hangs.md#"
 MAX_EVIDENCE_RANKS = 6
 """Ranks given an evidence line of their own; the rest are summed up in one."""
@@ -31,7 +35,18 @@ def _step(
     return NextStep(action=action, tool=tool, args=args, skill_section=_SECTION + section)
 
 
-def _rank_line(r: RankMotion) -> str:
+def locals_phrase(r: RankMotion) -> str:
+    """``side=448, n=16``: the integer locals of a rank's hot functions, or nothing."""
+    return ", ".join(f"{name}={value}" for name, value in r.hot_locals.items())
+
+
+def _hot_with_code(r: RankMotion) -> str:
+    """Its hot lines, the first with its source text: ``load_batch (train.py:18) 25% `x = f(side)`, ...``."""
+    first = f"{r.hot[0]} `{r.hot_code}`" if r.hot_code else r.hot[0]
+    return ", ".join([first, *r.hot[1:]])
+
+
+def _rank_line(r: RankMotion, told: bool = False) -> str:
     parts = [f"rank {r.rank}: {r.motion}"]
     if r.counters:
         key, (a, b) = next(iter(r.counters.items()))
@@ -40,18 +55,21 @@ def _rank_line(r: RankMotion) -> str:
         parts.append(f"waiting {r.waiting_pct}% of {r.samples} samples")
     if r.cpu_pct is not None:
         parts.append(f"CPU {r.cpu_pct}%")
-    if r.hot:
+    if r.hot and not told:
         parts.append("own code: " + ", ".join(r.hot))
+        if r.hot_locals and (r.waiting_pct or 0) < OWN_TIME_PCT:
+            parts.append(f"locals there: {locals_phrase(r)}")
     return "; ".join(parts)
 
 
-def evidence(progress: Progress, first: list[int] | None = None) -> list[str]:
-    """The window in a few lines: the summary, then the ranks that matter first, the rest summed up."""
+def evidence(progress: Progress, first: list[int] | None = None, told: int | None = None) -> list[str]:
+    """The window in a few lines: the summary, then the ranks that matter first, the rest summed up.
+    ``told``: the rank whose hot lines the verdict's summary already gives."""
     lines = [f"window: {progress.summary}"]
     lead = set(first or [])
     ordered = sorted(progress.ranks, key=lambda r: (r.rank not in lead, r.rank))
     shown = ordered[:MAX_EVIDENCE_RANKS]
-    lines += [_rank_line(r) for r in shown]
+    lines += [_rank_line(r, r.rank == told) for r in shown]
     rest = ordered[MAX_EVIDENCE_RANKS:]
     if rest:
         waits = [r.waiting_pct for r in rest if r.waiting_pct is not None]
@@ -105,14 +123,16 @@ def _straggler(progress: Progress) -> Verdict:
     others = [m.waiting_pct or 0 for m in progress.ranks if m.rank != rank and m.waiting_pct is not None]
     strong = r.samples >= 20 and (r.waiting_pct or 0) <= 20 and min(others, default=0) >= 60
     confidence: Confidence = "high" if strong else "medium"
-    where = f"; its time goes to {', '.join(r.hot)}" if r.hot else ""
+    where = f"; its time goes to {_hot_with_code(r)}" if r.hot else ""
+    if r.hot_locals:
+        where += f", where {locals_phrase(r)}"
     return Verdict(
         kind="straggler",
         suspect_ranks=[rank],
         confidence=confidence,
         summary=f"the job makes progress but rank {rank} holds it back: it waits {r.waiting_pct}% of the time, the "
-        f"others {min(others)}-{max(others)}% (for it){where}. Slow, not hung",
-        evidence=evidence(progress, [rank]),
+        f"others {_pct_span(others)} (for it){where}. Slow, not hung",
+        evidence=evidence(progress, [rank], told=rank),
         next_steps=[
             _step(
                 "straggler",
@@ -130,6 +150,11 @@ def _straggler(progress: Progress) -> Verdict:
             ),
         ],
     )
+
+
+def _pct_span(values: list[int]) -> str:
+    """``95-100%``, or ``100%`` when they are all the same."""
+    return f"{min(values)}%" if min(values) == max(values) else f"{min(values)}-{max(values)}%"
 
 
 def _waits(stack: RankStack) -> bool:
@@ -219,4 +244,4 @@ def progress_verdict(progress: Progress | None, annotated: list[RankStack]) -> V
     return None
 
 
-__all__ = ["BUSY_CPU_PCT", "PROGRESS_KINDS", "evidence", "progress_verdict"]
+__all__ = ["BUSY_CPU_PCT", "PROGRESS_KINDS", "evidence", "locals_phrase", "progress_verdict"]

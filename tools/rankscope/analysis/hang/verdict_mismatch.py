@@ -9,6 +9,7 @@ tie-break rule of analysis/hang/verdict_rules.py).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from rankscope.analysis.hang.group_members import members as group_members
@@ -50,14 +51,36 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     if f.gpu:
         summary += say("cpu_not_where_stuck", groups=describe_all(f.gpu_groups))
     recorder = () if f.on_gloo else (step("recorder_mismatch_seq"),)
+    fix = guard_fix(f, suspects)
     return Ruling(
         kind="mismatched_collectives",
         suspects=suspects,
         confidence=confidence,
         summary=summary,
         evidence=[*f.evidence, *extra],
-        steps=(step("open_mismatch_site"), *recorder, step("repro_mismatch")),
+        steps=(fix or step("open_mismatch_site"), *recorder, step("repro_mismatch")),
     )
+
+
+def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
+    """The fix a condition above a suspect's collective dictates, with its lines filled in: the
+    agent gets it without opening the file (the condition is quoted, so it can check it)."""
+    for group in f.op_groups:
+        found = f.guards.get(group.ranks[0]) if group.ranks and group.ranks[0] in suspects else None
+        if found is None:
+            continue
+        guard, site = found
+        file = os.path.basename(site.file)
+        lead = next((s for s in f.live if s.rank == group.ranks[0]), None)
+        call = lead.call_site if lead is not None else None
+        at = f"{file}:{site.line}"
+        if call is not None and (call.file, call.line) != (site.file, site.line):
+            at = f"{os.path.basename(call.file)}:{call.line} (called from {at})"
+        key = "fix_rank_guard" if guard.kind == "rank" else "fix_data_guard"
+        return step(
+            key, op=group.op or "collective", site=at, cond=guard.condition, guard_at=f"{file}:{guard.line}"
+        )
+    return None
 
 
 def _against_majority(
@@ -189,4 +212,4 @@ def _subgroup_ruling(
     return Ruling("mismatched_collectives", suspects, confidence, summary, evidence, steps)
 
 
-__all__ = ["left_in_subgroup", "rule_mismatched"]
+__all__ = ["guard_fix", "left_in_subgroup", "rule_mismatched"]

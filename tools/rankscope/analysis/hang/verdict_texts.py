@@ -190,6 +190,18 @@ STEPS: Mapping[str, StepText] = MappingProxyType(
             None,
             "mismatched-collectives",
         ),
+        "fix_rank_guard": _step(
+            "Fix: every rank must reach the {op} at {site}, but `{cond}` ({guard_at}) lets only some ranks call it: "
+            "call the {op} outside that branch (keep only the rank's own work inside), or on no rank.",
+            None,
+            "mismatched-collectives",
+        ),
+        "fix_data_guard": _step(
+            "Fix: `{cond}` ({guard_at}) is not the same on every rank, so only some call the {op} at {site}: agree "
+            "on it first (all_reduce the flag so every rank takes the same branch) or call the {op} outside it.",
+            None,
+            "mismatched-collectives",
+        ),
         "recorder_mismatch_seq": _step(
             "On NCCL jobs, confirm with the flight recorder which collective sequence number diverged.",
             "analyze_flight_recorder",

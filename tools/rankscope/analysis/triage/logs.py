@@ -572,11 +572,11 @@ def _headlines(findings: list[Finding]) -> list[str]:
         if f.kind == "duplicate_gpu" and key in seen:
             continue
         seen.add(key)
-        out.append(_one_line(f))
+        out.append(one_line(f))
     return out
 
 
-def _one_line(f: Finding) -> str:
+def one_line(f: Finding) -> str:
     """A finding of _HEADLINE_KINDS as one sentence, with its rank and call site."""
     on = f" on rank {f.ranks[0]}" if f.ranks else ""
     site = f" (at {f.facts['call_site']})" if f.facts.get("call_site") else ""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rankscope.analysis.ranges import merge_rank_lines, ranks_phrase
 from rankscope.analysis.triage.log_rules import SECTIONS
-from rankscope.analysis.triage.logs import Conclusion
+from rankscope.analysis.triage.logs import Conclusion, one_line
 from rankscope.models.core import Finding, NextStep, Verdict
 from rankscope.models.logs import DecidedBy
 
@@ -100,6 +100,46 @@ def _thread_owner(findings: list[Finding], suspects: list[int], decided_by: Deci
     ]
 
 
+def _dead_thread(findings: list[Finding], suspects: list[int], decided_by: DecidedBy) -> Finding | None:
+    """The dead thread that tells the story beside one suspect of the recorder or the saved stacks:
+    a thread of that rank (or of no rank the log names) died, and the rank waits for it since."""
+    if decided_by == "logs" or len(suspects) != 1:
+        return None
+    return next(
+        (f for f in findings if f.kind == "thread_died" and (not f.ranks or f.ranks == suspects)), None
+    )
+
+
+def _thread_story(thread: Finding, rank: int, name: str, lead: Verdict) -> tuple[str, NextStep]:
+    """The summary a dead thread leads, and its fix as the first step."""
+    site = thread.facts.get("call_site")
+    at = f" (at {site})" if site else ""
+    whose = f"rank {rank}'s" if thread.ranks else f"most likely rank {rank}'s (the one the {name} single out)"
+    own = next((e for e in lead.evidence if e.startswith(f"rank {rank} ") and " at " in e), None)
+    where = f" ({name}: {own.split(' at ', 1)[1]})" if own else ""
+    summary = (
+        f"A thread died, {whose}: {thread.message}{at}. Rank {rank} then waits for the thread's output{where} and "
+        f"the other ranks wait for rank {rank}."
+    )
+    fix = NextStep(
+        action=f"Fix: the exception{at}; then make the consumer fail fast: put the exception on the queue and "
+        "raise it there, or get(timeout=...), so the rank dies with the real error instead of hanging.",
+        skill_section=SECTIONS["thread_died"],
+    )
+    return summary, fix
+
+
+LIVE_ONLY_TOOLS = frozenset({"dump_stacks"})
+"""Steps of a stacks verdict that need the job still running; saved stacks are a dead job's."""
+
+
+def _live_steps(steps: list[NextStep], decided_by: DecidedBy) -> list[NextStep]:
+    """A saved stack's verdict without the steps that would dump the (dead) job again."""
+    if decided_by != "stacks":
+        return steps
+    return [s for s in steps if s.tool not in LIVE_ONLY_TOOLS and not (s.args or {}).get("from_last_stacks")]
+
+
 def _steps(*lists: list[NextStep]) -> list[NextStep]:
     out: list[NextStep] = []
     seen: set[tuple[str | None, str | None]] = set()
@@ -124,20 +164,29 @@ def combine(
         name = _NAMES[decided_by]
         suspects = list(lead.suspect_ranks)
         summary = f"From the {name}: {lead.summary}."
-        if findings:
-            summary += f" Logs: {logs.summary}"
-        elif several:
+        logs_summary = logs.summary
+        first: list[NextStep] = []
+        thread = _dead_thread(findings, suspects, decided_by)
+        if thread is not None:
+            summary, fix = _thread_story(thread, suspects[0], name, lead)
+            logs_summary = logs_summary.replace(one_line(thread), "").strip()
+            first = [fix]
+        if findings and logs_summary:
+            summary += f" Logs: {logs_summary}"
+        elif several and not findings:
             summary += " The logs hold no known failure pattern."
         evidence = [f"{name}: {e}" for e in merge_rank_lines(lead.evidence)] + list(logs.evidence)
         done = {"triage_logs", *(["analyze_flight_recorder"] if flight is not None else [])}
-        steps = [
-            s for s in _steps(lead.next_steps, logs.next_steps) if s.tool not in done
-        ]  # this call did them
+        lead_steps = _live_steps(lead.next_steps, decided_by) if thread is None else []
+        others = [x for x in logs.next_steps if thread is None or x.skill_section != SECTIONS["thread_died"]]
+        steps = [s for s in _steps(first, lead_steps, others) if s.tool not in done]  # this call did them
         if logs.suspect_ranks and set(logs.suspect_ranks) != set(suspects):
             evidence.append(
                 f"the logs named {ranks_phrase(logs.suspect_ranks)}; the {name} outranks them here"
             )
-    evidence.extend(_thread_owner(findings, suspects, decided_by))
+    story = lead is not None and _dead_thread(findings, suspects, decided_by) is not None
+    if not story:
+        evidence.extend(_thread_owner(findings, suspects, decided_by))
     for other, verdict in _others(flight, stacks):
         if verdict is not None and verdict is not lead:
             evidence.append(f"{_NAMES[other]} ({verdict.kind}): {verdict.summary}")
@@ -148,7 +197,7 @@ def combine(
         decided_by=decided_by if several else None,
         evidence=evidence,
         next_steps=steps,
-        playbook=_playbook(decided_by, findings, suspects, lead),
+        playbook=SECTIONS["thread_died"] if story else _playbook(decided_by, findings, suspects, lead),
     )
 
 

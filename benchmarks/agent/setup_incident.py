@@ -19,10 +19,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from incidents import all_incidents, by_name, set_up, stop
 
+SKILL_MD = Path(__file__).resolve().parents[2] / "SKILL.md"
+
+
+def skill_listing() -> str:
+    """The skill as a harness lists it to the model before any read: its name and description
+    (the frontmatter); the body, SKILL.md, is read when the agent chooses to."""
+    front = SKILL_MD.read_text(encoding="utf-8").split("---", 2)[1]
+    fields = dict(
+        line.split(": ", 1) for line in front.splitlines() if ": " in line and not line[0].isspace()
+    )
+    return f"{fields['name']}: {fields['description']}"
+
+
 ARMS = {
     "rankscope": (
-        "You have rankscope on this host: its skill is installed (read SKILL.md first), and its CLI "
-        "(`rankscope --help`) and MCP server are available. Use them as the skill says."
+        "You have rankscope on this host: its skill is installed, and its CLI (`rankscope --help`) and MCP "
+        "server are available. Your harness lists the skill as follows; its SKILL.md says how to use it.\n"
+        "  " + skill_listing()
     ),
     "shell": (
         "You have a shell on this host with Python, the job's Python environment and py-spy "

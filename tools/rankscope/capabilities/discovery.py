@@ -588,8 +588,8 @@ def _only_or_here(jobs: list[Job]) -> Job:
         )
     others = [j.job_id for j in jobs if j is not chosen]
     note = (
-        f"{len(jobs)} jobs run on this host; this is the one started in the current folder ({job_cwd(chosen)}). "
-        f"Others: {', '.join(others)} (pass --job / job_id= for one of them)"
+        f"{len(jobs)} jobs on this host: this one was started in the current folder; others: {', '.join(others)} "
+        "(--job / job_id=)"
     )
     return chosen.model_copy(update={"notes": [*chosen.notes, note]})
 

@@ -62,20 +62,26 @@ def _rank_line(r: RankMotion, told: bool = False) -> str:
     return "; ".join(parts)
 
 
-def evidence(progress: Progress, first: list[int] | None = None, told: int | None = None) -> list[str]:
-    """The window in a few lines: the summary, then the ranks that matter first, the rest summed up.
-    ``told``: the rank whose hot lines the verdict's summary already gives."""
+def evidence(
+    progress: Progress,
+    first: list[int] | None = None,
+    told: int | None = None,
+    shown: int = MAX_EVIDENCE_RANKS,
+) -> list[str]:
+    """The window in a few lines: the summary, then the ranks that matter first (``shown`` at most),
+    the rest summed up. ``told``: the rank whose hot lines the verdict's summary already gives."""
     lines = [f"window: {progress.summary}"]
     lead = set(first or [])
     ordered = sorted(progress.ranks, key=lambda r: (r.rank not in lead, r.rank))
-    shown = ordered[:MAX_EVIDENCE_RANKS]
-    lines += [_rank_line(r, r.rank == told) for r in shown]
-    rest = ordered[MAX_EVIDENCE_RANKS:]
+    lines += [_rank_line(r, r.rank == told) for r in ordered[:shown]]
+    rest = ordered[shown:]
     if rest:
         waits = [r.waiting_pct for r in rest if r.waiting_pct is not None]
-        span = f", waiting {min(waits)}-{max(waits)}%" if waits else ""
+        span = f", waiting {_pct_span(waits)}" if waits else ""
+        cpus = [r.cpu_pct for r in rest if r.cpu_pct is not None]
+        cpu = f", CPU {_pct_span(cpus)}" if cpus else ""
         motions = ", ".join(sorted({r.motion for r in rest}))
-        lines.append(f"{ranks_phrase([r.rank for r in rest])}: {motions}{span}")
+        lines.append(f"{ranks_phrase([r.rank for r in rest])}: {motions}{span}{cpu}")
     return lines
 
 
@@ -132,7 +138,7 @@ def _straggler(progress: Progress) -> Verdict:
         confidence=confidence,
         summary=f"the job makes progress but rank {rank} holds it back: it waits {r.waiting_pct}% of the time, the "
         f"others {_pct_span(others)} (for it){where}. Slow, not hung",
-        evidence=evidence(progress, [rank], told=rank),
+        evidence=evidence(progress, [rank], told=rank, shown=1),  # the others only wait: summed up
         next_steps=[
             _step(
                 "straggler",

@@ -168,7 +168,13 @@ def test_straggler_verdict_quotes_its_top_line_and_the_sizes_there() -> None:
     assert verdict.summary.endswith("where side=448. Slow, not hung")
     # the summary holds its hot lines: its evidence line does not repeat them
     assert not any(e.startswith("rank 2:") and "own code" in e for e in verdict.evidence)
+    # a look taken after the window gives sizes, never motion: the window's counters stand
+    slow.counters = [{"train.py:main:step": 7}, {"train.py:main:step": 9}]
+    slow.later = [{"train.py:main:step": 12, "train.py:load_batch:side": 448, "train.py:load_batch:_": 2}]
+    later = next(r for r in judge(watches, backend="gloo", source={}, window_s=1.0).ranks if r.rank == 2)
+    assert later.hot_locals == {"side": 448} and later.counters == {"train.py:main:step": [7, 9]}
     # a local of a function it does not spend its time in is not quoted
+    slow.later = []
     slow.counters = [{"train.py:evaluate:side": 448}, {"train.py:evaluate:side": 448}]
     again = judge(watches, backend="gloo", source={}, window_s=1.0)
     assert next(r for r in again.ranks if r.rank == 2).hot_locals == {}

@@ -33,6 +33,13 @@ def ranks_phrase(ranks: Iterable[int], empty: str = "none") -> str:
     return f"rank {values[0]}" if len(values) == 1 else f"ranks {rank_ranges(values, empty)}"
 
 
+def value_span(values: Iterable[int], unit: str = "") -> str:
+    """``95-100%`` for the lowest and highest of ``values``, or ``100%`` when they are all the same."""
+    seen = list(values)
+    low, high = min(seen), max(seen)
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
 _RANK_LINE = re.compile(r"^rank (\d+): (.+)$")
 
 

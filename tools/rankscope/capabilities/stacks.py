@@ -26,7 +26,7 @@ from rankscope.analysis.hang.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.hang.counters import int_locals, on_subgroup
 from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_user_frame
 from rankscope.analysis.hang.group_members import read_group_locals
-from rankscope.analysis.hang.progress import RankWatch, judge, own_frame, place_lines, with_recorder
+from rankscope.analysis.hang.progress import RankWatch, judge, place_lines, watch_rank, with_recorder
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.hang.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.analysis.hang.waits import creating_communicator
@@ -57,7 +57,7 @@ from rankscope.models.core import (
     ThreadStack,
 )
 from rankscope.models.flight import FlightReport
-from rankscope.models.progress import Progress
+from rankscope.models.progress import Progress, RankMotion
 from rankscope.models.ras import RasFinding
 from rankscope.options import DEFAULTS, DumpOptions
 from rankscope.runtime import pyspy
@@ -633,8 +633,11 @@ def _close_window(
     backend = job_backend(analysis.job, stacks)
     window_s = time.monotonic() - watch.started
     progress = judge(watches, backend=backend, source=source, window_s=window_s)
-    if _straggler_locals(progress, watches, stacks, exe, analysis.options):
-        progress = judge(watches, backend=backend, source=source, window_s=window_s)
+    straggler = next((r for r in progress.ranks if r.rank == progress.straggler), None)
+    if straggler is not None and straggler.hot and not straggler.hot_locals:
+        look = functools.partial(watch_rank, backend=backend, source=source)
+        if _look_again(straggler.rank, watches, stacks, exe, analysis.options, look):
+            progress = judge(watches, backend=backend, source=source, window_s=window_s)
     return dataclasses.replace(analysis, source=source, progress=progress), last
 
 
@@ -642,28 +645,29 @@ STRAGGLER_LOOKS = 3
 """Extra looks (with locals) at a straggler whose window never caught it in its hot functions."""
 
 
-def _straggler_locals(
-    progress: Progress, watches: list[RankWatch], stacks: list[RankStack], exe: str, options: DumpOptions
+def _look_again(
+    rank: int,
+    watches: list[RankWatch],
+    stacks: list[RankStack],
+    exe: str,
+    options: DumpOptions,
+    look: Callable[[RankWatch], RankMotion],
 ) -> bool:
-    """Look again at the straggler, a few times at most, until a dump catches it in the functions
-    its time goes to: their integer locals (``side=448``) tell why its work is larger. True when
-    a look was added to its watch."""
-    rank = progress.straggler
-    motion = next((r for r in progress.ranks if r.rank == rank), None)
+    """Dump the straggler with locals again, a few times at most, until its watch holds the
+    integer locals of the functions its time goes to (``side=448``: why its work is larger), as
+    ``look`` reads them. True when a look was added to its watch."""
     watch = next((w for w in watches if w.rank == rank), None)
     stack = next((s for s in stacks if s.rank == rank), None)
-    if motion is None or watch is None or stack is None or motion.hot_locals or not motion.hot:
+    if watch is None or stack is None:
         return False
-    hot = {h.split(" (", 1)[0] for h in motion.hot}
     added = False
     for _ in range(STRAGGLER_LOOKS):
         frames = main_frames(dump_locals(stacks, {stack.pid}, exe, options).get(stack.pid))
         if not frames:
             break
-        watch.counters.append(int_locals(frames))
+        watch.later.append(int_locals(frames))
         added = True
-        own = own_frame(frames)
-        if own is not None and own.function in hot:
+        if look(watch).hot_locals:
             break
     return added
 

@@ -349,7 +349,13 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
     findings = scanner.findings()
     failures = scanner.failures()
     conc = conclude(findings, failures, scanner.seen_ranks, scanner.world_size)
-    post = combine(conc, findings, flight.verdict if flight else None, stacks.verdict if stacks else None)
+    post = combine(
+        conc,
+        findings,
+        flight.verdict if flight else None,
+        stacks.verdict if stacks else None,
+        stacks.groups if stacks else None,
+    )
     return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
 
 

@@ -34,7 +34,7 @@ from rankscope.analysis.hang.counters import KNOWN_COUNTERS, internal_file
 from rankscope.analysis.hang.progress_verdict import BUSY_CPU_PCT
 from rankscope.analysis.hang.stacks import recognise_op
 from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
-from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.ranges import ranks_phrase, value_span
 from rankscope.models.core import Backend, Frame
 from rankscope.models.flight import FlightReport
 from rankscope.models.progress import JobMotion, Motion, Progress, RankMotion
@@ -55,6 +55,8 @@ class RankWatch:
 
     ``looks``: the main thread's frames at each dump (innermost first), in order;
     ``counters``: the progress counters read at the first and the last dump that had locals;
+    ``later``: integer locals of looks taken after the window (at a straggler, for the sizes in
+    the functions its time goes to): they say nothing about motion;
     ``samples``: the main thread's stacks py-spy's sampler saw, with how often;
     ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look.
     """
@@ -62,6 +64,7 @@ class RankWatch:
     rank: int
     looks: list[list[Frame]] = field(default_factory=list)
     counters: list[dict[str, int]] = field(default_factory=list)
+    later: list[dict[str, int]] = field(default_factory=list)
     samples: list[tuple[list[Frame], int]] = field(default_factory=list)
     cpu_s: float | None = None
     wall_s: float = 0.0
@@ -225,7 +228,7 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         samples=total,
         waiting_pct=100 * waited // total if total else None,
         hot=_hot(own, total),
-        hot_locals=_hot_locals(own, w.counters),
+        hot_locals=_hot_locals(own, [*w.counters, *w.later]),
         hot_code=_top_code(own, source),
     )
 
@@ -270,12 +273,8 @@ def counters_phrase(ranks: list[RankMotion], window_s: float) -> str | None:
     known = [r for r in ranks if r.motion != "unknown"]
     who = "every rank" if len(moved) == len(known) and len(known) > 1 else ranks_phrase(sorted(moved))
     name = _counter_name(key)
-    change = f"{name} {_span(firsts)} → {_span(lasts)}"
+    change = f"{name} {value_span(firsts)} → {value_span(lasts)}"
     return f"{change} on {who} in {window_s:.1f} s"
-
-
-def _span(values: set[int]) -> str:
-    return str(min(values)) if len(values) == 1 else f"{min(values)}-{max(values)}"
 
 
 def wait_words(backend: Backend | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rankscope.analysis.hang.frames import short_site
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
-from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.ranges import ranks_phrase, value_span
 from rankscope.models.core import Confidence, NextStep, RankStack, Verdict
 from rankscope.models.progress import Progress, RankMotion
 
@@ -77,9 +77,9 @@ def evidence(
     rest = ordered[shown:]
     if rest:
         waits = [r.waiting_pct for r in rest if r.waiting_pct is not None]
-        span = f", waiting {_pct_span(waits)}" if waits else ""
+        span = f", waiting {value_span(waits, '%')}" if waits else ""
         cpus = [r.cpu_pct for r in rest if r.cpu_pct is not None]
-        cpu = f", CPU {_pct_span(cpus)}" if cpus else ""
+        cpu = f", CPU {value_span(cpus, '%')}" if cpus else ""
         motions = ", ".join(sorted({r.motion for r in rest}))
         lines.append(f"{ranks_phrase([r.rank for r in rest])}: {motions}{span}{cpu}")
     return lines
@@ -137,7 +137,7 @@ def _straggler(progress: Progress) -> Verdict:
         suspect_ranks=[rank],
         confidence=confidence,
         summary=f"the job makes progress but rank {rank} holds it back: it waits {r.waiting_pct}% of the time, the "
-        f"others {_pct_span(others)} (for it){where}. Slow, not hung",
+        f"others {value_span(others, '%')} (for it){where}. Slow, not hung",
         evidence=evidence(progress, [rank], told=rank, shown=1),  # the others only wait: summed up
         next_steps=[
             _step(
@@ -156,11 +156,6 @@ def _straggler(progress: Progress) -> Verdict:
             ),
         ],
     )
-
-
-def _pct_span(values: list[int]) -> str:
-    """``95-100%``, or ``100%`` when they are all the same."""
-    return f"{min(values)}%" if min(values) == max(values) else f"{min(values)}-{max(values)}%"
 
 
 def _waits(stack: RankStack) -> bool:

@@ -18,6 +18,7 @@ from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
     describe_all,
+    group_guard,
     guard_phrase,
     parting_phrase,
     plural,
@@ -66,13 +67,12 @@ def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
     """The fix a condition above a suspect's collective dictates, with its lines filled in: the
     agent gets it without opening the file (the condition is quoted, so it can check it)."""
     for group in f.op_groups:
-        found = f.guards.get(group.ranks[0]) if group.ranks and group.ranks[0] in suspects else None
+        found = group_guard(f, group) if group.ranks and group.ranks[0] in suspects else None
         if found is None:
             continue
         guard, site = found
         file = os.path.basename(site.file)
-        lead = next((s for s in f.live if s.rank == group.ranks[0]), None)
-        call = lead.call_site if lead is not None else None
+        call = group.call_site
         at = f"{file}:{site.line}"
         if call is not None and (call.file, call.line) != (site.file, site.line):
             at = f"{os.path.basename(call.file)}:{call.line} (called from {at})"
@@ -114,7 +114,9 @@ def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
     """Ranks split evenly between collectives: a rank condition above one side's call decides it."""
     described = describe_all(f.op_groups)
     ruled = [
-        (g, p) for g in f.op_groups if (p := guard_phrase(f, g)) and f.guards[g.ranks[0]][0].kind == "rank"
+        (g, p)
+        for g in f.op_groups
+        if (p := guard_phrase(f, g)) and (found := group_guard(f, g)) is not None and found[0].kind == "rank"
     ]
     if len(ruled) == 1:
         group, phrase = ruled[0]

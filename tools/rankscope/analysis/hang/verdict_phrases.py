@@ -22,9 +22,10 @@ from rankscope.analysis.hang.frames import (
 from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.models.core import Backend, Group, Verdict
+from rankscope.models.core import Backend, CallSite, Group, Verdict
 
 if TYPE_CHECKING:  # annotations only: verdict_facts imports the evidence, which uses these phrases
+    from rankscope.analysis.hang.conditions import Guard
     from rankscope.analysis.hang.verdict_facts import Facts
 
 
@@ -118,9 +119,14 @@ def plural(count: int, one: str, many: str) -> str:
     return many if count > 1 else one
 
 
+def group_guard(f: Facts, group: Group) -> tuple[Guard, CallSite] | None:
+    """The condition above a group's call (read on its lead rank), with the frame it guards."""
+    return f.guards.get(group.ranks[0]) if group.ranks else None
+
+
 def guard_phrase(f: Facts, group: Group) -> str | None:
     """``train.py:9 `if dist.get_rank() == 0:` guards the barrier at train.py:10`` for a group's lead rank."""
-    found = f.guards.get(group.ranks[0]) if group.ranks else None
+    found = group_guard(f, group)
     if found is None:
         return None
     guard, site = found
@@ -132,6 +138,7 @@ __all__ = [
     "are",
     "describe",
     "describe_all",
+    "group_guard",
     "guard_phrase",
     "other_side",
     "parting_phrase",

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rankscope.analysis.hang.frames import blocked_in, short_site
 from rankscope.analysis.ranges import merge_rank_lines, ranks_phrase
 from rankscope.analysis.triage.log_rules import SECTIONS
 from rankscope.analysis.triage.logs import Conclusion, one_line
-from rankscope.models.core import Finding, NextStep, Verdict
+from rankscope.models.core import Finding, Group, NextStep, Verdict
 from rankscope.models.logs import DecidedBy
 
 SPECIFIC = ("mismatched_collectives", "divergent_ranks")
@@ -87,19 +88,6 @@ def _playbook(
     return DEAD_JOB_PLAYBOOK if findings else None
 
 
-def _thread_owner(findings: list[Finding], suspects: list[int], decided_by: DecidedBy) -> list[str]:
-    """A dead thread the log names no rank for (no [rankN]: prefix), beside one suspect from another
-    source: most likely that rank's thread; said as a likelihood, not a fact."""
-    if decided_by == "logs" or len(suspects) != 1:
-        return []
-    return [
-        f"the log's dead thread {f.facts.get('thread', '?')} names no rank; rank {suspects[0]}, the one the "
-        f"{_NAMES[decided_by]} single out, most likely owned it"
-        for f in findings
-        if f.kind == "thread_died" and not f.ranks
-    ]
-
-
 def _dead_thread(findings: list[Finding], suspects: list[int], decided_by: DecidedBy) -> Finding | None:
     """The dead thread that tells the story beside one suspect of the recorder or the saved stacks:
     a thread of that rank (or of no rank the log names) died, and the rank waits for it since."""
@@ -110,13 +98,22 @@ def _dead_thread(findings: list[Finding], suspects: list[int], decided_by: Decid
     )
 
 
-def _thread_story(thread: Finding, rank: int, name: str, lead: Verdict) -> tuple[str, NextStep]:
+def _saved_place(rank: int, groups: list[Group]) -> str:
+    """`` (saved stacks: loader.py:19 blocked in Queue.get (queue.py:171))``: where the saved stacks
+    hold ``rank``, or nothing when they do not hold it."""
+    group = next((g for g in groups if rank in g.ranks), None)
+    if group is None or group.call_site is None:
+        return ""
+    inner = blocked_in(group.frames)
+    return f" ({_NAMES['stacks']}: {short_site(group.call_site)}{f' blocked in {inner}' if inner else ''})"
+
+
+def _thread_story(thread: Finding, rank: int, name: str, groups: list[Group]) -> tuple[str, NextStep]:
     """The summary a dead thread leads, and its fix as the first step."""
     site = thread.facts.get("call_site")
     at = f" (at {site})" if site else ""
     whose = f"rank {rank}'s" if thread.ranks else f"most likely rank {rank}'s (the one the {name} single out)"
-    own = next((e for e in lead.evidence if e.startswith(f"rank {rank} ") and " at " in e), None)
-    where = f" ({name}: {own.split(' at ', 1)[1]})" if own else ""
+    where = _saved_place(rank, groups)
     summary = (
         f"A thread died, {whose}: {thread.message}{at}. Rank {rank} then waits for the thread's output{where} and "
         f"the other ranks wait for rank {rank}."
@@ -152,11 +149,17 @@ def _steps(*lists: list[NextStep]) -> list[NextStep]:
 
 
 def combine(
-    logs: Conclusion, findings: list[Finding], flight: Verdict | None, stacks: Verdict | None
+    logs: Conclusion,
+    findings: list[Finding],
+    flight: Verdict | None,
+    stacks: Verdict | None,
+    groups: list[Group] | None = None,
 ) -> PostMortem:
-    """The one answer: the leading source's suspects and summary, every source's evidence."""
+    """The one answer: the leading source's suspects and summary, every source's evidence.
+    ``groups``: the saved stacks' groups, which say where a rank stands."""
     several = flight is not None or stacks is not None
     decided_by, lead = _decider(logs, findings, flight, stacks)
+    thread: Finding | None = None  # a dead thread that tells the story beside the lead's one suspect
     if lead is None:
         suspects, summary, evidence = logs.suspect_ranks, logs.summary, list(logs.evidence)
         steps = _steps(logs.next_steps)
@@ -168,7 +171,7 @@ def combine(
         first: list[NextStep] = []
         thread = _dead_thread(findings, suspects, decided_by)
         if thread is not None:
-            summary, fix = _thread_story(thread, suspects[0], name, lead)
+            summary, fix = _thread_story(thread, suspects[0], name, groups or [])
             logs_summary = logs_summary.replace(one_line(thread), "").strip()
             first = [fix]
         if findings and logs_summary:
@@ -184,9 +187,6 @@ def combine(
             evidence.append(
                 f"the logs named {ranks_phrase(logs.suspect_ranks)}; the {name} outranks them here"
             )
-    story = lead is not None and _dead_thread(findings, suspects, decided_by) is not None
-    if not story:
-        evidence.extend(_thread_owner(findings, suspects, decided_by))
     for other, verdict in _others(flight, stacks):
         if verdict is not None and verdict is not lead:
             evidence.append(f"{_NAMES[other]} ({verdict.kind}): {verdict.summary}")
@@ -197,7 +197,9 @@ def combine(
         decided_by=decided_by if several else None,
         evidence=evidence,
         next_steps=steps,
-        playbook=SECTIONS["thread_died"] if story else _playbook(decided_by, findings, suspects, lead),
+        playbook=SECTIONS["thread_died"]
+        if thread is not None
+        else _playbook(decided_by, findings, suspects, lead),
     )
 
 

@@ -8,25 +8,20 @@ captured on a GPU (tests/data/progress_nccl) and are replayed in tests/unit/test
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import pytest
 
+from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.api import dump_stacks
-from rankscope.models.core import StacksReport
+from rankscope.models.core import StacksReport, VerdictKind
 from rankscope.options import DumpOptions
 from tests.jobs import JobFactory, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
 READY_S = 180.0
-HANG_KINDS = {
-    "mismatched_collectives",
-    "divergent_ranks",
-    "missing_ranks",
-    "all_in_same_collective",
-    "no_collective",
-    "inconclusive",
-}
+HANG_KINDS = set(get_args(VerdictKind)) - set(PROGRESS_KINDS)
 
 
 def _until(pid: int, kind: str, timeout: float = 90.0) -> StacksReport:

@@ -381,21 +381,30 @@ def _first_observed(first: FailureRecord, victims: set[int]) -> tuple[str, bool]
     return line + ", not necessarily the cause", True
 
 
+def unique_steps(*lists: Iterable[NextStep]) -> list[NextStep]:
+    """The steps of ``lists`` in order, each (tool, playbook section) once: two findings that ask
+    for the same call and the same reading ask once."""
+    out: list[NextStep] = []
+    seen: set[tuple[str | None, str | None]] = set()
+    for steps in lists:
+        for s in steps:
+            if (s.tool, s.skill_section) not in seen:
+                seen.add((s.tool, s.skill_section))
+                out.append(s)
+    return out
+
+
 def _conclusion_steps(findings: list[Finding], suspects: list[int], p2p: Sequence[object]) -> list[NextStep]:
     """The next steps of the findings about the suspects, each once, point-to-point first."""
-    steps: list[NextStep] = [P2P_STEP] if p2p else []
-    seen_steps: set[tuple[str | None, str | None]] = {(s.tool, s.skill_section) for s in steps}
     kinds = {f.kind for f in findings}
-    for f in findings:
-        if f.severity == "info" or _consequence(f, kinds) is not None:
-            continue
-        if f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout":
-            continue
-        for s in f.next_steps:
-            if (s.tool, s.skill_section) not in seen_steps:
-                seen_steps.add((s.tool, s.skill_section))
-                steps.append(s)
-    return steps
+    about = [
+        f.next_steps
+        for f in findings
+        if f.severity != "info"
+        and _consequence(f, kinds) is None
+        and not (f.ranks and suspects and not set(f.ranks) & set(suspects) and f.kind != "collective_timeout")
+    ]
+    return unique_steps([P2P_STEP] if p2p else [], *about)
 
 
 @dataclass

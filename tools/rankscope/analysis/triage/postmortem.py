@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rankscope.analysis.hang.frames import blocked_in, short_site
 from rankscope.analysis.ranges import merge_rank_lines, ranks_phrase
 from rankscope.analysis.triage.log_rules import SECTIONS
-from rankscope.analysis.triage.logs import Conclusion, one_line
+from rankscope.analysis.triage.logs import Conclusion, one_line, unique_steps
 from rankscope.models.core import Finding, Group, NextStep, Verdict
 from rankscope.models.logs import DecidedBy
 
@@ -138,14 +138,7 @@ def _live_steps(steps: list[NextStep], decided_by: DecidedBy) -> list[NextStep]:
 
 
 def _steps(*lists: list[NextStep]) -> list[NextStep]:
-    out: list[NextStep] = []
-    seen: set[tuple[str | None, str | None]] = set()
-    for steps in lists:
-        for s in steps:
-            if (s.tool, s.skill_section) not in seen:
-                seen.add((s.tool, s.skill_section))
-                out.append(s)
-    return out[:6]
+    return unique_steps(*lists)[:6]
 
 
 def combine(

@@ -377,9 +377,16 @@ def test_a_loop_in_an_installed_library_names_where_the_ranks_part(
     report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1] and len(r.groups) == 2)
     v = report.verdict
     assert v.kind == "mismatched_collectives"
-    # the ranks part in the library's loop, not at the user's trainer.fit() line they share
-    assert "leaves ranks 0,2 in Trainer.fit (trainlib/trainer.py)" in v.summary, v.summary
-    assert "later in the same function" in v.summary
+    # the ranks part in the library's loop, not at the user's trainer.fit() line they share, and
+    # the loop's body holds the data check that sent rank 1 out of a step
+    assert "rank 1 has left the loop at trainer.py:22 `for batch in batches`" in v.summary, v.summary
+    assert (
+        "`not torch.isfinite(loss)` (trainer.py:24) sends some ranks to the `continue` at trainer.py:25"
+        in (v.summary)
+    )
+    assert v.next_steps[0].action.startswith(
+        "Fix: all_reduce the flag first, so every rank takes the `continue`"
+    )
     ops = {g.op: g for g in report.groups}
     assert set(ops) == {"all_reduce", "barrier"} and ops["barrier"].ranks == [1]
     choice = choose_from_stacks(report)

@@ -19,7 +19,8 @@ SOURCE_FILE = "/tmp/uneven/train.py"  # where the job ran; its copy is in the ca
 def live() -> StacksReport:
     saved = StacksReport.model_validate(json.loads((CAPTURE / "stacks_full.json").read_text()))
     stacks = [
-        RankStack(rank=s.rank, pid=s.pid, host=s.host, state=s.state, threads=s.threads) for s in saved.stacks
+        RankStack(rank=s.rank, pid=s.pid, host=s.host, state=s.state, threads=s.threads, counters=s.counters)
+        for s in saved.stacks
     ]
     lines = (CAPTURE / "train.py").read_text().splitlines()
     source = {(SOURCE_FILE, i): text for i, text in enumerate(lines, 1)}
@@ -31,8 +32,16 @@ def test_live_names_the_short_rank_and_says_it_ran_out_early() -> None:
     assert v.kind == "mismatched_collectives" and v.suspect_ranks == [5]
     assert "rank 5 is inside barrier at train.py:84" in v.summary
     assert "wait for the GPU at train.py:107" in v.summary
-    # the others are still in the epoch loop (main:126), rank 5 past it (main:127): one step fewer
-    assert "rank 5 leaves ranks 0-4,6-7 in main" in v.summary and "fewer collectives" in v.summary
+    # the others are still in train_epoch's loop over the loader (main:126), rank 5 past it (main:127)
+    loop = "rank 5 has left the loop at train.py:101 `for step, (x, y) in enumerate(loader)`"
+    assert loop in v.summary and "ranks 0-4,6-7 are still in (at step=31)" in v.summary
+    assert "uneven inputs" in v.summary and "fewer collectives" in v.summary
+
+
+def test_live_the_first_step_is_the_fix_for_uneven_inputs() -> None:
+    first = live().verdict.next_steps[0].action
+    assert first.startswith("Fix: give every rank the same number of batches for the loop at train.py:101")
+    assert "join()" in first
 
 
 def test_dead_the_recorder_names_the_short_rank_and_counts_the_missing_all_reduce() -> None:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from rankscope.analysis.hang.backend import job_backend
 from rankscope.analysis.hang.conditions import LOOK_BACK, USER_FRAMES
-from rankscope.analysis.hang.counters import int_locals, on_subgroup
+from rankscope.analysis.hang.counters import int_locals, internal_file, on_subgroup
 from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_user_frame
 from rankscope.analysis.hang.group_members import read_group_locals
+from rankscope.analysis.hang.loops import LOOP_LOOK_BACK
 from rankscope.analysis.hang.progress import RankWatch, judge, place_lines, watch_rank, with_recorder
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.hang.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
@@ -127,8 +128,9 @@ def source_lines(
 
     Each rank's innermost Python line: ``loss.item()`` has no Python frame of its own, so on NCCL
     the line itself says the CPU waits for the GPU there. And the lines above its innermost user
-    frames: the ``if rank == 0:`` a collective is called under. Read from the files on this host;
-    a line that cannot be read is left out.
+    frames: the ``if rank == 0:`` a collective is called under, the loop one rank has left (in the
+    job's code or a training library's, never torch's or the standard library's). Read
+    from the files on this host; a line that cannot be read is left out.
     """
     wanted: set[tuple[str, int]] = set()
     for stack in stacks:
@@ -136,9 +138,11 @@ def source_lines(
         if frames and frames[0].line is not None:
             wanted.add((frames[0].file, frames[0].line))
         user = [(f.file, f.line) for f in frames if is_user_frame(f) and f.line is not None][:USER_FRAMES]
-        for file, line in user:
+        # a training library's loop (a Trainer's fit) is where ranks part as often as the job's own
+        loops = [(f.file, f.line) for f in frames if f.line is not None and not internal_file(f.file)]
+        for file, line in [*user, *loops[:USER_FRAMES]]:
             end = line or 0
-            wanted.update((file, n) for n in range(max(1, end - LOOK_BACK), end + 1))
+            wanted.update((file, n) for n in range(max(1, end - max(LOOK_BACK, LOOP_LOOK_BACK)), end + 1))
     lines: dict[tuple[str, int], str] = {}
     for key in sorted(wanted):
         text = getline(*key)
@@ -692,8 +696,10 @@ def _decide(
         and report.verdict.kind not in PROGRESS_KINDS
         and (unsure or report.verdict.kind == "mismatched_collectives")
     ):
-        # sure of a mismatch: read only the suspects, whose collective may run on a subgroup
-        only = None if unsure else set(report.verdict.suspect_ranks)
+        # sure of a mismatch: read the suspects, whose collective may run on a subgroup, and one rank
+        # of each other group, whose loop counter says how far the others got (uneven inputs)
+        leads = {g.ranks[0] for g in report.groups if g.ranks}
+        only = None if unsure else set(report.verdict.suspect_ranks) | leads
         stacks, analysis = _locals_pass(stacks, analysis, exe, only, last)
         if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
             report = analysis.run(stacks)

@@ -238,9 +238,12 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
         what = f"{group.op} at " if group.op else "no collective, at "
         wait = group.wait or _shared_wait(group, waits)
         label = f" [{wait}]" if wait and not (group.op and wait == "collective") else ""
-        yield f"{ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{group.call_site or '?'}{label}{mark}"
-        if group.call_site is not None:
-            seen.add(group.call_site.file)
+        site = str(group.call_site or "?")
+        if group.call_site is not None:  # spelled out once per answer, then by its base name
+            file = group.call_site.file
+            site = site.replace(file, os.path.basename(file), 1) if file in seen else site
+            seen.add(file)
+        yield f"{ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{site}{label}{mark}"
         outer = _brief_frames(group, seen)
         if outer:
             yield f"   from {outer}"

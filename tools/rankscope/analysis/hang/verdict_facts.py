@@ -60,6 +60,8 @@ class Facts:
     counters: CounterSplit | None = None
     gpu_idle: tuple[list[int], str] | None = None
     guards: dict[int, tuple[Guard, CallSite]] = field(default_factory=dict)
+    source: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    """The job's source lines read around the ranks' frames (conditions, loops), by (file, line)."""
 
     @property
     def nccl(self) -> bool:
@@ -103,7 +105,8 @@ def facts(
 ) -> Facts:
     """Sort the ranks by what they wait for and write the evidence every verdict carries."""
     f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight, ras=ras)
-    f.guards = _guards(annotated, source or {})
+    f.source = source or {}
+    f.guards = _guards(annotated, f.source)
     f.stuck = [s for s in annotated if s.state in STUCK_STATES and s.rank is not None]
     f.live = [s for s in annotated if s.threads and s.rank is not None and s.state not in STUCK_STATES]
     f.gpu = [s for s in f.live if s.wait in GPU_LIKE]

@@ -19,6 +19,7 @@ from rankscope.analysis.hang.verdict_phrases import (
     describe,
     describe_all,
     group_guard,
+    group_loop,
     guard_phrase,
     parting_phrase,
     plural,
@@ -37,6 +38,7 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     sizes = Counter(len(g.ranks) for g in f.op_groups)
     largest = max(len(g.ranks) for g in f.op_groups)
     extra: list[str] = []
+    uneven: Step | None = None
     if sizes[largest] == 1:
         majority = next(g for g in f.op_groups if len(g.ranks) == largest)
         minority = [g for g in f.op_groups if g is not majority]
@@ -44,6 +46,7 @@ def rule_mismatched(f: Facts) -> Ruling | None:
         if left is not None:
             return left
         suspects, confidence, summary, extra = _against_majority(f, majority, minority)
+        uneven = loop_fix(f, minority, majority)
     else:
         suspects, confidence, summary = _even_split(f)
     cycle = find_cycle(f.waits)
@@ -52,7 +55,7 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     if f.gpu:
         summary += say("cpu_not_where_stuck", groups=describe_all(f.gpu_groups))
     recorder = () if f.on_gloo else (step("recorder_mismatch_seq"),)
-    fix = guard_fix(f, suspects)
+    fix = guard_fix(f, suspects) or uneven
     return Ruling(
         kind="mismatched_collectives",
         suspects=suspects,
@@ -65,7 +68,8 @@ def rule_mismatched(f: Facts) -> Ruling | None:
 
 def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
     """The fix a condition above a suspect's collective dictates, with its lines filled in: the
-    agent gets it without opening the file (the condition is quoted, so it can check it)."""
+    agent gets it without opening the file (the summary quotes the condition, so it can check it;
+    ``cond`` stays in the step's fields for a face that shows the step alone)."""
     for group in f.op_groups:
         found = group_guard(f, group) if group.ranks and group.ranks[0] in suspects else None
         if found is None:
@@ -80,6 +84,27 @@ def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
         return step(
             key, op=group.op or "collective", site=at, cond=guard.condition, guard_at=f"{file}:{guard.line}"
         )
+    return None
+
+
+def loop_fix(f: Facts, minority: list[Group], majority: Group) -> Step | None:
+    """The fix when a loop splits the ranks: the condition that sends some ranks out of an iteration
+    early, else every rank must run it with the same collectives (uneven inputs)."""
+    for group in minority:
+        left = group_loop(f, group, majority)
+        if left is None:
+            continue
+        found = left.exit
+        if found is not None and found.guard is not None:
+            where = f"the `{found.statement}` at {found.at}"
+            remedy = (
+                f"take {where} on every rank or on none"
+                if found.guard.kind == "rank"
+                else f"all_reduce the flag first, so every rank takes {where} alike"
+            )
+            guard_at = f"{os.path.basename(found.file)}:{found.guard.line}"
+            return step("fix_loop_exit", remedy=remedy, guard_at=guard_at)
+        return step("fix_uneven_loop", loop_at=left.loop.at)
     return None
 
 
@@ -214,4 +239,4 @@ def _subgroup_ruling(
     return Ruling("mismatched_collectives", suspects, confidence, summary, evidence, steps)
 
 
-__all__ = ["guard_fix", "left_in_subgroup", "rule_mismatched"]
+__all__ = ["guard_fix", "left_in_subgroup", "loop_fix", "rule_mismatched"]

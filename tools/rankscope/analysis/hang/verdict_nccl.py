@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rankscope.analysis.hang.frames import short_site
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
+from rankscope.analysis.hang.verdict_mismatch import loop_fix
 from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
@@ -153,8 +154,16 @@ def rule_nccl_lone_collective(f: Facts) -> Ruling | None:
             story=_lone_story(f, op),
         ),
         evidence=f.evidence,
-        steps=(step("read_lone_site", op=str(op)), step("recorder_lone")),
+        steps=(_lone_fix(f, op) or step("read_lone_site", op=str(op)), step("recorder_lone")),
     )
+
+
+def _lone_fix(f: Facts, op: str | None) -> Step | None:
+    """The fix when the lone ranks left a loop the others are still in (uneven inputs)."""
+    lone = next((g for g in f.groups if g.op == op and g.state is None), None)
+    if lone is None or not f.gpu_groups or guard_phrase(f, lone):
+        return None
+    return loop_fix(f, [lone], max(f.gpu_groups, key=lambda g: len(g.ranks)))
 
 
 def _lone_story(f: Facts, op: str | None) -> str:

@@ -19,10 +19,11 @@ from rankscope.analysis.hang.frames import (
     parting,
     short_site,
 )
+from rankscope.analysis.hang.loops import Loop, LoopLeft, loop_left
 from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.models.core import Backend, CallSite, Group, Verdict
+from rankscope.models.core import Backend, CallSite, Frame, Group, RankStack, Verdict
 
 if TYPE_CHECKING:  # annotations only: verdict_facts imports the evidence, which uses these phrases
     from rankscope.analysis.hang.conditions import Guard
@@ -84,15 +85,82 @@ def transport(backend: Backend | None) -> str:
     return "the network or the backend's transport (NCCL or Gloo)"
 
 
+def _lead(f: Facts, group: Group) -> RankStack | None:
+    return next((s for s in f.annotated if group.ranks and s.rank == group.ranks[0]), None)
+
+
+def _lead_frames(f: Facts, group: Group) -> list[Frame] | None:
+    """The main thread's frames of a group's lead rank."""
+    lead = _lead(f, group)
+    thread = main_thread(lead) if lead is not None else None
+    return thread.frames if thread is not None else None
+
+
+def group_loop(f: Facts, suspects: Group, majority: Group) -> LoopLeft | None:
+    """The loop one side is still in and the other has left (uneven inputs), read on the lead ranks."""
+    a, b = _lead_frames(f, suspects), _lead_frames(f, majority)
+    la, lb = _lead(f, suspects), _lead(f, majority)
+    if a is None or b is None or la is None or lb is None or not f.source:
+        return None
+    return loop_left(a, b, f.source, (la.counters, lb.counters))
+
+
+def loop_count(f: Facts, ranks: list[int], loop: Loop) -> str:
+    """`` (at step=31)``: the loop's counter on the ranks still in it, when those read agree; ``(rank 0
+    at step=31)`` when it was read on some of them only (a sure verdict reads one rank per group)."""
+    read = {s.rank: n for s in f.annotated if s.rank in ranks and (n := loop.count(s.counters)) is not None}
+    if len(set(read.values())) != 1:
+        return ""
+    value = next(iter(read.values()))
+    on = "" if len(read) == len(ranks) else f"{ranks_phrase(sorted(r for r in read if r is not None))} "
+    return f" ({on}at {loop.counter}={value})"
+
+
+def loop_phrase(f: Facts, suspects: Group, majority: Group, left: LoopLeft) -> str:
+    """``rank 5 has left the loop at train.py:99 `for ...` that ranks 0-4,6-7 are still in (at step=31): ...``."""
+    who, they = ranks_phrase(suspects.ranks), ranks_phrase(majority.ranks)
+    one, many = len(suspects.ranks) == 1, len(majority.ranks) > 1
+    inside = suspects if left.suspect_inside else majority
+    fields = {
+        "who": who,
+        "they": they,
+        "loop_at": left.loop.at,
+        "header": left.loop.header,
+        "count": loop_count(f, inside.ranks, left.loop),
+    }
+    if left.suspect_inside:
+        return say(
+            "still_in_the_loop", be=("is" if one else "are"), have=("have" if many else "has"), **fields
+        )
+    found = left.exit
+    why = say("left_uneven")
+    if found is not None and found.guard is not None:
+        guard_at = f"{os.path.basename(found.file)}:{found.guard.line}"
+        why = say(
+            "left_by_exit",
+            cond=found.guard.condition,
+            guard_at=guard_at,
+            statement=found.statement,
+            exit_at=found.at,
+        )
+    return say(
+        "left_the_loop",
+        why=why,
+        has=("has" if one else "have"),
+        are=("are" if many else "is"),
+        ran_out_early=RAN_OUT_EARLY,
+        **fields,
+    )
+
+
 def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, bool] | None:
     """``rank 1 leaves ranks 0,2-3 in Trainer.fit (trainer.py): at line 68, they at line 67 ...``, and
-    whether it says more than the call sites do (library code, or a suspect past the others' line)."""
-    by_rank = {s.rank: s for s in f.annotated}
-    a, b = by_rank.get(suspects.ranks[0]), by_rank.get(majority.ranks[0])
-    ta, tb = (main_thread(a) if a else None), (main_thread(b) if b else None)
+    whether it says more than the call sites do (library code, a suspect past the others' line, or
+    the loop one side has left)."""
+    ta, tb = _lead_frames(f, suspects), _lead_frames(f, majority)
     if ta is None or tb is None:
         return None
-    found = parting(ta.frames, tb.frames)
+    found = parting(ta, tb)
     if found is None:
         return None
     fa, fb = found
@@ -103,6 +171,9 @@ def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, boo
         return say("part_below", who=who, they=they, where=where, line=fa.line), library
     leaves = "leaves" if len(suspects.ranks) == 1 else "leave"
     text = say("parting", who=who, leaves=leaves, they=they, where=where, line=fa.line, their_line=fb.line)
+    left = group_loop(f, suspects, majority)
+    if left is not None:  # the loop says why they part; its line numbers would only repeat it
+        return loop_phrase(f, suspects, majority, left), True
     later = fa.line is not None and fb.line is not None and fa.line > fb.line
     if later:
         text += say("past_the_block", who=who, ran_out_early=RAN_OUT_EARLY)
@@ -139,7 +210,10 @@ __all__ = [
     "describe",
     "describe_all",
     "group_guard",
+    "group_loop",
     "guard_phrase",
+    "loop_count",
+    "loop_phrase",
     "other_side",
     "parting_phrase",
     "plural",

@@ -191,14 +191,26 @@ STEPS: Mapping[str, StepText] = MappingProxyType(
             "mismatched-collectives",
         ),
         "fix_rank_guard": _step(
-            "Fix: every rank must reach the {op} at {site}, but `{cond}` ({guard_at}) lets only some ranks call it: "
-            "call the {op} outside that branch (keep only the rank's own work inside), or on no rank.",
+            "Fix: every rank must reach the {op} at {site}: move it out of the branch at {guard_at} (keep only the "
+            "rank's own work inside), or call it on no rank.",
+            None,
+            "mismatched-collectives",
+        ),
+        "fix_uneven_loop": _step(
+            "Fix: give every rank the same number of batches for the loop at {loop_at} (filter records before "
+            "sharding, pad or trim each shard to one length as DistributedSampler(drop_last=True) does, or DDP's "
+            "join() for uneven inputs), or make every rank take the same `continue`/`break`/`return`.",
+            None,
+            "mismatched-collectives",
+        ),
+        "fix_loop_exit": _step(
+            "Fix: {remedy} (the branch at {guard_at}), or skip only the work that is not a collective.",
             None,
             "mismatched-collectives",
         ),
         "fix_data_guard": _step(
-            "Fix: `{cond}` ({guard_at}) is not the same on every rank, so only some call the {op} at {site}: agree "
-            "on it first (all_reduce the flag so every rank takes the same branch) or call the {op} outside it.",
+            "Fix: make every rank take the same branch at {guard_at} (all_reduce the flag first), or call the {op} at "
+            "{site} outside it.",
             None,
             "mismatched-collectives",
         ),
@@ -394,6 +406,14 @@ SAY: Mapping[str, str] = MappingProxyType(
         # where a suspect's stack leaves the others'
         "part_below": "{who} and {they} part below {where} line {line}",
         "parting": "{who} {leaves} {they} in {where}: at line {line}, they at line {their_line}",
+        "left_the_loop": "{who} {has} left the loop at {loop_at} `{header}` that {they} {are} still in{count}, so "
+        "it {ran_out_early}: {why}",
+        "left_uneven": "fewer batches than the others (uneven inputs), or a `continue`, `break` or `return` only it "
+        "took",
+        "left_by_exit": "`{cond}` ({guard_at}) sends some ranks to the `{statement}` at {exit_at}",
+        "still_in_the_loop": "{who} {be} still in the loop at {loop_at} `{header}` that {they} {have} left{count}: it "
+        "runs more iterations than they do: more batches than the others (uneven inputs), or a `continue`, "
+        "`break` or `return` only they took",
         "past_the_block": " (later in the same function: {who} got past the block the others are still in, so it "
         "most likely {ran_out_early}: a skipped batch, an early continue or return; read that block, not only "
         "where it waits)",

@@ -210,3 +210,24 @@ def train():
     v = analyze(job, stacks, [], source=src(code)).verdict
     assert v.suspect_ranks == [0] and "left the loop" not in v.summary
     assert v.next_steps[0].action.startswith("Fix: every rank must reach the barrier")
+
+
+def test_two_ranks_split_evenly_are_decided_by_the_loop_one_left() -> None:
+    """Captured gloo stacks of a 2-rank DDP job (tests/programs/hang_ddp.py): rank 1 skips its last
+    backward under `if last and rank == a.odd: continue` and waits in the barrier after the loop.
+    No majority names anyone; the loop rank 1 left does, at medium confidence."""
+    for case in ("ddp_skip_backward", "ddp_skip_backward_locals"):
+        job, stacks, _ = load_capture(case)
+        where = next(
+            f.file for s in stacks for t in s.threads for f in t.frames if f.file.endswith("hang_ddp.py")
+        )
+        lines = (ROOT / "tests" / "programs" / "hang_ddp.py").read_text().splitlines()
+        v = analyze(job, stacks, [], source={(where, i): text for i, text in enumerate(lines, 1)}).verdict
+        assert (v.kind, v.suspect_ranks, v.confidence) == ("mismatched_collectives", [1], "medium"), case
+        assert "the ranks split evenly, but rank 1 has left the loop at hang_ddp.py:25" in v.summary
+        assert "sends some ranks to the `continue` at hang_ddp.py:31" in v.summary
+        assert v.next_steps[0].action.startswith(
+            "Fix: take the `continue` at hang_ddp.py:31 on every rank or on none"
+        )
+        # without the source no loop is read, and the even split names no one
+        assert analyze(job, stacks, []).verdict.confidence == "low"

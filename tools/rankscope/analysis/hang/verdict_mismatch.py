@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import replace
 
 from rankscope.analysis.hang.group_members import members as group_members
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
@@ -21,6 +22,7 @@ from rankscope.analysis.hang.verdict_phrases import (
     group_guard,
     group_loop,
     guard_phrase,
+    loop_phrase,
     parting_phrase,
     plural,
     recorder_lines,
@@ -49,6 +51,9 @@ def rule_mismatched(f: Facts) -> Ruling | None:
         uneven = loop_fix(f, minority, majority)
     else:
         suspects, confidence, summary = _even_split(f)
+        split = _split_by_loop(f) if confidence == "low" else None
+        if split is not None:
+            suspects, confidence, summary, uneven = split
     cycle = find_cycle(f.waits)
     if cycle is not None:
         summary += f"; {cycle_phrase(cycle, f.waits)}"
@@ -114,20 +119,22 @@ def _against_majority(
     """The minority's ranks, and why they are elsewhere: a rank condition above a call, or where
     their stack leaves the majority's; partings that tell nothing new go to the evidence."""
     suspects = sorted(r for g in minority for r in g.ranks)
+    conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
+    partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
+    # a rank condition above the suspects' own collective already tells why they are elsewhere
+    guarded = any(guard_phrase(f, g) for g in minority)
+    told = [text for text, telling in partings if telling and not guarded]
     summary = say(
-        "mismatched",
+        "mismatched_because"
+        if conditions or told
+        else "mismatched",  # a reason found needs no list of guesses
         minority=describe_all(minority),
         majority=describe(majority),
         who=ranks_phrase(suspects),
         are=are(len(suspects)),
     )
-    conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
     if conditions:
         summary += f"; {'; '.join(conditions)}"
-    partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
-    # a rank condition above the suspects' own collective already tells why they are elsewhere
-    guarded = any(guard_phrase(f, g) for g in minority)
-    told = [text for text, telling in partings if telling and not guarded]
     if told:
         summary += f"; {'; '.join(told)}"
     # guarded: the condition is the story, and a parting's guess (a skipped batch) would contradict it
@@ -157,6 +164,22 @@ def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
             ),
         )
     return sorted(r for g in f.op_groups for r in g.ranks), "low", say("even_split", described=described)
+
+
+def _split_by_loop(f: Facts) -> tuple[list[int], Confidence, str, Step | None] | None:
+    """Two ranks (or halves) in different collectives, one past the loop the other is still in: the
+    one that left issued fewer collectives in it (a two-GPU job that ran out of batches first).
+    Medium: which side is wrong is the program's choice, but that side's loop is where to look."""
+    if len(f.op_groups) != 2:
+        return None
+    a, b = f.op_groups
+    left = group_loop(f, a, b)
+    if left is None:
+        return None
+    out, inside = (b, a) if left.suspect_inside else (a, b)
+    phrase = loop_phrase(f, out, inside, replace(left, suspect_inside=False))
+    summary = say("even_split_loop", described=describe_all(f.op_groups), phrase=phrase)
+    return list(out.ranks), "medium", summary, loop_fix(f, [out], inside)
 
 
 def left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Ruling | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rankscope.analysis.hang.frames import short_site
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
-from rankscope.analysis.hang.verdict_mismatch import loop_fix
+from rankscope.analysis.hang.verdict_mismatch import guard_fix, loop_fix
 from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
@@ -154,7 +154,10 @@ def rule_nccl_lone_collective(f: Facts) -> Ruling | None:
             story=_lone_story(f, op),
         ),
         evidence=f.evidence,
-        steps=(_lone_fix(f, op) or step("read_lone_site", op=str(op)), step("recorder_lone")),
+        steps=(
+            guard_fix(f, suspects) or _lone_fix(f, op) or step("read_lone_site", op=str(op)),
+            step("recorder_lone"),
+        ),
     )
 
 

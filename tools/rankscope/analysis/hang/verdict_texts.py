@@ -389,9 +389,11 @@ SAY: Mapping[str, str] = MappingProxyType(
         # mismatched collectives, a subgroup left waiting
         "mismatched": "{minority} while {majority}: {who} {are} in a different collective than the others (a "
         "collective skipped, added or reordered on those ranks)",
+        "mismatched_because": "{minority} while {majority}: {who} {are} in a different collective than the others",
         "even_split_ruled": "{described}: the ranks split evenly, but {phrase}: {who} {run} a collective under a "
         "rank condition that the others never call (call it on every rank, or guard only the work that is not a "
         "collective)",
+        "even_split_loop": "{described}: the ranks split evenly, but {phrase}",
         "even_split": "{described}: the ranks split evenly between different collectives, so no majority names the "
         "culprit; compare the call sites for a rank-dependent branch",
         "subgroup_where": "{minority} on a subgroup while {majority}: a subgroup collective completes only when "

@@ -231,3 +231,21 @@ def test_two_ranks_split_evenly_are_decided_by_the_loop_one_left() -> None:
         )
         # without the source no loop is read, and the even split names no one
         assert analyze(job, stacks, []).verdict.confidence == "low"
+
+
+def test_a_rank_with_more_batches_is_still_in_the_loop_the_others_left() -> None:
+    inside = [frame("backward", 100, C10D), frame("train_epoch", 6), frame("main", 11)]
+    past = [frame("barrier", 200, C10D), frame("main", 12)]
+    stacks = [
+        main_stack(0, past),
+        main_stack(1, past),
+        main_stack(2, inside, {"train.py:train_epoch:step": 32, "train.py:main:epoch": 0}),
+    ]
+    job = Job(job_id="j", launcher="torchrun", world_size=3, backend="gloo")
+    v = analyze(job, stacks, [], source=src(EPOCHS)).verdict
+    assert v.suspect_ranks == [2]
+    loop = "rank 2 is still in the loop at train.py:2 `for step, (x, y) in enumerate(loader)` that ranks 0-1 have left"
+    assert f"{loop} (at step=32): it runs more iterations than they do" in v.summary
+    assert v.next_steps[0].action.startswith(
+        "Fix: give every rank the same number of batches for the loop at train.py:2"
+    )

@@ -178,6 +178,8 @@ def _brief_frames(group: Group, seen: set[str]) -> str:
     )
     if at is not None:
         frames = frames[at + 1 :]
+    if frames and frames[-1].function == "<module>":
+        frames = frames[:-1]  # the script's entry line: the same on every rank, it tells nothing here
     parts = []
     for frame in frames[:MAX_BRIEF_FRAMES]:
         text = _frame_text(frame)

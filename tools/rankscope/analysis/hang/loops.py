@@ -145,7 +145,7 @@ class LoopLeft:
     suspect_inside: bool
     """True when the suspects are the ones still in the loop (they run more iterations)."""
     exits: tuple[Exit, ...] = ()
-    """The loop's guarded exits above the line the inside stack stands on."""
+    """The loop's exits above the line the inside stack stands on, guarded or not."""
 
     @property
     def exit(self) -> Exit | None:

@@ -220,7 +220,7 @@ STEPS: Mapping[str, StepText] = MappingProxyType(
             "mismatched-collectives",
         ),
         "repro_mismatch": _step(
-            "Write a minimal repro of the mismatch to verify the fix.",
+            "Verify the fix on a minimal repro of the mismatch.",
             "generate_repro",
             "mismatched-collectives",
             from_last_stacks=True,

@@ -333,6 +333,22 @@ def test_the_brief_text_says_each_fact_once() -> None:
         assert not any(line.startswith("   from") and site in line.split(" < ")[0] for line in lines), text
 
 
+def test_the_brief_text_spells_a_path_a_section_and_a_launcher_once() -> None:
+    """A file's full path on its first group line only; a playbook section on the first step that
+    points into it; the launcher not again when the job id starts with it; no `<module>` frame."""
+    report = report_for("mismatch_barrier")
+    text, _ = shape_answer(bound_report(report))
+    lines = text.splitlines()
+    paths = {g.call_site.file for g in report.groups if g.call_site is not None}
+    for path in paths:
+        assert sum(path in line for line in lines) == 1, text
+    sections = [line.rsplit(" [", 1)[-1] for line in lines if line.startswith("next ") and line.endswith("]")]
+    assert len(sections) == len(set(sections)) >= 1, text
+    job = next(line for line in lines if line.startswith("job "))
+    assert f"({report.job.launcher})" not in job or not report.job.job_id.startswith(report.job.launcher), job
+    assert not any(line.startswith("   from") and "<module>" in line for line in lines), text
+
+
 @pytest.mark.parametrize(
     ("argv", "answer"),
     [

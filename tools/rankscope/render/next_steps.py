@@ -26,10 +26,14 @@ def render_next_steps(steps: Sequence[NextStep], *, indent: str = "") -> Iterato
 
 def brief_next_steps(steps: Sequence[NextStep]) -> Iterator[str]:
     """``next 1: action -> tool(args) [section]``: the steps as a model reads them, one line each,
-    in the brief views of every answer."""
+    in the brief views of every answer. A section is named once: a step that points into the same
+    one as the step before it does not name it again."""
+    previous: str | None = None
     for i, step in enumerate(steps, 1):
         call = f" -> {tool_call(step)}" if step.tool else ""
-        yield f"next {i}: {step.action}{call}" + (f" [{step.skill_section}]" if step.skill_section else "")
+        section = step.skill_section if step.skill_section != previous else None
+        previous = step.skill_section
+        yield f"next {i}: {step.action}{call}" + (f" [{section}]" if section else "")
 
 
 def tool_call(step: NextStep) -> str:

@@ -220,7 +220,8 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
     here = sorted(r.rank for r in job.ranks if r.rank is not None)
     facts = [f"world {job.world_size or '?'}", f"backend {job.backend}" if job.backend else ""]
     facts.append(f"missing {rank_ranges(job.missing_ranks)}" if job.missing_ranks else "")
-    yield f"job {job.job_id} ({job.launcher}): " + ", ".join(x for x in facts if x)
+    launcher = "" if job.job_id.startswith(f"{job.launcher}:") else f" ({job.launcher})"  # torchrun:host:port
+    yield f"job {job.job_id}{launcher}: " + ", ".join(x for x in facts if x)
     if not report.truncated:
         yield f"ranks here: {rank_ranges(here)}"
     for note in job.notes:

@@ -62,7 +62,8 @@ def guard_kind(text: str) -> GuardKind | None:
     return None
 
 
-def _indent(text: str) -> int:
+def indent(text: str) -> int:
+    """A source line's indentation, in characters: what nests it in the block above."""
     return len(text) - len(text.lstrip(" \t"))
 
 
@@ -78,14 +79,14 @@ def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Gu
     call = source.get((site.file, site.line))
     if call is None:
         return None
-    level = _indent(call)
+    level = indent(call)
     for lineno in range(site.line - 1, max(0, site.line - LOOK_BACK) - 1, -1):
         text = source.get((site.file, lineno))
         if text is None or not text.strip() or text.lstrip().startswith("#"):
             continue
-        if _indent(text) >= level:
+        if indent(text) >= level:
             continue
-        level = _indent(text)
+        level = indent(text)
         stripped = text.strip()
         if stripped.startswith("else"):
             level += 1  # climb on to the matching if/elif, at this same indentation
@@ -131,4 +132,4 @@ def stack_guard(
     return None
 
 
-__all__ = ["LOOK_BACK", "USER_FRAMES", "Guard", "guard_kind", "guard_of", "stack_guard"]
+__all__ = ["LOOK_BACK", "USER_FRAMES", "Guard", "guard_kind", "guard_of", "indent", "stack_guard"]

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rankscope.analysis.hang.conditions import Guard, guard_of
+from rankscope.analysis.hang.conditions import Guard, guard_of, indent
 from rankscope.analysis.hang.counters import internal_file
 from rankscope.analysis.hang.frames import parting
 from rankscope.models.core import CallSite, Frame
@@ -72,10 +72,6 @@ class Loop:
         return counters.get(key) if key is not None else None
 
 
-def _indent(text: str) -> int:
-    return len(text) - len(text.lstrip(" \t"))
-
-
 def enclosing_loops(frame: Frame, source: Mapping[tuple[str, int], str]) -> list[Loop]:
     """The loops around a frame's line in its own function, innermost first.
 
@@ -84,15 +80,15 @@ def enclosing_loops(frame: Frame, source: Mapping[tuple[str, int], str]) -> list
     """
     if frame.line is None or (frame.file, frame.line) not in source:
         return []
-    level = _indent(source[(frame.file, frame.line)])
+    level = indent(source[(frame.file, frame.line)])
     found: list[Loop] = []
     for lineno in range(frame.line - 1, max(0, frame.line - LOOP_LOOK_BACK) - 1, -1):
         text = source.get((frame.file, lineno))
         if text is None:
             break
-        if not text.strip() or text.lstrip().startswith("#") or _indent(text) >= level:
+        if not text.strip() or text.lstrip().startswith("#") or indent(text) >= level:
             continue
-        level = _indent(text)
+        level = indent(text)
         stripped = text.strip()
         if _STOP.match(stripped):
             break

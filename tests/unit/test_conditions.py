@@ -249,3 +249,26 @@ def test_a_rank_condition_leaves_no_guess_of_a_skipped_batch() -> None:
     assert "`if rank == 0 and step % 50 == 0:` guards the barrier" in v.summary
     said = " ".join([v.summary, *v.evidence])
     assert "skipped batch" not in said and "fewer collectives" not in said
+
+
+PIPELINE = """\
+def main():
+    for step in range(3):
+        if rank == 0:
+            schedule.step(inputs)
+        else:
+            schedule.step()
+        if rank == 0:
+            dist.send(t, 1)
+        else:
+            dist.recv(t, 0)
+"""
+
+
+def test_a_call_made_in_both_branches_is_not_guarded_by_their_condition() -> None:
+    """A pipeline's first stage feeds the input, the others do not: every rank calls
+    ``schedule.step``, so ``rank == 0`` picks arguments and guards nothing. A different call in the
+    other branch (a send for a recv) leaves the condition a guard."""
+    assert guard_of(site(6), src(PIPELINE)) is None
+    g = guard_of(site(10), src(PIPELINE))
+    assert g is not None and g.kind == "rank" and g.line == 7

@@ -72,7 +72,9 @@ def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Gu
 
     ``source`` maps (file, line) to the raw text of that line (indentation kept). An ``else:``
     is followed up to its ``if``: the branch runs where that condition is false, which is as
-    rank- or data-dependent as the condition itself.
+    rank- or data-dependent as the condition itself, unless the other branch makes the same call
+    (``if rank == 0: schedule.step(x) else: schedule.step()``, a pipeline's first stage feeding
+    the input): then every rank calls it and the condition only picks the arguments.
     """
     if site is None or site.line is None:
         return None
@@ -80,6 +82,7 @@ def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Gu
     if call is None:
         return None
     level = indent(call)
+    else_line: int | None = None
     for lineno in range(site.line - 1, max(0, site.line - LOOK_BACK) - 1, -1):
         text = source.get((site.file, lineno))
         if text is None or not text.strip() or text.lstrip().startswith("#"):
@@ -90,10 +93,13 @@ def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Gu
         stripped = text.strip()
         if stripped.startswith("else"):
             level += 1  # climb on to the matching if/elif, at this same indentation
+            else_line = else_line or lineno
             continue
         m = _HEADER.match(stripped)
         if m is None:
             return None  # a def, for, with or try: the call is not under a condition here
+        if else_line is not None and _same_call(call, site.file, range(lineno + 1, else_line), source):
+            return None
         cond = m.group("cond")
         if _RANK.search(cond):
             return Guard("rank", lineno, stripped)
@@ -101,6 +107,18 @@ def guard_of(site: CallSite | None, source: Mapping[tuple[str, int], str]) -> Gu
             return Guard("data", lineno, stripped)
         return None
     return None
+
+
+_CALLEE = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+
+
+def _same_call(call: str, file: str, lines: range, source: Mapping[tuple[str, int], str]) -> bool:
+    """Whether one of ``lines`` calls what the ``call`` line calls (``schedule.step``)."""
+    m = _CALLEE.search(call)
+    if m is None:
+        return False
+    callee = re.compile(rf"(?<![\w.]){re.escape(m.group(1))}\s*\(")
+    return any(callee.search(source.get((file, n), "")) for n in lines)
 
 
 USER_FRAMES = 3

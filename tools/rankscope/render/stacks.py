@@ -180,14 +180,16 @@ def _brief_frames(group: Group, seen: set[str]) -> str:
         frames = frames[at + 1 :]
     if frames and frames[-1].function == "<module>":
         frames = frames[:-1]  # the script's entry line: the same on every rank, it tells nothing here
-    parts = []
-    for frame in frames[:MAX_BRIEF_FRAMES]:
-        text = _frame_text(frame)
-        if frame.file in seen:
-            text = text.replace(frame.file, os.path.basename(frame.file))
-        seen.add(frame.file)
-        parts.append(text)
-    return " < ".join(parts)
+    return " < ".join(
+        _spelled_once(_frame_text(frame), frame.file, seen) for frame in frames[:MAX_BRIEF_FRAMES]
+    )
+
+
+def _spelled_once(text: str, file: str, seen: set[str]) -> str:
+    """``text`` with ``file`` by its base name when this answer already spelled it out (``seen``)."""
+    out = text.replace(file, os.path.basename(file)) if file in seen else text
+    seen.add(file)
+    return out
 
 
 _RANK_PREFIX = re.compile(r"^ranks? [\d,\- ]+: ")
@@ -241,11 +243,7 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
         what = f"{group.op} at " if group.op else "no collective, at "
         wait = group.wait or _shared_wait(group, waits)
         label = f" [{wait}]" if wait and not (group.op and wait == "collective") else ""
-        site = str(group.call_site or "?")
-        if group.call_site is not None:  # spelled out once per answer, then by its base name
-            file = group.call_site.file
-            site = site.replace(file, os.path.basename(file), 1) if file in seen else site
-            seen.add(file)
+        site = _spelled_once(str(group.call_site), group.call_site.file, seen) if group.call_site else "?"
         yield f"{ranks_phrase(group.ranks)} ({len(group.ranks)}): {what}{site}{label}{mark}"
         outer = _brief_frames(group, seen)
         if outer:

@@ -113,6 +113,11 @@ class Exit:
     def at(self) -> str:
         return f"{os.path.basename(self.file)}:{self.line}"
 
+    @property
+    def guard_at(self) -> str | None:
+        """``train.py:46``: the line of the condition it sits under."""
+        return f"{os.path.basename(self.file)}:{self.guard.line}" if self.guard is not None else None
+
 
 def early_exits(loop: Loop, before: int, source: Mapping[tuple[str, int], str]) -> list[Exit]:
     """The exits of ``loop`` between its header and line ``before``: the ways a rank leaves an

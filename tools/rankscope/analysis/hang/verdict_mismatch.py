@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import replace
 
 from rankscope.analysis.hang.group_members import members as group_members
+from rankscope.analysis.hang.loops import LoopLeft
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
 from rankscope.analysis.hang.verdict_phrases import (
     are,
@@ -93,24 +94,23 @@ def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
 
 
 def loop_fix(f: Facts, minority: list[Group], majority: Group) -> Step | None:
-    """The fix when a loop splits the ranks: the condition that sends some ranks out of an iteration
-    early, else every rank must run it with the same collectives (uneven inputs)."""
-    for group in minority:
-        left = group_loop(f, group, majority)
-        if left is None:
-            continue
-        found = left.exit
-        if found is not None and found.guard is not None:
-            where = f"the `{found.statement}` at {found.at}"
-            remedy = (
-                f"take {where} on every rank or on none"
-                if found.guard.kind == "rank"
-                else f"all_reduce the flag first, so every rank takes {where} alike"
-            )
-            guard_at = f"{os.path.basename(found.file)}:{found.guard.line}"
-            return step("fix_loop_exit", remedy=remedy, guard_at=guard_at)
+    """The fix when a loop splits the ranks, read on the first minority group it splits."""
+    return next((loop_step(left) for g in minority if (left := group_loop(f, g, majority)) is not None), None)
+
+
+def loop_step(left: LoopLeft) -> Step:
+    """The fix a loop dictates: the condition that sends some ranks out of an iteration early, else
+    every rank must run it with the same collectives (uneven inputs)."""
+    found = left.exit
+    if found is None or found.guard is None:
         return step("fix_uneven_loop", loop_at=left.loop.at)
-    return None
+    where = f"the `{found.statement}` at {found.at}"
+    remedy = (
+        f"take {where} on every rank or on none"
+        if found.guard.kind == "rank"
+        else f"all_reduce the flag first, so every rank takes {where} alike"
+    )
+    return step("fix_loop_exit", remedy=remedy, guard_at=str(found.guard_at))
 
 
 def _against_majority(
@@ -177,9 +177,11 @@ def _split_by_loop(f: Facts) -> tuple[list[int], Confidence, str, Step | None] |
     if left is None:
         return None
     out, inside = (b, a) if left.suspect_inside else (a, b)
-    phrase = loop_phrase(f, out, inside, replace(left, suspect_inside=False))
-    summary = say("even_split_loop", described=describe_all(f.op_groups), phrase=phrase)
-    return list(out.ranks), "medium", summary, loop_fix(f, [out], inside)
+    left = replace(left, suspect_inside=False)  # told from the side that left
+    summary = say(
+        "even_split_loop", described=describe_all(f.op_groups), phrase=loop_phrase(f, out, inside, left)
+    )
+    return list(out.ranks), "medium", summary, loop_step(left)
 
 
 def left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Ruling | None:
@@ -262,4 +264,4 @@ def _subgroup_ruling(
     return Ruling("mismatched_collectives", suspects, confidence, summary, evidence, steps)
 
 
-__all__ = ["guard_fix", "left_in_subgroup", "loop_fix", "rule_mismatched"]
+__all__ = ["guard_fix", "left_in_subgroup", "loop_fix", "loop_step", "rule_mismatched"]

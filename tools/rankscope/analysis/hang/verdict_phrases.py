@@ -85,24 +85,19 @@ def transport(backend: Backend | None) -> str:
     return "the network or the backend's transport (NCCL or Gloo)"
 
 
-def _lead(f: Facts, group: Group) -> RankStack | None:
-    return next((s for s in f.annotated if group.ranks and s.rank == group.ranks[0]), None)
-
-
-def _lead_frames(f: Facts, group: Group) -> list[Frame] | None:
-    """The main thread's frames of a group's lead rank."""
-    lead = _lead(f, group)
+def _lead(f: Facts, group: Group) -> tuple[RankStack, list[Frame]] | None:
+    """A group's lead rank and its main thread's frames."""
+    lead = next((s for s in f.annotated if group.ranks and s.rank == group.ranks[0]), None)
     thread = main_thread(lead) if lead is not None else None
-    return thread.frames if thread is not None else None
+    return (lead, thread.frames) if lead is not None and thread is not None else None
 
 
 def group_loop(f: Facts, suspects: Group, majority: Group) -> LoopLeft | None:
     """The loop one side is still in and the other has left (uneven inputs), read on the lead ranks."""
-    a, b = _lead_frames(f, suspects), _lead_frames(f, majority)
-    la, lb = _lead(f, suspects), _lead(f, majority)
-    if a is None or b is None or la is None or lb is None or not f.source:
+    a, b = _lead(f, suspects), _lead(f, majority)
+    if a is None or b is None or not f.source:
         return None
-    return loop_left(a, b, f.source, (la.counters, lb.counters))
+    return loop_left(a[1], b[1], f.source, (a[0].counters, b[0].counters))
 
 
 def loop_count(f: Facts, ranks: list[int], loop: Loop) -> str:
@@ -135,11 +130,10 @@ def loop_phrase(f: Facts, suspects: Group, majority: Group, left: LoopLeft) -> s
     found = left.exit
     why = say("left_uneven")
     if found is not None and found.guard is not None:
-        guard_at = f"{os.path.basename(found.file)}:{found.guard.line}"
         why = say(
             "left_by_exit",
             cond=found.guard.condition,
-            guard_at=guard_at,
+            guard_at=found.guard_at,
             statement=found.statement,
             exit_at=found.at,
         )
@@ -157,10 +151,10 @@ def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, boo
     """``rank 1 leaves ranks 0,2-3 in Trainer.fit (trainer.py): at line 68, they at line 67 ...``, and
     whether it says more than the call sites do (library code, a suspect past the others' line, or
     the loop one side has left)."""
-    ta, tb = _lead_frames(f, suspects), _lead_frames(f, majority)
-    if ta is None or tb is None:
+    a, b = _lead(f, suspects), _lead(f, majority)
+    if a is None or b is None:
         return None
-    found = parting(ta, tb)
+    found = parting(a[1], b[1])
     if found is None:
         return None
     fa, fb = found

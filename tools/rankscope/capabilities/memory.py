@@ -168,8 +168,10 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
     for site in s.top_sites:
         site.site = red.text(site.site)
         site.stack = [red.text(x) for x in site.stack]
+        site.script = red.text(site.script) if site.script else site.script
     for leak in s.leak_suspects:
         leak.site = red.text(leak.site)
+        leak.script = red.text(leak.script) if leak.script else leak.script
     for oom in s.ooms:
         oom.site = red.text(oom.site) if oom.site else oom.site
     if s.allocator_settings:
@@ -178,9 +180,13 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
     return s
 
 
-def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
-    """Snapshot files (or directories of per-rank files) to a bounded report."""
-    files = snapshot_files(paths)
+def read_snapshots(
+    files: list[tuple[Path, int | None]], *, top: int = 10, raise_lone: bool = True
+) -> tuple[list[SnapshotSummary], list[RankError]]:
+    """Each file's summary (redacted), and an error for each file that is not a readable snapshot.
+
+    A lone file's error is raised (``raise_lone``): there is nothing else to answer with.
+    """
     block_extra, frame_filter = _torch_helpers()
     red = Redactor()
     summaries: list[SnapshotSummary] = []
@@ -194,7 +200,7 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
             try:
                 data = load_snapshot(path)
             except RankscopeError as exc:
-                if len(files) == 1:
+                if raise_lone and len(files) == 1:
                     raise
                 errors.append(RankError(rank=rank, kind="failed", message=exc.message, fix=exc.fix))
                 continue
@@ -203,7 +209,15 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
             )
             del data
         summaries.append(_redact_summary(summary, red))
-    findings = [f for s in summaries for f in am.snapshot_findings(s)]
+    return summaries, errors
+
+
+def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
+    """Snapshot files (or directories of per-rank files) to a bounded report, its one memory finding first."""
+    summaries, errors = read_snapshots(snapshot_files(paths), top=top)
+    lead = am.diagnose(summaries)
+    findings = [lead] if lead is not None else []
+    findings.extend(f for s in summaries for f in am.snapshot_findings(s))
     findings.extend(am.compare_snapshots(summaries))
     next_steps = [
         NextStep(

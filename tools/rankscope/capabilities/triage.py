@@ -212,9 +212,10 @@ def _expand(paths: list[str]) -> Iterator[str]:
 
 
 _SKIPPED_NAME = re.compile(
-    r"\.(gz|zst|bz2|xz|zip|tar|so|pt|pth|safetensors|bin|npy|npz|png|jpg|pickle\.tmp\d*)$"
+    r"\.(gz|zst|bz2|xz|zip|tar|so|pt|pth|safetensors|bin|npy|npz|png|jpg|py|pickle\.tmp\d*)$"
 )
 _PYSPY_TEXT = re.compile(rb"^Process \d+: ", re.MULTILINE)
+_SNAPSHOT_HEAD = re.compile(rb"^\x80[\x02-\x05](?:\x95.{8})?}\x94?\(?(?:X\x08\x00\x00\x00|\x8c\x08|U\x08)segments", re.S)
 
 
 def kind_of(path: Path) -> SourceKind:
@@ -227,6 +228,8 @@ def kind_of(path: Path) -> SourceKind:
         return "file"  # the log reader says why it could not be read
     lead = head.lstrip()[:1]
     if head[:1] == b"\x80":  # a pickle: a recorder dump starts with its "version" key, a checkpoint does not
+        if _SNAPSHOT_HEAD.search(head[:64]):  # _dump_snapshot's dict starts with its "segments" key
+            return "memory_snapshot"
         return "flight_dump" if b"version" in head[:256] or b"pg_config" in head else "file"
     if lead == b"{":
         if b'"pg_config"' in head or (b'"entries"' in head and b'"version"' in head):
@@ -310,6 +313,30 @@ def _read_stacks(files: list[str], sources: list[LogSource]) -> StacksReport | N
     return report if report.job.ranks else None
 
 
+def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
+    """The memory finding of the CUDA snapshots among the files: which rank, which site, how much, the pattern.
+
+    Each file is read with the snapshot reader that refuses any pickle that would run code; one that
+    cannot be read is listed with why, and the others still count.
+    """
+    if not files:
+        return None
+    from rankscope.analysis.memory import diagnose, rank_from_filename
+    from rankscope.capabilities.memory import read_snapshots
+
+    named = [(Path(p), rank_from_filename(Path(p).name)) for p in files]
+    summaries, errors = read_snapshots(named, raise_lone=False)
+    read = {s.source for s in summaries}
+    for path, rank in named:
+        why = None
+        if str(path) not in read:
+            why = next((e.message for e in errors if str(path) in e.message), "not a readable snapshot")
+        sources.append(
+            LogSource(path=str(path), kind="memory_snapshot", rank_hint=rank, bytes=_size(str(path)), skipped=why)
+        )
+    return diagnose(summaries)
+
+
 def _size(path: str) -> int:
     try:
         return Path(path).stat().st_size
@@ -346,6 +373,7 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
     flight = _read_flight(files.get("flight_dump", []), sources)
     stack_files = [*files.get("saved_stacks", []), *sorted(scanner.stack_sources - {"-", "<text>"})]
     stacks = _read_stacks(stack_files, sources)
+    memory = _read_memory(files.get("memory_snapshot", []), sources)
     findings = scanner.findings()
     failures = scanner.failures()
     conc = conclude(findings, failures, scanner.seen_ranks, scanner.world_size)
@@ -355,7 +383,10 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
         flight.verdict if flight else None,
         stacks.verdict if stacks else None,
         stacks.groups if stacks else None,
+        memory,
     )
+    if memory is not None:
+        findings.insert(0, memory)
     return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
 
 

@@ -141,15 +141,50 @@ def _steps(*lists: list[NextStep]) -> list[NextStep]:
     return unique_steps(*lists)[:6]
 
 
+def _with_memory(post: PostMortem, logs: Conclusion, memory: Finding) -> PostMortem:
+    """The memory finding of the job's CUDA snapshots leads a dead job that the logs alone explain:
+    it names the rank, the site that holds the memory and the pattern, where an OOM line only says
+    that an allocation failed, and its fix replaces the log's generic OOM advice."""
+    suspects = memory.ranks or post.suspect_ranks
+    section = next((s.skill_section for s in memory.next_steps if s.skill_section), None)
+    fix = NextStep(action=f"Fix: {memory.fix}", skill_section=section)
+    steps = [s for s in post.next_steps if s.tool != "inspect_memory" and s.skill_section != SECTIONS["cuda_oom"]]
+    summary = f"From the memory snapshots: {memory.message}." + (f" Logs: {logs.summary}" if logs.summary else "")
+    return PostMortem(
+        suspect_ranks=suspects,
+        victim_ranks=sorted(set(post.victim_ranks) - set(suspects)),
+        summary=summary,
+        decided_by="memory_snapshots",
+        evidence=post.evidence,
+        next_steps=_steps([fix], [s for s in memory.next_steps if s.tool], steps),
+        playbook=section or post.playbook,
+    )
+
+
 def combine(
     logs: Conclusion,
     findings: list[Finding],
     flight: Verdict | None,
     stacks: Verdict | None,
     groups: list[Group] | None = None,
+    memory: Finding | None = None,
 ) -> PostMortem:
     """The one answer: the leading source's suspects and summary, every source's evidence.
-    ``groups``: the saved stacks' groups, which say where a rank stands."""
+    ``groups``: the saved stacks' groups, which say where a rank stands; ``memory``: the one finding
+    of the job's CUDA memory snapshots, which leads when the recorder and the stacks name nobody."""
+    post = _combine(logs, findings, flight, stacks, groups)
+    if memory is None or post.decided_by in ("flight_recorder", "stacks") and post.suspect_ranks:
+        return post
+    return _with_memory(post, logs, memory)
+
+
+def _combine(
+    logs: Conclusion,
+    findings: list[Finding],
+    flight: Verdict | None,
+    stacks: Verdict | None,
+    groups: list[Group] | None,
+) -> PostMortem:
     several = flight is not None or stacks is not None
     decided_by, lead = _decider(logs, findings, flight, stacks)
     thread: Finding | None = None  # a dead thread that tells the story beside the lead's one suspect

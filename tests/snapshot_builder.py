@@ -248,9 +248,17 @@ CAPACITY = 79.15 * GiB
 def _lm_stacks() -> dict[str, list[dict[str, Any]]]:
     """The stacks of the LM job's allocations, each built once (a snapshot's frames repeat)."""
     m, t = f"{LM_DIR}/model.py", f"{LM_DIR}/train.py"
-    torch_mod = ("/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 1786, "_call_impl")
+    torch_mod = (
+        "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+        1786,
+        "_call_impl",
+    )
     linear = ("/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "forward")
-    autograd = ("/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/graph.py", 841, "_engine_run_backward")
+    autograd = (
+        "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/graph.py",
+        841,
+        "_engine_run_backward",
+    )
     main = (t, 99, "<module>")
     return {
         "params": real_frames((m, 39, "__init__"), (t, 59, "main"), main),
@@ -260,7 +268,16 @@ def _lm_stacks() -> dict[str, list[dict[str, Any]]]:
             main,
         ),
         "tokens": real_frames((t, 75, "main"), main),
-        "act": real_frames(linear, torch_mod, (m, 17, "forward"), torch_mod, (m, 44, "forward"), torch_mod, (t, 77, "main"), main),
+        "act": real_frames(
+            linear,
+            torch_mod,
+            (m, 17, "forward"),
+            torch_mod,
+            (m, 44, "forward"),
+            torch_mod,
+            (t, 77, "main"),
+            main,
+        ),
         "logits": real_frames(linear, torch_mod, (m, 48, "forward"), torch_mod, (t, 77, "main"), main),
         "grad": real_frames(autograd, (t, 79, "main"), main),
     }

@@ -215,7 +215,9 @@ _SKIPPED_NAME = re.compile(
     r"\.(gz|zst|bz2|xz|zip|tar|so|pt|pth|safetensors|bin|npy|npz|png|jpg|py|pickle\.tmp\d*)$"
 )
 _PYSPY_TEXT = re.compile(rb"^Process \d+: ", re.MULTILINE)
-_SNAPSHOT_HEAD = re.compile(rb"^\x80[\x02-\x05](?:\x95.{8})?}\x94?\(?(?:X\x08\x00\x00\x00|\x8c\x08|U\x08)segments", re.S)
+_SNAPSHOT_HEAD = re.compile(
+    rb"^\x80[\x02-\x05](?:\x95.{8})?}\x94?\(?(?:X\x08\x00\x00\x00|\x8c\x08|U\x08)segments", re.S
+)
 
 
 def kind_of(path: Path) -> SourceKind:
@@ -332,7 +334,9 @@ def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
         if str(path) not in read:
             why = next((e.message for e in errors if str(path) in e.message), "not a readable snapshot")
         sources.append(
-            LogSource(path=str(path), kind="memory_snapshot", rank_hint=rank, bytes=_size(str(path)), skipped=why)
+            LogSource(
+                path=str(path), kind="memory_snapshot", rank_hint=rank, bytes=_size(str(path)), skipped=why
+            )
         )
     return diagnose(summaries)
 

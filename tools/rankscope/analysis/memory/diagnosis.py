@@ -47,7 +47,7 @@ def _ordered(summaries: Sequence[SnapshotSummary]) -> dict[int | None, list[Snap
     for s in summaries:
         by_rank.setdefault(s.rank, []).append(s)
     for snaps in by_rank.values():
-        snaps.sort(key=lambda s: s.end_time_us or 0)
+        snaps.sort(key=lambda s: (s.end_time_us or 0, bool(s.ooms)))  # untimed: the OOM's last
     return by_rank
 
 
@@ -71,7 +71,13 @@ def _leaks(by_rank: dict[int | None, list[SnapshotSummary]]) -> list[_Leak]:
                     continue
                 leak = found.setdefault(
                     (rank, sus.site),
-                    _Leak(rank, sus.site, sus.script, held.live_bytes if held else sus.end_bytes, held.blocks if held else sus.kept),
+                    _Leak(
+                        rank,
+                        sus.site,
+                        sus.script,
+                        held.live_bytes if held else sus.end_bytes,
+                        held.blocks if held else sus.kept,
+                    ),
                 )
                 if sus.kept_every and leak.kept_every is None:
                     leak.kept_every = sus.kept_every
@@ -125,7 +131,11 @@ def _finding(
         fix=fix,
         source="snapshots",
         facts={"pattern": pattern, "rank": rank, **{k: v for k, v in facts.items() if v is not None}},
-        next_steps=[NextStep(action=f"Read the {pattern.replace('_', ' ')} section.", skill_section=section, tool=tool)],
+        next_steps=[
+            NextStep(
+                action=f"Read the {pattern.replace('_', ' ')} section.", skill_section=section, tool=tool
+            )
+        ],
     )
 
 
@@ -166,8 +176,11 @@ def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | No
     last = by_rank[rank][-1]
 
     def extra(t: AllocationSite) -> int:
-        others = [(_site(snaps[-1], t.site) or AllocationSite(site="", live_bytes=0, blocks=0)).live_bytes
-                  for r, snaps in by_rank.items() if r != rank and r is not None]
+        others = [
+            (_site(snaps[-1], t.site) or AllocationSite(site="", live_bytes=0, blocks=0)).live_bytes
+            for r, snaps in by_rank.items()
+            if r != rank and r is not None
+        ]
         return t.live_bytes - int(statistics.median(others)) if others else t.live_bytes
 
     top = max(last.top_sites, key=extra, default=None)
@@ -180,8 +193,12 @@ def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | No
         "Look at what this rank does that the others do not there (`if rank == 0` logging or eval, a "
         "full state_dict gathered to one rank, longer inputs); move it off the training GPU or spread it.",
         f"{SKILL}#imbalance",
-        {"site": top.site if top else None, "script": top.script if top else None, "peak_bytes": value,
-         "others_median_bytes": base},
+        {
+            "site": top.site if top else None,
+            "script": top.script if top else None,
+            "peak_bytes": value,
+            "others_median_bytes": base,
+        },
     )
 
 
@@ -197,29 +214,46 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
         if s.expandable_segments:
             fix = "expandable_segments is already on: pad sizes to a few buckets or free large temporaries earlier."
         return _finding(
-            "fragmentation", s.rank, f"OOM from fragmentation on rank {s.rank}: {frag.explanation}", fix,
+            "fragmentation",
+            s.rank,
+            f"OOM from fragmentation on rank {s.rank}: {frag.explanation}",
+            fix,
             f"{SKILL}#fragmentation",
-            {"failed_request_bytes": frag.failed_request_bytes, "reserved_bytes": frag.reserved_bytes,
-             "allocated_bytes": frag.allocated_bytes},
+            {
+                "failed_request_bytes": frag.failed_request_bytes,
+                "reserved_bytes": frag.reserved_bytes,
+                "allocated_bytes": frag.allocated_bytes,
+            },
         )
     peaks = [max(x.peak_allocated_bytes for x in snaps) for r, snaps in by_rank.items() if r is not None]
     top = s.top_sites[0] if s.top_sites else None
-    holder = f"; the largest holder is {_where(top.site, top.script)} ({fmt_bytes(top.live_bytes)})" if top else ""
-    facts: dict[str, object] = {"failed_request_bytes": frag.failed_request_bytes, "site": top.site if top else None}
+    holder = (
+        f"; the largest holder is {_where(top.site, top.script)} ({fmt_bytes(top.live_bytes)})" if top else ""
+    )
+    facts: dict[str, object] = {
+        "failed_request_bytes": frag.failed_request_bytes,
+        "site": top.site if top else None,
+    }
     if len(peaks) >= 2 and min(peaks) >= NEAR * max(peaks):
         return _finding(
-            "cannot_fit", s.rank,
+            "cannot_fit",
+            s.rank,
             f"The plan cannot fit: every one of {len(peaks)} ranks peaks near {fmt_bytes(max(peaks))} and the "
             f"OOM is real exhaustion{holder}",
             "Check the plan with memory_budget, then hold less per rank: shard per block, activation "
             "checkpointing, a smaller micro-batch.",
-            f"{SKILL}#budget", facts, tool="memory_budget",
+            f"{SKILL}#budget",
+            facts,
+            tool="memory_budget",
         )
     return _finding(
-        "exhaustion", s.rank, f"OOM from real exhaustion on rank {s.rank}{holder}",
+        "exhaustion",
+        s.rank,
+        f"OOM from real exhaustion on rank {s.rank}{holder}",
         "Hold less at once (activation checkpointing, smaller micro-batch); take a snapshot of another rank "
         "too: all ranks near the limit is a plan that cannot fit (memory_budget), one rank above is rank-only work.",
-        f"{SKILL}#exhaustion", facts,
+        f"{SKILL}#exhaustion",
+        facts,
     )
 
 

@@ -148,8 +148,12 @@ def _with_memory(post: PostMortem, logs: Conclusion, memory: Finding) -> PostMor
     suspects = memory.ranks or post.suspect_ranks
     section = next((s.skill_section for s in memory.next_steps if s.skill_section), None)
     fix = NextStep(action=f"Fix: {memory.fix}", skill_section=section)
-    steps = [s for s in post.next_steps if s.tool != "inspect_memory" and s.skill_section != SECTIONS["cuda_oom"]]
-    summary = f"From the memory snapshots: {memory.message}." + (f" Logs: {logs.summary}" if logs.summary else "")
+    steps = [
+        s for s in post.next_steps if s.tool != "inspect_memory" and s.skill_section != SECTIONS["cuda_oom"]
+    ]
+    summary = f"From the memory snapshots: {memory.message}." + (
+        f" Logs: {logs.summary}" if logs.summary else ""
+    )
     return PostMortem(
         suspect_ranks=suspects,
         victim_ranks=sorted(set(post.victim_ranks) - set(suspects)),
@@ -173,7 +177,7 @@ def combine(
     ``groups``: the saved stacks' groups, which say where a rank stands; ``memory``: the one finding
     of the job's CUDA memory snapshots, which leads when the recorder and the stacks name nobody."""
     post = _combine(logs, findings, flight, stacks, groups)
-    if memory is None or post.decided_by in ("flight_recorder", "stacks") and post.suspect_ranks:
+    if memory is None or (post.decided_by in ("flight_recorder", "stacks") and post.suspect_ranks):
         return post
     return _with_memory(post, logs, memory)
 

@@ -10,11 +10,15 @@ def _names() -> list[str]:
     """30 tensors: an embedding, 4 backbone blocks of 6, a head of 2, a norm of 2... in module order."""
     names = ["embed.weight", "embed.pos"]
     for i in range(4):
-        names += [f"backbone.layers.{i}.{p}" for p in ("attn.q", "attn.k", "attn.v", "mlp.w1", "mlp.w2", "norm")]
+        names += [
+            f"backbone.layers.{i}.{p}" for p in ("attn.q", "attn.k", "attn.v", "mlp.w1", "mlp.w2", "norm")
+        ]
     return [*names, "head.weight", "head.bias", "norm.weight", "norm.bias"]
 
 
-def _ranks(names: list[str], odd: set[str], kind: TensorKind = "param", world: int = 4) -> dict[int, RankFingerprints]:
+def _ranks(
+    names: list[str], odd: set[str], kind: TensorKind = "param", world: int = 4
+) -> dict[int, RankFingerprints]:
     """Every rank the same, except ranks 1-3 on the ``odd`` tensors (each its own values)."""
     out: dict[int, RankFingerprints] = {}
     for r in range(world):

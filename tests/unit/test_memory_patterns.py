@@ -83,6 +83,10 @@ def _rank(folder: Path, rank: int, extra: int = 0, oom: bool = False, base: int 
     for _ in range(4):
         act = b.alloc(2 * GiB, user_frames(MODEL, 30, "forward"))
         b.free(act)
+    for step in range(30):  # a small metric tensor kept every 10th step: real, but not what fills the GPU
+        metric = b.alloc(4 * MiB, user_frames(TRAIN, 90, "log_metrics"))
+        if step % 10:
+            b.free(metric)
     if extra:
         b.alloc(extra, user_frames(TRAIN, 61, "log_full_batch"))
     if oom:
@@ -103,8 +107,11 @@ def test_one_rank_above_the_others_is_rank_only_work(tmp_path: Path) -> None:
 def test_every_rank_near_the_limit_cannot_fit(tmp_path: Path) -> None:
     for rank in range(4):
         _rank(tmp_path, rank, base=(70 + rank) * GiB, oom=rank == 1)
-    lead = api.inspect_memory(paths=[str(tmp_path)]).findings[0]
+    report = api.inspect_memory(paths=[str(tmp_path)])
+    lead = report.findings[0]
     assert lead.kind == "memory_cannot_fit" and lead.ranks == [1]
+    small = report.snapshots[1].leak_suspects[0]
+    assert (small.site, small.kept_every) == (f"{TRAIN}:90 in log_metrics", 10)  # found, but does not lead
     assert lead.next_steps[0].tool == "memory_budget"
     assert "4 ranks" in lead.message
 

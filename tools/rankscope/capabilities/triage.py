@@ -216,7 +216,7 @@ _SKIPPED_NAME = re.compile(
 )
 _PYSPY_TEXT = re.compile(rb"^Process \d+: ", re.MULTILINE)
 _SNAPSHOT_HEAD = re.compile(
-    rb"^\x80[\x02-\x05](?:\x95.{8})?}\x94?\(?(?:X\x08\x00\x00\x00|\x8c\x08|U\x08)segments", re.S
+    rb"^\x80[\x02-\x05](?:\x95.{8})?}(?:\x94|q\x00)?\(?(?:X\x08\x00\x00\x00|\x8c\x08)segments", re.S
 )
 
 

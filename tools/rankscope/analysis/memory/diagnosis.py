@@ -60,43 +60,60 @@ def _label(s: SnapshotSummary) -> str:
 
 
 def _leaks(by_rank: dict[int | None, list[SnapshotSummary]]) -> list[_Leak]:
-    """Leaking sites: kept every Nth in a trace, growing over a trace, or growing from one snapshot to the next."""
+    """Leaking sites: kept every Nth in a trace, growing over a trace, or growing from one snapshot to the next.
+
+    A site leads only with bytes that matter to its rank: LEAK_MIN, or a twentieth of the rank's
+    peak when that is less (a few kept tensors of a small job), so a small tensor kept for a log
+    line does not hide a plan that cannot fit.
+    """
     found: dict[tuple[int | None, str], _Leak] = {}
     for rank, snaps in by_rank.items():
-        last = snaps[-1]
-        for s in reversed(snaps):  # the latest trace says it best
-            for sus in s.leak_suspects:
-                held = _site(last, sus.site)
-                if sus.kept_every is None and sus.growth_bytes < LEAK_MIN:
-                    continue
-                leak = found.setdefault(
-                    (rank, sus.site),
-                    _Leak(
-                        rank,
-                        sus.site,
-                        sus.script,
-                        held.live_bytes if held else sus.end_bytes,
-                        held.blocks if held else sus.kept,
-                    ),
-                )
-                if sus.kept_every and leak.kept_every is None:
-                    leak.kept_every = sus.kept_every
-                    leak.signs.append(
-                        f"the trace {_label(s)} frees every allocation there but every "
-                        f"{sus.kept_every}th ({sus.kept} of {sus.allocs} kept)"
-                    )
-                elif not sus.kept_every and not leak.signs:
-                    leak.signs.append(f"its live bytes only grew over the trace {_label(s)}")
-        for site in last.top_sites if len(snaps) > 1 else []:
-            before = _site(snaps[0], site.site)
-            b_bytes, b_blocks = (before.live_bytes, before.blocks) if before else (0, 0)
-            if site.live_bytes - b_bytes < LEAK_MIN or site.blocks <= b_blocks:
+        least = min(LEAK_MIN, max(s.peak_allocated_bytes for s in snaps) // 20)
+        _trace_leaks(rank, snaps, found, least)
+        _growth_leaks(rank, snaps, found, least)
+    return sorted(found.values(), key=lambda lk: (-len(lk.signs), -lk.live_bytes))
+
+
+def _trace_leaks(
+    rank: int | None, snaps: list[SnapshotSummary], found: dict[tuple[int | None, str], _Leak], least: int
+) -> None:
+    """The leak suspects of the rank's traces, the latest trace first (it says it best)."""
+    last = snaps[-1]
+    for s in reversed(snaps):
+        for sus in s.leak_suspects:
+            held = _site(last, sus.site)
+            live = held.live_bytes if held else sus.end_bytes
+            if (sus.growth_bytes if sus.kept_every is None else live) < least:
                 continue
             leak = found.setdefault(
-                (rank, site.site), _Leak(rank, site.site, site.script, site.live_bytes, site.blocks)
+                (rank, sus.site),
+                _Leak(rank, sus.site, sus.script, live, held.blocks if held else sus.kept),
             )
-            leak.signs.insert(0, f"it held {fmt_bytes(b_bytes)} in {b_blocks} blocks {_label(snaps[0])}")
-    return sorted(found.values(), key=lambda lk: (-len(lk.signs), -lk.live_bytes))
+            if sus.kept_every and leak.kept_every is None:
+                leak.kept_every = sus.kept_every
+                leak.signs.append(
+                    f"the trace {_label(s)} frees every allocation there but every "
+                    f"{sus.kept_every}th ({sus.kept} of {sus.allocs} kept)"
+                )
+            elif not sus.kept_every and not leak.signs:
+                leak.signs.append(f"its live bytes only grew over the trace {_label(s)}")
+
+
+def _growth_leaks(
+    rank: int | None, snaps: list[SnapshotSummary], found: dict[tuple[int | None, str], _Leak], least: int
+) -> None:
+    """Sites holding more bytes in more blocks in the rank's latest snapshot than in its first."""
+    if len(snaps) < 2:
+        return
+    for site in snaps[-1].top_sites:
+        before = _site(snaps[0], site.site)
+        b_bytes, b_blocks = (before.live_bytes, before.blocks) if before else (0, 0)
+        if site.live_bytes - b_bytes < least or site.blocks <= b_blocks:
+            continue
+        leak = found.setdefault(
+            (rank, site.site), _Leak(rank, site.site, site.script, site.live_bytes, site.blocks)
+        )
+        leak.signs.insert(0, f"it held {fmt_bytes(b_bytes)} in {b_blocks} blocks {_label(snaps[0])}")
 
 
 def _elsewhere(by_rank: dict[int | None, list[SnapshotSummary]], rank: int | None, site: str) -> str:

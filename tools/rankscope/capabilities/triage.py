@@ -390,8 +390,17 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
         memory,
     )
     if memory is not None:
+        _defer_to_memory(findings, memory)
         findings.insert(0, memory)
     return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
+
+
+def _defer_to_memory(findings: list[Finding], memory: Finding) -> None:
+    """An OOM line's generic advice (a smaller batch, expandable_segments) gives way to what the
+    snapshots found: the fix of the log's finding points at the memory finding instead."""
+    for f in findings:
+        if f.kind == "cuda_oom" and (not f.ranks or not memory.ranks or set(f.ranks) & set(memory.ranks)):
+            f.fix = f"The memory snapshots decide this OOM: see the {memory.kind} finding and its fix."
 
 
 _ANSWER = "a JSON file that is not the job's own output (a saved rankscope answer?); not read"

@@ -147,7 +147,8 @@ def _with_memory(post: PostMortem, logs: Conclusion, memory: Finding) -> PostMor
     that an allocation failed, and its fix replaces the log's generic OOM advice."""
     suspects = memory.ranks or post.suspect_ranks
     section = next((s.skill_section for s in memory.next_steps if s.skill_section), None)
-    fix = NextStep(action=f"Fix: {memory.fix}", skill_section=section)
+    first = (memory.fix or "").split(". ", 1)[0].rstrip(".")  # the finding above carries the rest
+    fix = NextStep(action=f"Fix: {first}.", skill_section=section)
     steps = [
         s for s in post.next_steps if s.tool != "inspect_memory" and s.skill_section != SECTIONS["cuda_oom"]
     ]

@@ -179,3 +179,16 @@ def test_a_pickle_that_runs_code_is_refused_in_a_folder(tmp_path: Path) -> None:
     src = next(s for s in r.sources if s.kind == "memory_snapshot")
     assert src.skipped and "refusing to load posix.mkdir" in src.skipped
     assert not target.exists()
+
+
+def test_every_nth_kept_is_found_when_the_windows_do_not_grow_steadily() -> None:
+    """A step's own big temporary at the same line makes the live bytes dip at some window ends: the
+    steady-growth rule misses the site, the trace's every-Nth pattern does not."""
+    b = SnapshotBuilder()
+    for step in range(40):
+        kept = b.alloc(100 * MiB, user_frames(TRAIN, 5, "step"))
+        b.free(b.alloc(300 * MiB, user_frames(TRAIN, 5, "step")))
+        if step % 10:
+            b.free(kept)
+    (leak,) = analyze_snapshot(b.build(), "x").leak_suspects
+    assert (leak.kept_every, leak.kept, leak.allocs, leak.windows_grown) == (20, 4, 80, 0)

@@ -339,16 +339,18 @@ def _leak_suspects(
     """Sites whose live bytes never fell and rose in most windows, or whose trace keeps every Nth allocation.
 
     ``samples`` are the bytes of in-trace allocations still live at the end of
-    each window, per site id. A site still holding ``min_bytes`` at the end is
-    read again too: when the trace frees all its allocations but every Nth
-    (something keeps one in N: a plot every 10 steps), it leaks even if its
-    windows did not grow steadily. Only those sites are counted in a second pass.
+    each window, per site id. A site that holds ``min_bytes`` more at the end
+    than in the first window it appeared in is read again too: when the trace
+    frees all its allocations but every Nth (something keeps one in N: a plot
+    every 10 steps), it leaks even if its windows did not grow steadily (a
+    window may end inside a step). Only those sites are counted in a second
+    pass, so a trace whose sites hold steady is read once.
     """
     if len(samples) < 3:
         return []
     grown_sites = {sid: _grown(samples, sid, min_bytes) for sid in sorted({k for s in samples for k in s})}
     found = {sid: g for sid, g in grown_sites.items() if g is not None}
-    held = {sid for sid, b in samples[-1].items() if b >= min_bytes and sid not in found}
+    held = {sid for sid in samples[-1] if sid not in found and _net_growth(samples, sid) >= min_bytes}
     if not found and not held:
         return []
     counts = _alloc_counts(namer, trace, set(found) | held)
@@ -376,6 +378,12 @@ def _leak_suspects(
     # largest growth first; ties in the order the sites first allocated
     out.sort(key=lambda t: (-t[1].growth_bytes, t[0]))
     return [s for _, s in out]
+
+
+def _net_growth(samples: Sequence[Mapping[int, int]], sid: int) -> int:
+    """Live bytes of a site at the end minus in the first window where it had any."""
+    first = next((sample[sid] for sample in samples if sample.get(sid)), 0)
+    return samples[-1].get(sid, 0) - first
 
 
 def _grown(samples: Sequence[Mapping[int, int]], sid: int, min_bytes: int) -> tuple[int, int] | None:

@@ -139,10 +139,11 @@ def _finding(
     section: str,
     facts: dict[str, object],
     tool: str | None = None,
+    failed: bool = True,
 ) -> Finding:
     return Finding(
         kind=f"memory_{pattern}",
-        severity="error",
+        severity="error" if failed else "warning",  # without an OOM, what will fail
         ranks=[rank] if rank is not None else [],
         message=message,
         fix=fix,
@@ -156,8 +157,16 @@ def _finding(
     )
 
 
+def _who(rank: int | None) -> str:
+    return f"rank {rank}" if rank is not None else "this rank"
+
+
+def _failed(by_rank: dict[int | None, list[SnapshotSummary]]) -> bool:
+    return any(s.ooms for snaps in by_rank.values() for s in snaps)
+
+
 def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding:
-    who = f"rank {leak.rank}" if leak.rank is not None else "this rank"
+    who = _who(leak.rank)
     every = f"every {leak.kept_every}th tensor" if leak.kept_every else "the tensors"
     latest = by_rank[leak.rank][-1]
     message = (
@@ -180,6 +189,7 @@ def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]])
             "blocks": leak.blocks,
             "kept_every": leak.kept_every,
         },
+        failed=_failed(by_rank),
     )
 
 
@@ -216,6 +226,7 @@ def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | No
             "peak_bytes": value,
             "others_median_bytes": base,
         },
+        failed=_failed(by_rank),
     )
 
 
@@ -233,7 +244,7 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
         return _finding(
             "fragmentation",
             s.rank,
-            f"OOM from fragmentation on rank {s.rank}: {frag.explanation}",
+            f"OOM from fragmentation on {_who(s.rank)}: {frag.explanation}",
             fix,
             f"{SKILL}#fragmentation",
             {
@@ -263,12 +274,22 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
             facts,
             tool="memory_budget",
         )
+    if len(peaks) >= 2:
+        fix = (
+            f"Hold less at once on every rank (peaks {fmt_bytes(min(peaks))} to {fmt_bytes(max(peaks))}): "
+            "activation checkpointing, a smaller micro-batch; check the plan with memory_budget."
+        )
+    else:
+        fix = (
+            "Hold less at once (activation checkpointing, smaller micro-batch); take a snapshot of another rank "
+            "too: all ranks near the limit is a plan that cannot fit (memory_budget), one rank above is "
+            "rank-only work."
+        )
     return _finding(
         "exhaustion",
         s.rank,
-        f"OOM from real exhaustion on rank {s.rank}{holder}",
-        "Hold less at once (activation checkpointing, smaller micro-batch); take a snapshot of another rank "
-        "too: all ranks near the limit is a plan that cannot fit (memory_budget), one rank above is rank-only work.",
+        f"OOM from real exhaustion on {_who(s.rank)}{holder}",
+        fix,
         f"{SKILL}#exhaustion",
         facts,
     )

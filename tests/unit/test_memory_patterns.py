@@ -72,6 +72,8 @@ def test_kept_every_nth() -> None:
     freed = [i % 10 != 0 for i in range(51)]
     assert kept_every(freed) == 10
     assert kept_every([*freed, False]) == 10  # the allocation of the step in flight
+    assert kept_every([*freed, True, False, False]) == 10  # two of them
+    assert kept_every([*freed[:-1], False, False, False, False]) is None  # three more kept: not in flight
     assert kept_every([i % 4 != 1 for i in range(20)]) == 4
     assert kept_every([False] * 10) is None  # nothing freed: a steady leak, not every Nth
     assert kept_every([True] * 10) is None

@@ -406,15 +406,20 @@ def _grown(samples: Sequence[Mapping[int, int]], sid: int, min_bytes: int) -> tu
 def kept_every(freed: Sequence[bool]) -> int | None:
     """N when every allocation but every Nth is freed (N >= 2, at least 3 kept), else None.
 
-    The last allocation may still be live because its step was in flight when
-    the snapshot was taken: it is left out when it breaks the stride.
+    The last allocations may still be live because their step was in flight when
+    the snapshot was taken: up to two kept ones among the last N are left out
+    when they break the stride.
     """
     kept = [i for i, f in enumerate(freed) if not f]
-    for candidate in (kept, kept[:-1] if kept and kept[-1] == len(freed) - 1 else None):
-        if candidate is None or len(candidate) < 3:
+    for drop in range(3):
+        strided = kept[: len(kept) - drop]
+        if len(strided) < 3:
+            break
+        gaps = {b - a for a, b in itertools.pairwise(strided)}
+        if len(gaps) != 1 or (n := gaps.pop()) < 2:
             continue
-        gaps = {b - a for a, b in itertools.pairwise(candidate)}
-        if len(gaps) == 1 and (n := gaps.pop()) >= 2 and len(freed) - 1 - candidate[-1] < n:
+        in_flight = kept[len(strided) :]
+        if len(freed) - 1 - strided[-1] < n and all(i >= len(freed) - n for i in in_flight):
             return n
     return None
 

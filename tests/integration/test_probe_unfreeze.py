@@ -30,7 +30,10 @@ def test_grads_check_names_the_backbone_as_not_averaged(unfreeze: Path) -> None:
     assert rep["consistent_modules"] == ["head"]
     text = got["text"]
     assert len(text.encode()) <= 1500
-    assert "backbone.0: weight, bias" in text and "grads not averaged across ranks" in text
+    assert (
+        "backbone.0 (rank 1 vs rank 0: grads not averaged across ranks): backbone.0.weight, backbone.0.bias"
+        in text
+    )
     assert "were not averaged across ranks" in text and "parameter list is captured once" in text
 
 

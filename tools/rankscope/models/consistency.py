@@ -172,32 +172,53 @@ _REASONS = {
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+    """'rank 0', 'ranks 1-3,6': runs of consecutive ranks as ranges."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    text = ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs)
+    return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
-def _groups(divergent: list[DivergentTensor], depth: int | None) -> list[tuple[str, list[str], str]]:
-    """(module, leaf names, how they disagree) in module order; ``depth`` cuts the module path (None: whole)."""
+def _module(name: str, cut: int) -> str:
+    """The module a tensor is listed under: ``cut`` > 0 strips that many trailing parts (1: the module
+    that owns it), ``cut`` < 0 keeps the first ``-cut`` parts (``model.layers.*``)."""
+    parts = name.split(".")
+    if cut > 0:  # never above the top-level module: "(top)" for every tensor says nothing
+        return ".".join(parts[: max(len(parts) - cut, min(1, len(parts) - 1))])
+    return ".".join(parts[:-cut]) + (".*" if len(parts) > -cut else "")
+
+
+def _groups(divergent: list[DivergentTensor], cut: int) -> list[tuple[str, list[str], str]]:
+    """(module, full names, how they disagree) in module order (see ``_module`` for ``cut``)."""
     out: dict[tuple[str, str], list[str]] = {}
     for d in divergent:
-        module, _, leaf = d.name.rpartition(".")
-        if depth is not None:
-            parts = d.name.split(".")
-            module, leaf = ".".join(parts[:depth]) + (".*" if len(parts) > depth else ""), d.name
         how = (
             f"{_ranks_text(d.ranks)} vs {_ranks_text(d.reference_ranks)}: {_REASONS.get(d.reason, d.reason)}"
         )
-        out.setdefault((module or "(top)", how), []).append(leaf)
-    return [(m, leaves, how) for (m, how), leaves in out.items()]
+        out.setdefault((_module(d.name, cut), how), []).append(d.name)
+    return [(m, names, how) for (m, how), names in out.items()]
+
+
+def _group_line(module: str, names: list[str], how: str, detail: str) -> str:
+    """One group: every full name, or the names below the module, or how many."""
+    if detail == "count":
+        return f"  {module or '(top)'} ({len(names)} tensors; {how})"
+    shown = names if detail == "full" or not module else [n[len(module) + 1 :] or n for n in names]
+    return f"  {module or '(top)'} ({how}): {', '.join(shown)}"
 
 
 def _divergent_lines(divergent: list[DivergentTensor], budget: int) -> list[str]:
-    """Every divergent tensor by module, as detailed as the budget allows: leaf names, then counts per
-    module, then counts per top-level module, then the first groups and how many more."""
-    for depth, named in ((None, True), (None, False), (3, False), (2, False), (1, False)):
-        lines = [
-            f"  {m}: {', '.join(leaves)} ({how})" if named else f"  {m} ({len(leaves)} tensors; {how})"
-            for m, leaves, how in _groups(divergent, depth)
-        ]
+    """Every divergent tensor by module, as detailed as the budget allows: full names under the module
+    that owns them (or the one above), names below it, counts per module, then per module three, two
+    and one level deep, then the first groups and how many more."""
+    levels = ((1, "full"), (2, "full"), (1, "leaf"), (2, "leaf"), (3, "leaf"))
+    levels += ((1, "count"), (2, "count"), (-3, "count"), (-2, "count"), (-1, "count"))
+    for cut, detail in levels:
+        lines = [_group_line(m, names, how, detail) for m, names, how in _groups(divergent, cut)]
         if sum(len(x) + 1 for x in lines) <= budget:
             return lines
     kept: list[str] = []

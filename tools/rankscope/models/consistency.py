@@ -215,8 +215,8 @@ def _divergent_lines(divergent: list[DivergentTensor], budget: int) -> list[str]
     """Every divergent tensor by module, as detailed as the budget allows: full names under the module
     that owns them (or the one above), names below it, counts per module, then per module three, two
     and one level deep, then the first groups and how many more."""
-    levels = ((1, "full"), (2, "full"), (1, "leaf"), (2, "leaf"), (3, "leaf"))
-    levels += ((1, "count"), (2, "count"), (-3, "count"), (-2, "count"), (-1, "count"))
+    levels: list[tuple[int, str]] = [(1, "full"), (2, "full"), (1, "leaf"), (2, "leaf"), (3, "leaf")]
+    levels += [(1, "count"), (2, "count"), (-3, "count"), (-2, "count"), (-1, "count")]
     for cut, detail in levels:
         lines = [_group_line(m, names, how, detail) for m, names, how in _groups(divergent, cut)]
         if sum(len(x) + 1 for x in lines) <= budget:

@@ -194,3 +194,24 @@ def test_every_nth_kept_is_found_when_the_windows_do_not_grow_steadily() -> None
             b.free(kept)
     (leak,) = analyze_snapshot(b.build(), "x").leak_suspects
     assert (leak.kept_every, leak.kept, leak.allocs, leak.windows_grown) == (20, 4, 80, 0)
+
+
+def test_a_leak_without_an_oom_does_not_take_over_a_crash(tmp_path: Path) -> None:
+    """Snapshots that show a leak but no OOM, beside a log of another failure: the log keeps its
+    suspect, the leak is a line of evidence."""
+    b = SnapshotBuilder()
+    for step in range(40):
+        b.alloc(16 * MiB, user_frames(TRAIN, 88, "train_step"))
+        b.free(b.alloc(64 * MiB, user_frames(MODEL, 30, "forward")))
+        assert step >= 0
+    b.dump(tmp_path / "snapshot-rank0.pickle")
+    (tmp_path / "rank1.log").write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/job/train.py", line 12, in <module>\n'
+        "[rank1]:     step()\n"
+        "[rank1]: ValueError: bad batch\n"
+    )
+    r = triage_logs([str(tmp_path)])
+    assert r.decided_by != "memory_snapshots" and not r.summary.startswith("From the memory snapshots")
+    assert any(e.startswith("memory snapshots: Leak on rank 0") for e in r.evidence)
+    assert r.findings[-1].kind == "memory_leak" and r.findings[0].kind != "memory_leak"

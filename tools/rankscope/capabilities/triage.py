@@ -389,9 +389,11 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
         stacks.groups if stacks else None,
         memory,
     )
-    if memory is not None:
+    if memory is not None and post.decided_by == "memory_snapshots":
         _defer_to_memory(findings, memory)
         findings.insert(0, memory)
+    elif memory is not None:
+        findings.append(memory)
     return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
 
 

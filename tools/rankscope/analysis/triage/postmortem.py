@@ -178,7 +178,12 @@ def combine(
     ``groups``: the saved stacks' groups, which say where a rank stands; ``memory``: the one finding
     of the job's CUDA memory snapshots, which leads when the recorder and the stacks name nobody."""
     post = _combine(logs, findings, flight, stacks, groups)
-    if memory is None or (post.decided_by in ("flight_recorder", "stacks") and post.suspect_ranks):
+    if memory is None:
+        return post
+    oom = memory.severity == "error" or any(f.kind == "cuda_oom" for f in findings)
+    if not oom or (post.decided_by in ("flight_recorder", "stacks") and post.suspect_ranks):
+        # the job did not die of memory, or another source names who stopped it: a side note
+        post.evidence.append(f"memory snapshots: {memory.message}")
         return post
     return _with_memory(post, logs, memory)
 

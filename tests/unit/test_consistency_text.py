@@ -86,3 +86,13 @@ def test_many_top_level_modules_are_cut_with_a_count() -> None:
     text = str(compare_fingerprints(_ranks(names, set(names), world=2)))
     assert len(text.encode()) <= 1500, len(text)
     assert "more module groups (model_dump() lists all)" in text and "  expert0.* (1 tensors" in text
+
+
+def test_gradients_of_which_all_sit_under_their_module() -> None:
+    names = [f"{n}.grad" for n in _names()]
+    odd = {n for n in names if n.startswith("head.")}
+    text = str(compare_fingerprints(_ranks(names, odd, kind="grad")))
+    assert (
+        "  head (ranks 1-3 vs rank 0: grads not averaged across ranks): head.weight.grad, head.bias.grad"
+        in text
+    )

@@ -186,7 +186,7 @@ def _ranks_text(ranks: list[int]) -> str:
 def _module(name: str, cut: int) -> str:
     """The module a tensor is listed under: ``cut`` > 0 strips that many trailing parts (1: the module
     that owns it), ``cut`` < 0 keeps the first ``-cut`` parts (``model.layers.*``)."""
-    parts = name.split(".")
+    parts = name.removesuffix(".grad").split(".")  # which="all" names a gradient "<param>.grad"
     if cut > 0:  # never above the top-level module: "(top)" for every tensor says nothing
         return ".".join(parts[: max(len(parts) - cut, min(1, len(parts) - 1))])
     return ".".join(parts[:-cut]) + (".*" if len(parts) > -cut else "")

@@ -212,3 +212,12 @@ def test_a_leak_without_an_oom_does_not_take_over_a_crash(tmp_path: Path) -> Non
     assert not r.summary.startswith("From the memory snapshots")
     assert any(e.startswith("memory snapshots: Leak on rank 0") for e in r.evidence)
     assert r.findings[-1].kind == "memory_leak" and r.findings[0].kind != "memory_leak"
+
+
+def test_one_request_larger_than_the_gpu_is_not_a_plan_problem(tmp_path: Path) -> None:
+    b = SnapshotBuilder()
+    b.alloc(2 * GiB, user_frames(MODEL, 20, "__init__"))
+    b.oom(9000 * GiB, device_free=70 * GiB, frames=user_frames(TRAIN, 6, "main"))
+    lead = api.inspect_memory(paths=[str(b.dump(tmp_path / "snapshot-rank0.pickle"))]).findings[0]
+    assert lead.kind == "memory_exhaustion" and "exceeds all the GPU memory" in lead.message
+    assert f"{TRAIN}:6 in main" in lead.message and "shape" in (lead.fix or "")

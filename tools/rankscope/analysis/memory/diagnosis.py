@@ -253,6 +253,19 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
                 "allocated_bytes": frag.allocated_bytes,
             },
         )
+    oom = s.ooms[-1]
+    if oom.device_free_bytes is not None and oom.requested_bytes > s.reserved_bytes + oom.device_free_bytes:
+        return _finding(  # no plan helps: one tensor larger than the whole device
+            "exhaustion",
+            s.rank,
+            f"One request of {fmt_bytes(oom.requested_bytes)} on {_who(s.rank)} exceeds all the GPU memory "
+            f"PyTorch could have ({fmt_bytes(s.reserved_bytes)} reserved + {fmt_bytes(oom.device_free_bytes)} "
+            f"free)" + (f", at {oom.site}" if oom.site else ""),
+            "Check the shape of the tensor allocated there (a wrong size, a missing batch split, an outer "
+            "product where a reduction was meant); sharding cannot make one tensor fit.",
+            f"{SKILL}#exhaustion",
+            {"failed_request_bytes": oom.requested_bytes, "site": oom.site},
+        )
     peaks = [max(x.peak_allocated_bytes for x in snaps) for r, snaps in by_rank.items() if r is not None]
     top = s.top_sites[0] if s.top_sites else None
     holder = (

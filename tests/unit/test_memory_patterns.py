@@ -221,3 +221,14 @@ def test_one_request_larger_than_the_gpu_is_not_a_plan_problem(tmp_path: Path) -
     lead = api.inspect_memory(paths=[str(b.dump(tmp_path / "snapshot-rank0.pickle"))]).findings[0]
     assert lead.kind == "memory_exhaustion" and "exceeds all the GPU memory" in lead.message
     assert f"{TRAIN}:6 in main" in lead.message and "shape" in (lead.fix or "")
+
+
+def test_snapshots_in_torchrun_rank_folders_take_the_folder_rank(tmp_path: Path) -> None:
+    for rank in range(2):
+        folder = tmp_path / "attempt_0" / str(rank)
+        folder.mkdir(parents=True)
+        _rank(folder, rank, extra=6 * GiB if rank == 1 else 0, oom=rank == 1)
+        (folder / f"snapshot-rank{rank}.pickle").rename(folder / "oom.pickle")
+    r = triage_logs([str(tmp_path)])
+    assert r.suspect_ranks == [1] and r.findings[0].kind == "memory_rank_only"
+    assert sorted(s.rank_hint for s in r.sources if s.kind == "memory_snapshot") == [0, 1]

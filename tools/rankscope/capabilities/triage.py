@@ -1,8 +1,9 @@
 """`rankscope triage`: one verdict for a dead job from what it left, in any mix.
 
 A folder is enough: each file is sorted by its first bytes into logs (and error.json), flight-recorder
-dumps and saved stacks; each kind goes to its own analysis (``analysis.triage.logs``, ``analysis.recorder.flight``,
-the saved-stacks shell) and ``analysis.triage.postmortem`` decides which answer leads. Files are read in fixed-size
+dumps, saved stacks and CUDA memory snapshots; each kind goes to its own analysis (``analysis.triage.logs``,
+``analysis.recorder.flight``, the saved-stacks shell, ``analysis.memory.diagnose``) and
+``analysis.triage.postmortem`` decides which answer leads. Files are read in fixed-size
 binary chunks; only lines that contain one of the rule engine's literal needles
 are decoded and passed on, so memory stays bounded and gigabyte logs stream at
 the speed of ``bytes.find``. Binary input is recognised and skipped with a
@@ -326,7 +327,7 @@ def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
     from rankscope.analysis.memory import diagnose, rank_from_filename
     from rankscope.capabilities.memory import read_snapshots
 
-    named = [(Path(p), rank_from_filename(Path(p).name)) for p in files]
+    named = [(Path(p), _snapshot_rank(p, rank_from_filename(Path(p).name))) for p in files]
     summaries, errors = read_snapshots(named, raise_lone=False)
     read = {s.source for s in summaries}
     for path, rank in named:
@@ -339,6 +340,17 @@ def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
             )
         )
     return diagnose(summaries)
+
+
+_RANK_DIR = re.compile(r"attempt_\d+/(\d+)/[^/]+$")
+
+
+def _snapshot_rank(path: str, from_name: int | None) -> int | None:
+    """A snapshot's rank: from its name (snapshot-rank3.pickle), else torchrun's per-rank folder."""
+    if from_name is not None:
+        return from_name
+    m = _RANK_DIR.search(path.replace(os.sep, "/"))
+    return int(m.group(1)) if m else None
 
 
 def _size(path: str) -> int:

@@ -6,8 +6,9 @@ recorder outranks the others where they disagree: it records, per rank, every co
 issued, its sizes and its state, while a log holds what each rank chose to print and saved stacks
 hold one moment. Saved stacks outrank logs that name nobody (a rank blocked on a queue prints
 nothing). A log that names a rank which failed on its own (an OOM, a CUDA error) keeps its
-suspects when the recorder only says every rank waits in the same collective. Pure: verdicts in,
-one answer out.
+suspects when the recorder only says every rank waits in the same collective. The job's CUDA memory
+snapshots lead a job that died of memory: their one finding names the rank, the site and the pattern
+where an OOM line only says that an allocation failed. Pure: verdicts in, one answer out.
 """
 
 from __future__ import annotations

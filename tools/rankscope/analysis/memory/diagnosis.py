@@ -47,8 +47,14 @@ def _ordered(summaries: Sequence[SnapshotSummary]) -> dict[int | None, list[Snap
     for s in summaries:
         by_rank.setdefault(s.rank, []).append(s)
     for snaps in by_rank.values():
-        snaps.sort(key=lambda s: (s.end_time_us or 0, bool(s.ooms)))  # untimed: the OOM's last
+        snaps.sort(key=_moment)
     return by_rank
+
+
+def _moment(s: SnapshotSummary) -> tuple[bool, int, bool]:
+    """When a snapshot was taken, as far as it says: one at an OOM is a rank's last (the rank died
+    there), then by its trace's last time, then a name that says OOM (a snapshot without a trace)."""
+    return bool(s.ooms), s.end_time_us or 0, "oom" in s.source.rsplit("/", 1)[-1].lower()
 
 
 def _site(s: SnapshotSummary, name: str) -> AllocationSite | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rankscope import api
 from rankscope.analysis.memory import analyze_snapshot, diagnose, fragmentation
-from rankscope.analysis.memory.snapshot import kept_every
+from rankscope.analysis.memory.snapshot import kept_every, ordinal
 from rankscope.capabilities.triage import kind_of, triage_logs
 from tests.paths import DATA
 from tests.snapshot_builder import GiB, MiB, SnapshotBuilder, real_frames, user_frames, write_leak_job
@@ -232,3 +232,19 @@ def test_snapshots_in_torchrun_rank_folders_take_the_folder_rank(tmp_path: Path)
     r = triage_logs([str(tmp_path)])
     assert r.suspect_ranks == [1] and r.findings[0].kind == "memory_rank_only"
     assert sorted(s.rank_hint for s in r.sources if s.kind == "memory_snapshot") == [0, 1]
+
+
+def test_ordinals() -> None:
+    assert [ordinal(n) for n in (2, 3, 4, 10, 11, 12, 13, 21, 22, 101, 111)] == [
+        "2nd",
+        "3rd",
+        "4th",
+        "10th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "101st",
+        "111th",
+    ]

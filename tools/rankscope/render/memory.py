@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from rankscope.analysis.memory.snapshot import ordinal
 from rankscope.analysis.units import fmt_bytes
 from rankscope.models.memory import BudgetReport, MemoryReport
 
@@ -38,7 +39,7 @@ def render_memory(report: MemoryReport) -> Iterator[str]:
         if s.other_sites:
             yield f"  {fmt_bytes(s.other_sites_bytes):>10}  in {s.other_sites} other site(s)"
         for leak in s.leak_suspects:
-            every = f", every {leak.kept_every}th kept" if leak.kept_every else ""
+            every = f", every {ordinal(leak.kept_every)} kept" if leak.kept_every else ""
             yield f"  leak suspect: {leak.site} +{fmt_bytes(leak.growth_bytes)} ({leak.allocs} allocs, {leak.frees} frees{every})"
     for f in report.findings:
         ranks = f" [ranks {', '.join(map(str, f.ranks))}]" if f.ranks else ""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rankscope.analysis.memory.frames import SKILL
 from rankscope.analysis.memory.imbalance import imbalance
-from rankscope.analysis.memory.snapshot import LEAK_FIX
+from rankscope.analysis.memory.snapshot import LEAK_FIX, ordinal
 from rankscope.analysis.units import MiB, fmt_bytes
 from rankscope.models.core import Finding, NextStep
 from rankscope.models.memory import AllocationSite, SnapshotSummary
@@ -99,7 +99,7 @@ def _trace_leaks(
                 leak.kept_every = sus.kept_every
                 leak.signs.append(
                     f"the trace {_label(s)} frees every allocation there but every "
-                    f"{sus.kept_every}th ({sus.kept} of {sus.allocs} kept)"
+                    f"{ordinal(sus.kept_every)} ({sus.kept} of {sus.allocs} kept)"
                 )
             elif not sus.kept_every and not leak.signs:
                 leak.signs.append(f"its live bytes only grew over the trace {_label(s)}")
@@ -173,7 +173,7 @@ def _failed(by_rank: dict[int | None, list[SnapshotSummary]]) -> bool:
 
 def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding:
     who = _who(leak.rank)
-    every = f"every {leak.kept_every}th tensor" if leak.kept_every else "the tensors"
+    every = f"every {ordinal(leak.kept_every)} tensor" if leak.kept_every else "the tensors"
     latest = by_rank[leak.rank][-1]
     message = (
         f"Leak on {who}: {_where(leak.site, leak.script)} holds {fmt_bytes(leak.live_bytes)} in "

@@ -403,6 +403,12 @@ def _grown(samples: Sequence[Mapping[int, int]], sid: int, min_bytes: int) -> tu
     return first, grown
 
 
+def ordinal(n: int) -> str:
+    """2nd, 3rd, 10th, 21st: how 'every Nth' reads."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def kept_every(freed: Sequence[bool]) -> int | None:
     """N when every allocation but every Nth is freed (N >= 2, at least 3 kept), else None.
 
@@ -599,7 +605,7 @@ def _leak_finding(summary: SnapshotSummary, leak: LeakSuspect, ranks: list[int])
     where = leak.site + (f" (from {leak.script})" if leak.script else "")
     if leak.kept_every:
         how = (
-            f"the trace frees every allocation there but every {leak.kept_every}th: {leak.kept} of "
+            f"the trace frees every allocation there but every {ordinal(leak.kept_every)}: {leak.kept} of "
             f"{leak.allocs} kept"
         )
     else:

@@ -186,7 +186,7 @@ def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]])
         "leak",
         leak.rank,
         message,
-        f"{fix}, not more sharding. {LEAK_FIX}",
+        f"{fix}. {LEAK_FIX}",
         f"{SKILL}#leak",
         {
             "site": leak.site,

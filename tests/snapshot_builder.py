@@ -240,8 +240,8 @@ class SnapshotBuilder:
 # ---------------------------------------------------------------- a dead OOM job
 
 LM_DIR = "/workspace/lm"
-LOGITS = 2_093_796_352  # 1.95 GiB: one step's bf16 logits (batch 2 x seq 4096 x vocab 128256 is 1.96 GiB)
-ACTIVATION = 7 * GiB  # each of six blocks' saved activations
+LOGITS = 2 * 4096 * 128_000 * 2  # 1.95 GiB: one step's bf16 logits (batch 2, sequence 4096, vocab 128000)
+ACTIVATION = 11 * GiB  # each of four blocks' saved activations
 CAPACITY = 79.15 * GiB
 
 
@@ -286,8 +286,9 @@ def _lm_stacks() -> dict[str, list[dict[str, Any]]]:
 def lm_step(b: SnapshotBuilder, stacks: dict[str, list[dict[str, Any]]], keep: bool) -> int | None:
     """One training step of the LM; returns the logits' address when this step keeps them."""
     tokens = b.alloc(64 * 1024, stacks["tokens"])
-    acts = [b.alloc(ACTIVATION, stacks["act"]) for _ in range(6)]
+    acts = [b.alloc(ACTIVATION, stacks["act"]) for _ in range(4)]
     logits = b.alloc(LOGITS, stacks["logits"])
+    b.free(acts.pop())  # backward through the last block first
     grad = b.alloc(LOGITS, stacks["grad"])
     b.free(grad)
     for a in reversed(acts):
@@ -303,7 +304,7 @@ def write_leak_job(folder: Path) -> list[Path]:
     """The snapshots of a 4-rank LM whose rank 3 keeps a view of every 10th step's logits.
 
     Every rank at step 50 (``snapshot-rankN-step50.pickle``), and rank 3 at its OOM in step 101's
-    backward (``snapshot-rank3-oom.pickle``): the traces run from the start of the job, as with
+    forward, allocating the logits (``snapshot-rank3-oom.pickle``): the traces run from the start of the job, as with
     ``_record_memory_history(max_entries=100000)``.
     """
     stacks = _lm_stacks()
@@ -321,12 +322,11 @@ def write_leak_job(folder: Path) -> list[Path]:
         for step in range(51, 101):
             lm_step(b, stacks, keep=step % 10 == 0)
         b.alloc(64 * 1024, stacks["tokens"])
-        for _ in range(6):
+        for _ in range(4):
             b.alloc(ACTIVATION, stacks["act"])
-        b.alloc(LOGITS, stacks["logits"])
         b.release_cached()
         reserved = sum(s.size for s in b.segments)
-        b.oom(LOGITS, device_free=int(CAPACITY - reserved - 480 * MiB), frames=stacks["grad"])
+        b.oom(LOGITS, device_free=int(CAPACITY - reserved - 480 * MiB), frames=stacks["logits"])
         written.append(b.dump(folder / "snapshot-rank3-oom.pickle"))
     return written
 

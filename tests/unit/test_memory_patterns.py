@@ -34,6 +34,7 @@ def test_dead_oom_folder_in_one_triage_call() -> None:
     assert "Leak on rank 3" in r.summary
     assert "/workspace/lm/model.py:48 in forward <- /workspace/lm/train.py:77 in main" in r.summary
     assert "every 10th" in r.summary and "the other ranks hold none of it" in r.summary
+    assert "holds 21.5 GiB in 11 blocks at the OOM" in r.summary
     assert "11.7 GiB in 6 blocks" in r.summary  # the step-50 snapshot of the same rank
     lead = r.findings[0]
     assert lead.kind == "memory_leak" and lead.ranks == [3]

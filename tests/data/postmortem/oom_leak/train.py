@@ -57,7 +57,7 @@ def main() -> None:
     rank = dist.get_rank()
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     torch.cuda.memory._record_memory_history(max_entries=100000)
-    model = LM(vocab=128256, dim=4096, layers=16).cuda()
+    model = LM(vocab=128000, dim=4096, layers=16).cuda()
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)

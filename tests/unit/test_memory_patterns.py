@@ -249,3 +249,16 @@ def test_ordinals() -> None:
         "101st",
         "111th",
     ]
+
+
+def test_a_leak_on_every_rank_names_every_rank(tmp_path: Path) -> None:
+    """Code every rank runs leaks on every rank: the finding does not single out the first one."""
+    for rank in range(3):
+        b = SnapshotBuilder()
+        for _ in range(40):
+            b.alloc(64 * MiB, user_frames(TRAIN, 88, "train_step"))  # a loss history kept with its graph
+            b.free(b.alloc(256 * MiB, user_frames(MODEL, 30, "forward")))
+        b.dump(tmp_path / f"snapshot-rank{rank}.pickle")
+    lead = api.inspect_memory(paths=[str(tmp_path)]).findings[0]
+    assert lead.kind == "memory_leak" and lead.ranks == [0, 1, 2]
+    assert "every rank runs it" in lead.message

@@ -122,15 +122,19 @@ def _growth_leaks(
         leak.signs.insert(0, f"it held {fmt_bytes(b_bytes)} in {b_blocks} blocks {_label(snaps[0])}")
 
 
-def _elsewhere(by_rank: dict[int | None, list[SnapshotSummary]], rank: int | None, site: str) -> str:
-    """What the other ranks' latest snapshots hold at the same site."""
-    others = {r: _site(snaps[-1], site) for r, snaps in by_rank.items() if r != rank and r is not None}
+def _elsewhere(by_rank: dict[int | None, list[SnapshotSummary]], leak: _Leak) -> tuple[str, list[int]]:
+    """What the other ranks' latest snapshots hold at the leak's site, and those that hold as much
+    (at least half): a leak in code every rank runs is every rank's, not the first one's."""
+    others = {
+        r: _site(snaps[-1], leak.site) for r, snaps in by_rank.items() if r != leak.rank and r is not None
+    }
     if not others:
-        return ""
+        return "", []
     held = {r: t.live_bytes for r, t in others.items() if t is not None and t.live_bytes}
     if not held:
-        return "; the other ranks hold none of it"
-    return "; " + ", ".join(f"rank {r} holds {fmt_bytes(b)}" for r, b in sorted(held.items()))
+        return "; the other ranks hold none of it", []
+    alike = sorted(r for r, b in held.items() if 2 * b >= leak.live_bytes)
+    return "; " + ", ".join(f"rank {r} holds {fmt_bytes(b)}" for r, b in sorted(held.items())), alike
 
 
 def _where(site: str, script: str | None) -> str:
@@ -172,17 +176,16 @@ def _failed(by_rank: dict[int | None, list[SnapshotSummary]]) -> bool:
 
 
 def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding:
-    who = _who(leak.rank)
+    elsewhere, alike = _elsewhere(by_rank, leak)
+    who = _who(leak.rank) + (f" (and {', '.join(map(str, alike))}: every rank runs it)" if alike else "")
     every = f"every {ordinal(leak.kept_every)} tensor" if leak.kept_every else "the tensors"
     latest = by_rank[leak.rank][-1]
     message = (
         f"Leak on {who}: {_where(leak.site, leak.script)} holds {fmt_bytes(leak.live_bytes)} in "
-        f"{leak.blocks} blocks {_label(latest)}; "
-        + "; ".join(leak.signs)
-        + _elsewhere(by_rank, leak.rank, leak.site)
+        f"{leak.blocks} blocks {_label(latest)}; " + "; ".join(leak.signs) + elsewhere
     )
     fix = f"Stop keeping {every} from {leak.site}" + (f" (made at {leak.script})" if leak.script else "")
-    return _finding(
+    found = _finding(
         "leak",
         leak.rank,
         message,
@@ -197,6 +200,8 @@ def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]])
         },
         failed=_failed(by_rank),
     )
+    found.ranks = sorted({*found.ranks, *alike})
+    return found
 
 
 def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:

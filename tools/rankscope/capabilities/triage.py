@@ -329,11 +329,8 @@ def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
 
     named = [(Path(p), _snapshot_rank(p, rank_from_filename(Path(p).name))) for p in files]
     summaries, errors = read_snapshots(named, raise_lone=False)
-    read = {s.source for s in summaries}
-    for path, rank in named:
-        why = None
-        if str(path) not in read:
-            why = next((e.message for e in errors if str(path) in e.message), "not a readable snapshot")
+    for path, rank in named:  # the reader's errors name the file (the summaries hold it redacted)
+        why = next((e.message for e in errors if str(path) in e.message), None)
         sources.append(
             LogSource(
                 path=str(path), kind="memory_snapshot", rank_hint=rank, bytes=_size(str(path)), skipped=why

@@ -31,6 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rankscope.analysis.hang.counters import KNOWN_COUNTERS, internal_file
+from rankscope.analysis.hang.loops import LOOP_LOOK_BACK
+from rankscope.analysis.hang.progress_signals import io_moved, io_progress, kernel_shares, locals_moved
+from rankscope.analysis.hang.progress_stuck import lines_around, stuck_loop
 from rankscope.analysis.hang.progress_verdict import BUSY_CPU_PCT
 from rankscope.analysis.hang.stacks import recognise_op
 from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
@@ -58,7 +61,10 @@ class RankWatch:
     ``later``: integer locals of looks taken after the window (at a straggler, for the sizes in
     the functions its time goes to): they say nothing about motion;
     ``samples``: the main thread's stacks py-spy's sampler saw, with how often;
-    ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look.
+    ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look;
+    ``io``: its main thread's I/O counters at both ends; ``kernel``: its main thread's state and
+    wchan, read several times during the window; ``reprs``: the locals of its own frames at the first
+    and the last look (``file:function:name`` -> repr, kept in memory: see ``progress_signals``).
     """
 
     rank: int
@@ -68,6 +74,9 @@ class RankWatch:
     samples: list[tuple[list[Frame], int]] = field(default_factory=list)
     cpu_s: float | None = None
     wall_s: float = 0.0
+    io: list[dict[str, int]] = field(default_factory=list)
+    kernel: list[tuple[str, str]] = field(default_factory=list)
+    reprs: list[dict[str, str]] = field(default_factory=list)
 
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
@@ -199,8 +208,22 @@ def _hot_locals(own: Counter[_Place], counters: list[dict[str, int]]) -> dict[st
     return out
 
 
+def _signals(w: RankWatch, counters: dict[str, list[int]], places: int, waits: bool) -> list[str]:
+    """Which signals moved: counters, io, lines, locals. I/O and locals count only for a rank that
+    does not wait (on NCCL a rank that spins for the GPU may still move bytes on other paths)."""
+    moved = ["counters"] if counters else []
+    if not waits and io_progress(io_moved(w.io), kernel_shares(w.kernel)):
+        moved.append("io")
+    if places > 1:
+        moved.append("lines")
+    if not waits and locals_moved(w.reprs):
+        moved.append("locals")
+    return moved
+
+
 def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[str, int], str]) -> RankMotion:
-    """How one rank spent the window: its motion, CPU, share of waiting and hot lines."""
+    """How one rank spent the window: its motion, CPU, share of waiting, hot lines, what moved and,
+    when only its lines did (or nothing), the loop of its own code it stood in."""
     weighted = [(frames, n, _waiting(frames, backend, source)) for frames, n in _samples(w)]
     own = _own_counts(weighted)
     total = sum(n for _, n, _ in weighted)
@@ -210,15 +233,20 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
     counters = _moved_counters(w.counters)
     cpu_pct = None if w.cpu_s is None or w.wall_s <= 0 else round(100 * w.cpu_s / w.wall_s)
     last_waits = bool(w.looks) and _waiting(w.looks[-1], backend, source)
+    waits = last_waits or (total > 0 and 2 * waited >= total)
+    moved = _signals(w, counters, len(places), waits)
     motion: Motion
     if len(w.looks) < 2 and not w.samples:
         motion = "unknown"  # one look shows where a rank is, never whether it moves
-    elif counters or len(places) > 1:
+    elif moved:
         motion = "moving"
     elif not last_waits and cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT:
         motion = "busy"
     else:
         motion = "blocked"
+    loop = None
+    if motion != "unknown" and not waits and set(moved) <= {"lines"} and w.looks:
+        loop = stuck_loop([f for f, _, _ in weighted] + w.looks, w.looks[-1], (w.reprs or [{}])[-1], source)
     return RankMotion(
         rank=w.rank,
         motion=motion,
@@ -230,6 +258,11 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         hot=_hot(own, total),
         hot_locals=_hot_locals(own, [*w.counters, *w.later]),
         hot_code=_top_code(own, source),
+        moved=moved if motion != "unknown" else [],
+        io=io_moved(w.io),
+        kernel=kernel_shares(w.kernel),
+        loop=loop.at if loop is not None else None,
+        loop_values=loop.values if loop is not None else {},
     )
 
 
@@ -403,13 +436,16 @@ def with_recorder(
 
 def place_lines(watches: Sequence[RankWatch]) -> set[tuple[str, int]]:
     """The (file, line) of every place of the job's own code the looks saw: the shell reads their
-    source text, which tells a GPU wait (``loss.item()``) from compute."""
+    source text, which tells a GPU wait (``loss.item()``) from compute; and, around the own frames
+    of each rank's last dump, the lines of the loops they stand in (header above, exits below)."""
     wanted: set[tuple[str, int]] = set()
     for w in watches:
         for frames in [*w.looks, *(f for f, _ in w.samples)]:
             own = own_frame(frames)
             if own is not None and own.line is not None:
                 wanted.add((own.file, own.line))
+        if w.looks:
+            wanted |= lines_around(w.looks[-1], LOOP_LOOK_BACK)
     return wanted
 
 

@@ -233,7 +233,7 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
     counters = _moved_counters(w.counters)
     cpu_pct = None if w.cpu_s is None or w.wall_s <= 0 else round(100 * w.cpu_s / w.wall_s)
     last_waits = bool(w.looks) and _waiting(w.looks[-1], backend, source)
-    waits = last_waits or (total > 0 and 2 * waited >= total)
+    waits = 2 * waited >= total if total else last_waits  # most of its window, not its last instant
     moved = _signals(w, counters, len(places), waits)
     motion: Motion
     if len(w.looks) < 2 and not w.samples:

@@ -163,6 +163,9 @@ def _straggler(progress: Progress) -> Verdict:
     where = f"; its time goes to {_hot_with_code(r)}" if r.hot else ""
     if r.hot_locals:
         where += f", where {locals_phrase(r)}"
+    io = io_phrase(r.io, r.kernel, progress.window_s) if "io" in r.moved else None
+    if io:
+        where += f"; it is {io}"
     return Verdict(
         kind="straggler",
         suspect_ranks=[rank],
@@ -344,8 +347,9 @@ def stuck_verdict(progress: Progress, stuck: list[RankMotion], waiting: str) -> 
     one = len(stuck) == 1
     cpus = [r.cpu_pct for r in stuck if r.cpu_pct is not None]
     cpu = f", CPU {value_span(cpus, '%')}" if cpus else ""
+    what = "nothing but its lines" if any(r.moved for r in stuck) else "nothing"
     summary = (
-        f"{'; '.join(_stuck_phrase(r) for r in stuck)}: nothing but its lines moved in {progress.window_s:.1f} s "
+        f"{'; '.join(_stuck_phrase(r) for r in stuck)}: {what} moved in {progress.window_s:.1f} s "
         f"(no counter, I/O or local{cpu}) while {waiting}: {who} never reached the collective the others wait in"
     )
     looped = all(r.loop for r in stuck)

@@ -35,7 +35,7 @@ _LOOP = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")
 _EXIT_IF = re.compile(r"^(el)?if\s+(?P<cond>.+?):\s*(?P<inline>(break|return)\b.*)?(#.*)?$")
 _EXIT = re.compile(r"^(break|return)\b")
 _NAME = re.compile(r"(?<![.\w'\"])([A-Za-z_]\w*)(?!\s*\()")
-_OBJECT = re.compile(r"^<.* at 0x[0-9a-fA-F]+>$")
+_OBJECT = re.compile(r"^<.*>$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,23 @@ def _inside(frame: Frame, loop: Loop, source: Mapping[tuple[str, int], str]) -> 
     if frame.file != loop.file or frame.function != loop.function:
         return False
     return frame.line == loop.line or loop in enclosing_loops(frame, source)
+
+
+def _turns(loop: Loop, stacks: Sequence[Sequence[Frame]], source: Mapping[tuple[str, int], str]) -> bool:
+    """Whether every look stood in the loop and the loop itself turns: the looks saw it at its header
+    (a ``while`` condition that spins), at more than one of its lines, or with nothing of the job's
+    own below it. A loop whose body stands in one call all along (a training loop around an endless
+    evaluation) is not where the rank spins: the call is."""
+    lines: set[int] = set()
+    innermost = True
+    for stack in stacks:
+        own = _own(stack)
+        at = next((i for i, g in enumerate(own) if _inside(g, loop, source)), None)
+        if at is None:
+            return False
+        lines.add(own[at].line or 0)
+        innermost = innermost and at == 0
+    return loop.line in lines or len(lines) > 1 or innermost
 
 
 def _exits(loop: Loop, source: Mapping[tuple[str, int], str]) -> list[str]:
@@ -130,9 +147,7 @@ def stuck_loop(
         return None
     for frame in _own(last):
         loop = loop_of(frame, source)
-        if loop is None:
-            continue
-        if all(any(_inside(g, loop, source) for g in _own(s)) for s in stacks):
+        if loop is not None and _turns(loop, stacks, source):
             m = _LOOP.match(loop.text)
             head = m.group("head") if m is not None else loop.text
             if m is not None and m.group("kw") == "for":

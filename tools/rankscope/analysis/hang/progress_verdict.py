@@ -52,13 +52,16 @@ def _hot_with_code(r: RankMotion) -> str:
 
 
 def moved_phrase(r: RankMotion, window_s: float) -> str:
-    """``moved: io (writing: 5.0 MiB in 1.2 s, 5.0 MiB/s), lines`` or ``nothing moved (counters, I/O,
-    lines, locals)``: which signals decided that a rank moves, or that none did."""
+    """``moved: step 3 → 5, io (writing: 5.0 MiB in 1.2 s, 5.0 MiB/s), lines (2 places)`` or ``nothing
+    moved (counters, I/O, lines, locals)``: which signals decided that a rank moves, or that none did."""
     if not r.moved:
         return "nothing moved (counters, I/O, lines, locals)"
     words = []
     for signal in r.moved:
-        if signal == "io":
+        if signal == "counters" and r.counters:
+            key, (a, b) = next(iter(r.counters.items()))
+            words.append(f"{key.rsplit(':', 1)[-1]} {a} → {b}")
+        elif signal == "io":
             told = io_phrase(r.io, r.kernel, window_s)
             words.append(f"io ({told})" if told else "io")
         elif signal == "lines":
@@ -73,8 +76,8 @@ def _rank_line(r: RankMotion, told: bool = False, window_s: float | None = None)
     where it was in the kernel, are said too."""
     parts = [f"rank {r.rank}: {r.motion}"]
     if window_s is not None and r.motion != "unknown":
-        parts.append(moved_phrase(r, window_s))
-    if r.counters:
+        parts.append(moved_phrase(r, window_s))  # its counter too, when one moved
+    elif r.counters:
         key, (a, b) = next(iter(r.counters.items()))
         parts.append(f"{key.rsplit(':', 1)[-1]} {a} → {b}")
     if r.waiting_pct is not None:

@@ -464,3 +464,31 @@ def test_a_gpu_wait_spin_stays_blocked_whatever_its_io_or_the_window() -> None:
     assert progress.motion == "no_progress"
     assert all(r.motion == "blocked" and not r.moved and r.loop is None for r in progress.ranks)
     assert progress_verdict(progress, []) is None  # the hang rules decide
+
+
+def test_a_rank_asleep_in_a_polling_loop_is_concluded_stuck_but_a_blocked_wait_is_left_to_the_rules() -> None:
+    """``while not os.path.exists(p): time.sleep(0.05)``: low CPU, a timer in the kernel; over a long
+    window it is stuck in that loop. A rank blocked on a futex (a queue, a lock) in a ``for`` loop is
+    what the hang rules read (a DataLoader), not a polling loop."""
+    source_lines = {**SOURCE_LINES, 42: "        time.sleep(0.05)"}
+    source = {(T, n): text for n, text in source_lines.items()}
+    asleep = in_main(own(42, "wait_for_marker", p="'/tmp/run/never-created'"))
+    polling = in_main(own(41, "wait_for_marker", p="'/tmp/run/never-created'"))
+    w = spinner(12.0, frames=asleep)
+    w.samples = [(asleep, 550), (polling, 50)]
+    w.cpu_s, w.kernel = 0.1, [("S", "hrtimer_nanosleep")] * 19 + [("R", "")]
+    watches = [w, *(waiter(r, "all_reduce", 72, 12.0) for r in (0, 2, 3))]
+    progress = judge(watches, backend="gloo", source=source, window_s=12.0)
+    verdict = progress_verdict(progress, stacks_of(watches))
+    assert verdict is not None and verdict.kind == "divergent_ranks" and verdict.suspect_ranks == [1]
+    assert "`while not os.path.exists(p)`" in verdict.summary and "never-created" in verdict.summary
+    # the same from a short window: its lines moved, so slow or stuck cannot be told yet
+    short = progress_verdict(judge(watches, backend="gloo", source=source, window_s=1.2), stacks_of(watches))
+    assert short is not None and short.kind == "busy" and "cannot be told yet" in short.summary
+    # blocked on a futex at a ``for`` header (a loader's queue): the hang rules decide
+    loader = [own(71)]
+    w2 = spinner(12.0, frames=loader)
+    w2.cpu_s, w2.kernel = 0.0, [("S", "futex_wait_queue")] * 20
+    watches = [w2, *(waiter(r, "all_reduce", 72, 12.0) for r in (0, 2, 3))]
+    progress = judge(watches, backend="gloo", source=SOURCE, window_s=12.0)
+    assert progress_verdict(progress, stacks_of(watches)) is None

@@ -28,7 +28,7 @@ LOOK_AHEAD = 20
 MAX_VALUES = 3
 """Values of a loop's condition quoted at most."""
 
-MAX_VALUE = 80
+MAX_VALUE = 160
 """Characters of one value quoted at most."""
 
 _LOOP = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")

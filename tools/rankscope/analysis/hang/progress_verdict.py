@@ -232,15 +232,44 @@ def _busy(progress: Progress, annotated: list[RankStack]) -> Verdict | None:
         if r.motion in ("busy", "moving") and not (r.rank in by_rank and _waits(by_rank[r.rank]))
     ]
     blocked = [r for r in progress.ranks if r.motion == "blocked"]
+    concludes = progress.window_s >= STUCK_WINDOW_S
+    stuck = _stuck_ranks(progress, by_rank) if concludes else []
+    if stuck:
+        rest = [r for r in progress.ranks if r not in stuck]
+        return stuck_verdict(progress, stuck, _waiting_phrase(rest, by_rank))
     if not active or any(r.rank in by_rank and not _waits(by_rank[r.rank]) for r in blocked):
         return None
-    concludes = progress.window_s >= STUCK_WINDOW_S
-    stuck = [r for r in active if not set(r.moved) - {"lines"} and (r.loop or not r.moved)]
-    if blocked and concludes and stuck:
-        return stuck_verdict(progress, stuck, _waiting_phrase(blocked, by_rank))
     if blocked and all("io" in r.moved for r in active):
         return _io_straggler(progress, active, _waiting_phrase(blocked, by_rank))
     return _busy_verdict(progress, active, blocked, by_rank, concludes)
+
+
+_SLEEPS = ("timer", "running")
+"""Kernel waits of a rank that polls: it sleeps in a timer between its looks, or runs."""
+
+
+def _stuck_ranks(progress: Progress, by_rank: dict[int, RankStack]) -> list[RankMotion]:
+    """The ranks a long window saw stand in their own code with nothing but their lines moving, while
+    every other rank waits in a collective: busy in one loop (or at one line), or asleep in a ``while``
+    loop that polls (a rank blocked on a queue, a lock or a socket is left to the hang rules)."""
+
+    def stands(r: RankMotion) -> bool:
+        if r.motion == "unknown" or set(r.moved) - {"lines"}:
+            return False
+        if r.rank in by_rank and _waits(by_rank[r.rank]):
+            return False
+        if r.motion == "blocked":
+            polls = not r.kernel or next(iter(r.kernel)) in _SLEEPS
+            return bool(r.loop) and "`while " in (r.loop or "") and polls
+        return bool(r.loop) or not r.moved
+
+    stuck = [r for r in progress.ranks if stands(r)]
+    rest = [r for r in progress.ranks if r not in stuck]
+    if not rest or any(
+        r.motion != "blocked" or r.rank not in by_rank or not _waits(by_rank[r.rank]) for r in rest
+    ):
+        return []
+    return stuck
 
 
 def _busy_verdict(

@@ -25,6 +25,10 @@ from rankscope.models.core import Frame
 LOOK_AHEAD = 20
 """Source lines read below a rank's own line, for the ``if ...: break`` of the loop it stands in."""
 
+LOOP_FRAMES = 4
+"""Own frames of a rank's last look searched for the loop it stands in, innermost first (and whose
+surrounding lines the shell reads): the cost stays bounded however deep the stack."""
+
 MAX_VALUES = 3
 """Values of a loop's condition quoted at most."""
 
@@ -145,7 +149,7 @@ def stuck_loop(
     (or the lines around them could not be read). ``reprs``: the last look's locals."""
     if not stacks:
         return None
-    for frame in _own(last):
+    for frame in _own(last)[:LOOP_FRAMES]:
         loop = loop_of(frame, source)
         if loop is not None and _turns(loop, stacks, source):
             m = _LOOP.match(loop.text)
@@ -159,10 +163,10 @@ def stuck_loop(
 
 
 def lines_around(frames: Sequence[Frame], back: int, ahead: int = LOOK_AHEAD) -> set[tuple[str, int]]:
-    """The (file, line) of the source a look's own frames need for their loops: ``back`` lines above
-    each, ``ahead`` below."""
+    """The (file, line) of the source a look's own frames (the innermost :data:`LOOP_FRAMES`) need for
+    their loops: ``back`` lines above each, ``ahead`` below."""
     wanted: set[tuple[str, int]] = set()
-    for f in _own(frames):
+    for f in _own(frames)[:LOOP_FRAMES]:
         line = f.line or 0
         wanted.update((f.file, n) for n in range(max(1, line - back), line + ahead + 1))
     return wanted

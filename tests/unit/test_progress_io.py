@@ -492,3 +492,23 @@ def test_a_rank_asleep_in_a_polling_loop_is_concluded_stuck_but_a_blocked_wait_i
     watches = [w2, *(waiter(r, "all_reduce", 72, 12.0) for r in (0, 2, 3))]
     progress = judge(watches, backend="gloo", source=SOURCE, window_s=12.0)
     assert progress_verdict(progress, stacks_of(watches)) is None
+
+
+def test_a_rank_waiting_for_its_own_writer_thread_moves_by_the_bytes_that_thread_writes() -> None:
+    """Rank 0's main thread polls an asynchronous checkpoint (``while not fut.done(): time.sleep(0.1)``)
+    while a thread of its own writes: the process's bytes to storage move, so over a long window it is a
+    straggler on I/O, not stuck in the polling loop."""
+    source_lines = {**SOURCE_LINES, 41: "    while not fut.done():", 42: "        time.sleep(0.1)"}
+    source = {(T, n): text for n, text in source_lines.items()}
+    asleep = in_main(own(42, "wait_for_marker", fut="<Future at 0x7f01 state=running>"))
+    w = spinner(12.0, frames=asleep)
+    w.rank, w.cpu_s, w.kernel = 0, 0.05, [("S", "hrtimer_nanosleep")] * 20
+    w.io = [
+        {"wchar": 0, "syscw": 0, "process_write_bytes": 0},
+        {"wchar": 0, "syscw": 0, "process_write_bytes": 40 * MiB},
+    ]
+    watches = [w, *(waiter(r, "barrier", 77, 12.0) for r in (1, 2, 3))]
+    progress = judge(watches, backend="gloo", source=source, window_s=12.0)
+    verdict = progress_verdict(progress, stacks_of(watches))
+    assert verdict is not None and verdict.kind == "straggler" and verdict.suspect_ranks == [0]
+    assert "writing: 40.0 MiB in 12.0 s" in verdict.summary

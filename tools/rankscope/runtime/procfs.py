@@ -128,19 +128,28 @@ IO_FIELDS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes")
 the bytes that reached (or came from) storage."""
 
 
+def _io_fields(raw: str | None, prefix: str = "") -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (raw or "").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in IO_FIELDS and value.strip().isdigit():
+            out[prefix + name.strip()] = int(value)
+    return out
+
+
 def io_counters(pid: int, tid: int | None = None) -> dict[str, int] | None:
     """One thread's I/O counters (``tid``, by default the main thread: its tid is the pid), so that
     the threads of the collective transport (gloo's workers, NCCL's proxy) never count; the
-    process's own /proc/PID/io where the kernel keeps no per-thread file. None when gone or unreadable."""
-    raw = read_text(pid, f"task/{tid or pid}/io") or read_text(pid, "io")
-    if raw is None:
+    process's own /proc/PID/io where the kernel keeps no per-thread file. With them, the whole
+    process's bytes from and to storage (``process_read_bytes``, ``process_write_bytes``: sockets
+    never count there), which a writer thread of its own moves. None when gone or unreadable."""
+    whole = read_text(pid, "io")
+    out = _io_fields(read_text(pid, f"task/{tid or pid}/io") or whole)
+    if not out:
         return None
-    out: dict[str, int] = {}
-    for line in raw.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() in IO_FIELDS and value.strip().isdigit():
-            out[name.strip()] = int(value)
-    return out or None
+    storage = _io_fields(whole, "process_")
+    out.update({k: v for k, v in storage.items() if k in ("process_read_bytes", "process_write_bytes")})
+    return out
 
 
 def kernel_wait(pid: int, tid: int | None = None) -> tuple[str, str] | None:

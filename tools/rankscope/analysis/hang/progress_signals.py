@@ -100,13 +100,18 @@ def io_moved(looks: Sequence[Mapping[str, int]]) -> dict[str, int]:
 
 
 def io_bytes(io: Mapping[str, int]) -> tuple[int, int]:
-    """(bytes read, bytes written) that count as progress: what reached storage, or what passed
-    through calls large enough to be more than a poll or a log line."""
+    """(bytes read, bytes written) that count as progress: what reached storage (from the main thread,
+    or from any thread of the process: an asynchronous checkpoint writer), or what passed through the
+    main thread's calls large enough to be more than a poll or a log line."""
     calls = io.get("syscr", 0) + io.get("syscw", 0)
     chars = io.get("rchar", 0) + io.get("wchar", 0)
     big_calls = calls == 0 or chars // max(calls, 1) >= MIN_BYTES_PER_CALL
-    read = max(io.get("read_bytes", 0), io.get("rchar", 0) if big_calls else 0)
-    written = max(io.get("write_bytes", 0), io.get("wchar", 0) if big_calls else 0)
+    read = max(
+        io.get("read_bytes", 0), io.get("process_read_bytes", 0), io.get("rchar", 0) if big_calls else 0
+    )
+    written = max(
+        io.get("write_bytes", 0), io.get("process_write_bytes", 0), io.get("wchar", 0) if big_calls else 0
+    )
     return read, written
 
 

@@ -512,3 +512,34 @@ def test_a_rank_waiting_for_its_own_writer_thread_moves_by_the_bytes_that_thread
     verdict = progress_verdict(progress, stacks_of(watches))
     assert verdict is not None and verdict.kind == "straggler" and verdict.suspect_ranks == [0]
     assert "writing: 40.0 MiB in 12.0 s" in verdict.summary
+
+
+def test_on_nccl_a_rank_spinning_in_its_own_loop_is_concluded_stuck_while_the_others_spin_for_the_gpu() -> (
+    None
+):
+    """The others' CPUs spin at ``loss.item()`` (a GPU wait: blocked, whatever their CPU); rank 1 spins
+    in its own polling loop. The long window names rank 1's loop; the GPU waits keep their rule."""
+    source = {**SOURCE, (T, 79): "        print(loss.item())"}
+    gpu_wait = [Frame(function="main", file=T, line=79)]
+    watches: list[RankWatch] = [spinner(12.0)]
+    for r in (0, 2, 3):
+        watches.append(
+            RankWatch(
+                rank=r,
+                looks=[gpu_wait, gpu_wait],
+                counters=[{}, {}],
+                samples=[(gpu_wait, 600)],
+                cpu_s=12.0,
+                wall_s=12.0,
+                io=[{"wchar": 0, "syscw": 0}, {"wchar": 9 * MiB, "syscw": 9}],
+            )
+        )
+    progress = judge(watches, backend="nccl", source=source, window_s=12.0)
+    assert [r.motion for r in progress.ranks] == ["blocked", "busy", "blocked", "blocked"]
+    stacks = stacks_of(watches)
+    for s in stacks:
+        if s.rank != 1:
+            s.wait = "gpu"
+    verdict = progress_verdict(progress, stacks)
+    assert verdict is not None and verdict.kind == "divergent_ranks" and verdict.suspect_ranks == [1]
+    assert "`while not os.path.exists(p)`" in verdict.summary

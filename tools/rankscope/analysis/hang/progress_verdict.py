@@ -378,11 +378,13 @@ def stuck_verdict(progress: Progress, stuck: list[RankMotion], waiting: str) -> 
     who = ranks_phrase([r.rank for r in stuck])
     one = len(stuck) == 1
     cpus = [r.cpu_pct for r in stuck if r.cpu_pct is not None]
-    cpu = f", CPU {value_span(cpus, '%')}" if cpus else ""
-    what = "nothing but its lines" if any(r.moved for r in stuck) else "nothing"
+    cpu = f"; CPU {value_span(cpus, '%')}" if cpus else ""
+    lines = any(r.moved for r in stuck)
+    what, signals = ("nothing but its lines", "I/O or local") if lines else ("nothing", "I/O, line or local")
     summary = (
         f"{'; '.join(_stuck_phrase(r) for r in stuck)}: {what} moved in {progress.window_s:.1f} s "
-        f"(no counter, I/O or local{cpu}) while {waiting}: {who} never reached the collective the others wait in"
+        f"(no counter, {signals}{cpu}) while {waiting}: {who} never reached the collective "
+        "the others wait in"
     )
     looped = all(r.loop for r in stuck)
     return Verdict(
@@ -390,7 +392,8 @@ def stuck_verdict(progress: Progress, stuck: list[RankMotion], waiting: str) -> 
         suspect_ranks=[r.rank for r in stuck],
         confidence="high" if looped else "medium",
         summary=summary,
-        evidence=evidence(progress, [r.rank for r in stuck])[1:],  # analyze() leads with the window's line
+        # analyze() leads with the window's line; the others only wait: summed up
+        evidence=evidence(progress, [r.rank for r in stuck], shown=len(stuck))[1:],
         next_steps=[
             _step(
                 "stuck",

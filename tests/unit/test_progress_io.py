@@ -543,3 +543,18 @@ def test_on_nccl_a_rank_spinning_in_its_own_loop_is_concluded_stuck_while_the_ot
     verdict = progress_verdict(progress, stacks)
     assert verdict is not None and verdict.kind == "divergent_ranks" and verdict.suspect_ranks == [1]
     assert "`while not os.path.exists(p)`" in verdict.summary
+
+
+def test_a_long_call_that_works_inside_a_library_is_slow_not_stuck() -> None:
+    """Rank 1 stands at one line of its own (``model = torch.compile(model)``) for 12 s, but the library
+    below it moves from place to place: slow, not stuck. A call whose stack stands still is stuck."""
+    inductor = "/venv/lib/python3.11/site-packages/torch/_inductor/compile_fx.py"
+    w = spinner(12.0, frames=in_main(own(81, "evaluate"), line=72))
+    w.samples = [
+        (in_main(Frame(function="f", file=inductor, line=n), own(81, "evaluate"), line=72), 60)
+        for n in range(10)
+    ]
+    watches = [w, *(waiter(r, "all_reduce", 72, 12.0) for r in (0, 2, 3))]
+    verdict = verdict_of(watches, 12.0)
+    assert verdict.kind == "busy" and verdict.suspect_ranks == [1]
+    assert "slow, not stuck" in verdict.summary and "the call it is in moves" in verdict.summary

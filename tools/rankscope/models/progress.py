@@ -74,6 +74,11 @@ class RankMotion(Model):
         description="Where its main thread was in the kernel during the window (state and wchan): running, file, "
         "timer, futex, socket, poll, pipe, other -> % of the looks.",
     )
+    inner_lines: int = Field(
+        default=0,
+        description="Distinct places, below its own code, of the code it calls into (a library, the standard "
+        "library) the samples saw while it did not wait: a long call that works moves there.",
+    )
     loop: str | None = Field(
         default=None,
         description="The loop of its own code it stood in with nothing else moving: 'file:line `header`'.",

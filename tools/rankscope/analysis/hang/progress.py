@@ -208,6 +208,17 @@ def _hot_locals(own: Counter[_Place], counters: list[dict[str, int]]) -> dict[st
     return out
 
 
+def _inner_lines(weighted: list[tuple[list[Frame], int, bool]]) -> int:
+    """Distinct innermost Python places below the job's own frame, over the samples that do not wait:
+    a compile or a library's loop moves there while the job's own line stands still."""
+    inner: set[tuple[str, int | None]] = set()
+    for frames, _, waiting in weighted:
+        python = [f for f in frames if not f.native]
+        if not waiting and python and python[0] is not own_frame(python):
+            inner.add((python[0].file, python[0].line))
+    return len(inner)
+
+
 def _signals(w: RankWatch, counters: dict[str, list[int]], places: int, waits: bool) -> list[str]:
     """Which signals moved: counters, io, lines, locals. I/O and locals count only for a rank that
     does not wait (on NCCL a rank that spins for the GPU may still move bytes on other paths)."""
@@ -261,6 +272,7 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         moved=moved if motion != "unknown" else [],
         io=io_moved(w.io),
         kernel=kernel_shares(w.kernel),
+        inner_lines=_inner_lines(weighted) if motion != "unknown" else 0,
         loop=loop.at if loop is not None else None,
         loop_values=loop.values if loop is not None else {},
     )

@@ -244,6 +244,10 @@ def _busy(progress: Progress, annotated: list[RankStack]) -> Verdict | None:
     return _busy_verdict(progress, active, blocked, by_rank, concludes)
 
 
+CALL_MOVES = 4
+"""Distinct places inside the call a rank stands in (below its own line) from which that call is taken
+to work (a compile, a library's loop): over a long window such a rank is slow, not stuck."""
+
 _SLEEPS = ("timer", "running")
 """Kernel waits of a rank that polls: it sleeps in a timer between its looks, or runs."""
 
@@ -261,7 +265,7 @@ def _stuck_ranks(progress: Progress, by_rank: dict[int, RankStack]) -> list[Rank
         if r.motion == "blocked":
             polls = not r.kernel or next(iter(r.kernel)) in _SLEEPS
             return bool(r.loop) and "`while " in (r.loop or "") and polls
-        return bool(r.loop) or not r.moved
+        return bool(r.loop) or (not r.moved and r.inner_lines < CALL_MOVES)
 
     stuck = [r for r in progress.ranks if stands(r)]
     rest = [r for r in progress.ranks if r not in stuck]
@@ -284,10 +288,12 @@ def _busy_verdict(
     where = "; ".join(_busy_phrase(r) for r in active)
     if blocked and concludes:
         signals = sorted({s for r in active for s in r.moved} - {"lines"}) or ["lines"]
+        moved = (
+            f"its {', '.join(signals)} moved" if any(r.moved for r in active) else "the call it is in moves"
+        )
         summary = (
             f"no progress in {progress.window_s:.1f} s: {_waiting_phrase(blocked, by_rank)} while {where}: "
-            f"{who} hold{'s' if len(active) == 1 else ''} the others back; its {', '.join(signals)} moved: "
-            "slow, not stuck"
+            f"{who} hold{'s' if len(active) == 1 else ''} the others back; {moved}: slow, not stuck"
         )
     elif blocked:
         summary = (

@@ -81,15 +81,15 @@ class Window:
         :data:`KERNEL_LOOKS` times: a rank that sleeps in a file write is not one that sleeps in a timer."""
         pids = [p.pid for p in self.procs if p.pid in self.first]
         interval = max(KERNEL_EVERY_S, (until - time.monotonic()) / KERNEL_LOOKS)
-        while pids:
+        while True:
             for pid in pids:
                 seen = procfs.kernel_wait(pid)
                 if seen is not None:
                     self.kernel.setdefault(pid, []).append(seen)
-            delay = min(interval, until - time.monotonic())
-            if delay <= 0:
+            left = until - time.monotonic()
+            if left <= 0:
                 break
-            time.sleep(delay)
+            time.sleep(min(interval, left) if pids else left)
 
     def sample(self, procs: list[RankProcess], states: dict[int, str]) -> None:
         """Start a sampler on every rank of ``procs`` (as the capture numbered them: mp.spawn ranks

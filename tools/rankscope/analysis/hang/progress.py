@@ -8,7 +8,10 @@ looks alone:
 
 - a rank **moved** when a loop counter of its own code (step, epoch, i) changed, or the line
   of its own code it stands at did (the innermost frame outside torch and the standard
-  library: training loops in third-party trainers count as its own);
+  library: training loops in third-party trainers count as its own); and, for a rank that does
+  not wait most of the window, when its I/O moved (bytes read or written, or a file wait in the
+  kernel: a checkpoint written to a slow disk at low CPU) or the locals of its own frames did
+  (``progress_signals``);
 - a rank is **busy** when it stands at one place of its own code but burns CPU there (a long
   evaluation, a checkpoint write, a compile), and **blocked** when it stands still without CPU
   of its own, or waits in a collective or for the GPU. On NCCL a CPU that waits for the GPU
@@ -16,7 +19,10 @@ looks alone:
 - the job **moves** when every rank moved. Then no hang rule runs: the verdict is
   ``progressing``, or ``straggler`` when one rank is rarely waiting while the others mostly
   wait (for it). When some rank is blocked while the ranks that do not wait are busy in their
-  own code, the verdict is ``busy``: slow or stuck cannot be told from this window.
+  own code, the verdict is ``busy``: slow or stuck cannot be told from this window. A window
+  long enough (``progress_verdict.STUCK_WINDOW_S``) tells: a rank that stood in one loop of its
+  own code with nothing but its lines moving is stuck there (``progress_stuck``: the loop, its
+  condition and the values it reads).
 
 Pure: the shell hands the looks in; nothing here reads /proc or the clock.
 """

@@ -1,9 +1,12 @@
 """The verdicts a job that is not hung gets: ``progressing``, ``straggler`` and ``busy``.
 
 They are read before any hang rule (:func:`rankscope.analysis.hang.stacks.analyze`): a job that
-moved during the window is never called hung, and a job whose only ranks that do not wait
-compute in their own code is "no progress yet", not a deadlock. Everything else goes to the
-hang rules, with what the window saw added to their evidence.
+moved during the window is never called hung, a rank whose I/O moves while the others wait is a
+straggler (slow I/O), and a job whose only ranks that do not wait compute in their own code is
+"no progress yet", not a deadlock, until a window of :data:`STUCK_WINDOW_S` shows such a rank
+standing in one loop with nothing moving: then it is stuck there (``divergent_ranks``, with the
+loop's condition and the values it reads). Everything else goes to the hang rules, with what
+the window saw added to their evidence.
 """
 
 from __future__ import annotations

@@ -558,3 +558,20 @@ def test_a_long_call_that_works_inside_a_library_is_slow_not_stuck() -> None:
     verdict = verdict_of(watches, 12.0)
     assert verdict.kind == "busy" and verdict.suspect_ranks == [1]
     assert "slow, not stuck" in verdict.summary and "the call it is in moves" in verdict.summary
+
+
+def test_a_spinning_rank_starved_of_cpu_is_still_busy_from_its_kernel_state() -> None:
+    """On a loaded host the spinning rank got 10% of a core, but it was running (or ready to) at every
+    kernel look: busy, not blocked, and the long window still concludes stuck in its loop."""
+    short = spin_job(1.2)
+    short[0].cpu_s = 0.12
+    assert watch_rank(short[0], backend="gloo", source=SOURCE).motion == "busy"
+    assert verdict_of(short, 1.2).kind == "busy"
+    long = spin_job(12.0)
+    long[0].cpu_s = 1.2
+    verdict = verdict_of(long, 12.0)
+    assert verdict.kind == "divergent_ranks" and "CPU 10%" in verdict.summary
+    # asleep in a plain wait of its own (a lock: a futex), with little CPU: blocked
+    locked = spin_job(1.2)
+    locked[0].cpu_s, locked[0].kernel = 0.0, [("S", "futex_wait_queue")] * 20
+    assert watch_rank(locked[0], backend="gloo", source=SOURCE).motion == "blocked"

@@ -214,6 +214,15 @@ def _hot_locals(own: Counter[_Place], counters: list[dict[str, int]]) -> dict[st
     return out
 
 
+RUNNABLE_PCT = 50
+"""Share of the kernel looks in which a rank that does not wait was running (or ready to run) from
+which it computes, whatever CPU time it got: on a loaded host a spinning rank gets little."""
+
+
+def _runnable(kernel: Mapping[str, int]) -> bool:
+    return kernel.get("running", 0) >= RUNNABLE_PCT
+
+
 def _inner_lines(weighted: list[tuple[list[Frame], int, bool]]) -> int:
     """Distinct innermost Python places below the job's own frame, over the samples that do not wait:
     a compile or a library's loop moves there while the job's own line stands still."""
@@ -257,7 +266,9 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         motion = "unknown"  # one look shows where a rank is, never whether it moves
     elif moved:
         motion = "moving"
-    elif not last_waits and cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT:
+    elif not last_waits and (
+        (cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT) or _runnable(kernel_shares(w.kernel))
+    ):
         motion = "busy"
     else:
         motion = "blocked"

@@ -23,7 +23,7 @@ from rankscope.analysis.hang.counters import counter_key, internal_file
 from rankscope.analysis.units import fmt_bytes
 from rankscope.models.core import Frame
 
-IO_MIN_BYTES = 64 * 1024
+IO_MIN_BYTES = 32 * 1024
 """Bytes a rank's main thread must move over the window (read or written) for its I/O to count as
 progress: a log line printed in a polling loop is not."""
 

@@ -575,3 +575,16 @@ def test_a_spinning_rank_starved_of_cpu_is_still_busy_from_its_kernel_state() ->
     locked = spin_job(1.2)
     locked[0].cpu_s, locked[0].kernel = 0.0, [("S", "futex_wait_queue")] * 20
     assert watch_rank(locked[0], backend="gloo", source=SOURCE).motion == "blocked"
+
+
+def test_every_rank_writing_at_once_is_progressing_and_says_what_moved() -> None:
+    """Every rank saves its shard at once, each in one fsync-bound write: the job moves by its I/O."""
+    watches = []
+    for r in range(4):
+        w = writer(places=(34,), kernel=[("D", "folio_wait_bit")] * 10)
+        w.rank = r
+        watches.append(w)
+    progress = judge(watches, backend="gloo", source=SOURCE, window_s=1.2)
+    assert progress.motion == "moving" and "every rank moved (io) in 1.2 s" in progress.summary
+    verdict = progress_verdict(progress, stacks_of(watches))
+    assert verdict is not None and verdict.kind == "progressing"

@@ -409,6 +409,9 @@ def summarize(ranks: Sequence[RankMotion], *, window_s: float, backend: Backend 
     if motion == "moving":
         moved = counters_phrase(ranks, window_s)
         lines = f"the lines of their own code changed on every rank in {window_s:.1f} s"
+        if any("lines" not in r.moved for r in ranks if r.motion == "moving"):
+            signals = sorted({s for r in ranks for s in r.moved})
+            lines = f"every rank moved ({', '.join(signals)}) in {window_s:.1f} s"
         summary = "; ".join(p for p in (moved or lines, _share_phrase(ranks, backend)) if p)
     elif motion == "busy":
         summary = f"no counter moved in {window_s:.1f} s, but no rank is blocked: " + "; ".join(

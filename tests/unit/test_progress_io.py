@@ -330,7 +330,9 @@ def test_the_condition_is_read_from_a_break_in_the_loops_body_and_from_callers()
         Frame(function="exists", file=GENERICPATH, line=19),
         own(52, "wait_until_ready", flag_path="'/data/ready.flag'", tries="3", self="<Poller at 0x7f00>"),
     )
-    verdict = verdict_of(spin_job(12.0, frames=body), 12.0)
+    w = spinner(12.0, frames=body)
+    w.samples.append((in_main(own(54, "wait_until_ready")), 40))  # spin_once() turns the loop
+    verdict = verdict_of([w, *(waiter(r, "all_reduce", 72, 12.0) for r in (0, 2, 3))], 12.0)
     assert verdict.kind == "divergent_ranks" and "train.py:51 `while True`" in verdict.summary
     assert "flag_path='/data/ready.flag'" in verdict.summary and "tries" not in verdict.summary
     # the loop is in the caller: ``while not ready(marker):`` spins through a helper of the job's own
@@ -588,3 +590,36 @@ def test_every_rank_writing_at_once_is_progressing_and_says_what_moved() -> None
     assert progress.motion == "moving" and "every rank moved (io) in 1.2 s" in progress.summary
     verdict = progress_verdict(progress, stacks_of(watches))
     assert verdict is not None and verdict.kind == "progressing"
+
+
+def test_a_long_call_in_a_training_loops_body_is_not_that_loop_turning() -> None:
+    """Rank 1 stands at ``train_step(model, x)`` inside ``for step in ...`` for the whole window with
+    its stack still: it is stuck in that call, not turning the training loop. A loop whose body is that
+    one statement does turn (``while True: poll()``)."""
+    call = in_main(
+        Frame(function="svd", file="/venv/lib/python3.11/site-packages/torch/linalg.py", line=9), line=72
+    )
+    verdict = verdict_of(spin_job(12.0, frames=call), 12.0)
+    assert verdict.kind == "divergent_ranks" and verdict.confidence == "medium"
+    assert "for step" not in verdict.summary and "longer than the window" in verdict.summary
+    source = {
+        (T, 90): "def poll_forever():",
+        (T, 91): "    while True:",
+        (T, 92): "        poll()",
+        (T, 93): "",
+    }
+    poll = [
+        Frame(function="select", file="/usr/lib/python3.11/selectors.py", line=3),
+        own(92, "poll_forever"),
+    ]
+    found = stuck_loop([poll, poll], poll, {}, source)
+    assert found is not None and found.loop.line == 91
+    # ``while True: if os.path.exists(p): break``: the break is never reached, the if line turns alone
+    source = {
+        (T, 95): "    while True:",
+        (T, 96): "        if os.path.exists(p):",
+        (T, 97): "            break",
+    }
+    check = [Frame(function="exists", file=GENERICPATH, line=19), own(96, p="'/x'")]
+    found = stuck_loop([check, check], check, own_reprs(check), source)
+    assert found is not None and found.conditions == ("os.path.exists(p)",) and found.values == {"p": "'/x'"}

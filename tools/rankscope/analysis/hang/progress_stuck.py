@@ -90,7 +90,31 @@ def _turns(loop: Loop, stacks: Sequence[Sequence[Frame]], source: Mapping[tuple[
             return False
         lines.add(own[at].line or 0)
         innermost = innermost and at == 0
-    return loop.line in lines or len(lines) > 1 or innermost
+    if loop.line in lines or len(lines) > 1:
+        return True
+    return innermost and _body(loop, source) == lines  # ``while True: poll()``: one statement, turning
+
+
+def _body(loop: Loop, source: Mapping[tuple[str, int], str]) -> set[int]:
+    """The lines of the loop's body that do work (up to :data:`LOOK_AHEAD` lines read): code, but not
+    the ``break``/``return``/``continue``/``pass`` a spinning loop never reaches or never stands at."""
+    header = source.get((loop.file, loop.line))
+    if header is None:
+        return set()
+    found: set[int] = set()
+    for n in range(loop.line + 1, loop.line + LOOK_AHEAD + 1):
+        text = source.get((loop.file, n))
+        if text is None or (text.strip() and indent(text) <= indent(header)):
+            break
+        code = text.strip()
+        if (
+            code
+            and not code.startswith("#")
+            and not _EXIT.match(code)
+            and code not in ("pass", "continue", "...")
+        ):
+            found.add(n)
+    return found
 
 
 def _exits(loop: Loop, source: Mapping[tuple[str, int], str]) -> list[str]:

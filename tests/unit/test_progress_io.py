@@ -623,3 +623,15 @@ def test_a_long_call_in_a_training_loops_body_is_not_that_loop_turning() -> None
     check = [Frame(function="exists", file=GENERICPATH, line=19), own(96, p="'/x'")]
     found = stuck_loop([check, check], check, own_reprs(check), source)
     assert found is not None and found.conditions == ("os.path.exists(p)",) and found.values == {"p": "'/x'"}
+
+
+def test_a_loops_raise_under_a_condition_is_one_of_its_conditions() -> None:
+    source = {
+        (T, 100): "    while not os.path.exists(p):",
+        (T, 101): "        if time.monotonic() > deadline:  # give up",
+        (T, 102): "            raise TimeoutError(p)",
+    }
+    spin = [Frame(function="exists", file=GENERICPATH, line=19), own(100, p="'/x'", deadline="99.5")]
+    found = stuck_loop([spin, spin], spin, own_reprs(spin), source)
+    assert found is not None and found.conditions == ("not os.path.exists(p)", "time.monotonic() > deadline")
+    assert found.values == {"p": "'/x'", "deadline": "99.5"}

@@ -36,8 +36,8 @@ MAX_VALUE = 160
 """Characters of one value quoted at most."""
 
 _LOOP = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")
-_EXIT_IF = re.compile(r"^(el)?if\s+(?P<cond>.+?):\s*(?P<inline>(break|return)\b.*)?(#.*)?$")
-_EXIT = re.compile(r"^(break|return)\b")
+_EXIT_IF = re.compile(r"^(el)?if\s+(?P<cond>.+?):\s*(?P<inline>(break|return|raise)\b.*)?(#.*)?$")
+_EXIT = re.compile(r"^(break|return|raise)\b")
 _NAME = re.compile(r"(?<![.\w'\"])([A-Za-z_]\w*)(?!\s*\()")
 _OBJECT = re.compile(r"^<.*>$")
 
@@ -118,7 +118,7 @@ def _body(loop: Loop, source: Mapping[tuple[str, int], str]) -> set[int]:
 
 
 def _exits(loop: Loop, source: Mapping[tuple[str, int], str]) -> list[str]:
-    """The conditions of the ``if ...: break``/``return`` directly in the loop's body."""
+    """The conditions of the ``if ...: break``/``return``/``raise`` directly in the loop's body."""
     header = source.get((loop.file, loop.line))
     if header is None:
         return []

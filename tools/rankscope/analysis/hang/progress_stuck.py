@@ -25,7 +25,7 @@ from rankscope.models.core import Frame
 LOOK_AHEAD = 20
 """Source lines read below a rank's own line, for the ``if ...: break`` of the loop it stands in."""
 
-LOOP_FRAMES = 4
+LOOP_FRAMES = 8
 """Own frames of a rank's last look searched for the loop it stands in, innermost first (and whose
 surrounding lines the shell reads): the cost stays bounded however deep the stack."""
 

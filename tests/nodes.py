@@ -117,7 +117,9 @@ class Nodes:
 
 def _keygen(path: Path) -> None:
     if not path.exists():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30
+        )
 
 
 def _sshd_config(nodes: Nodes, name: str, port: int) -> Path:
@@ -163,7 +165,9 @@ def _client_config(nodes: Nodes) -> None:
 def nodes_up(state: Path, n: int) -> Nodes:
     """Start node1..nodeN under ``state`` and wait until ``ssh nodeK true`` works on each."""
     if os.getuid() != 0 or shutil.which("unshare") is None or not Path(SSHD).exists():
-        raise RuntimeError("the node fixture needs root, unshare and sshd (apt-get install -y openssh-server)")
+        raise RuntimeError(
+            "the node fixture needs root, unshare and sshd (apt-get install -y openssh-server)"
+        )
     names = [f"node{k}" for k in range(1, n + 1)]
     nodes = Nodes(state=state, names=names, ports={h: free_port() for h in names}, bin=state / "bin")
     nodes.bin.mkdir(parents=True, exist_ok=True)
@@ -178,8 +182,22 @@ def nodes_up(state: Path, n: int) -> Nodes:
             with open(d / "sshd.log", "wb") as log:
                 nodes.procs.append(
                     subprocess.Popen(
-                        ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"']
-                        + [name, SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
+                        [
+                            "unshare",
+                            "--pid",
+                            "--fork",
+                            "--mount-proc",
+                            "--uts",
+                            "sh",
+                            "-c",
+                            'hostname "$0" && exec "$@"',
+                            name,
+                            SSHD,
+                            "-D",
+                            "-e",
+                            "-f",
+                            str(d / "sshd_config"),
+                        ],
                         stdout=subprocess.DEVNULL,
                         stderr=log,
                         stdin=subprocess.DEVNULL,

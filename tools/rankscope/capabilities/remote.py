@@ -711,7 +711,8 @@ def dump_stacks_remote(
     if not chosen and pid is None and not pids:
         results = _one_job_everywhere(fan, results, host_list)
     note = f"collected via {target.via} in {time.monotonic() - started:.1f}s"
-    return judge_looks(results, host_list, [*_found_notes(fan.found), note])
+    found = {h: fan.found[h] for h in host_list if h in fan.found}
+    return judge_looks(results, host_list, [*_found_notes(found), note])
 
 
 def _cwd() -> str | None:

@@ -1,0 +1,175 @@
+"""A multi-host call: each host's evidence, one merge, one verdict with the hosts' source lines;
+the job picked once for every host; rankscope looked for on each host.
+
+Pure pieces on hand-built evidence; the search for rankscope runs its real ``sh`` script.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankscope.capabilities import remote
+from rankscope.capabilities.remote import (
+    FOUND,
+    Pick,
+    find_rankscope_argv,
+    jobs_on_hosts,
+    judge_looks,
+    one_job,
+    parse_look,
+    stacks_argv,
+)
+from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
+from rankscope.models.look import HostLook, JobChoice, SourceLine
+from rankscope.options import DumpOptions
+
+TRAIN = "/nowhere/on/this/host/train.py"
+CHECKPOINT = """\
+def save_checkpoint(model):
+    dist.barrier()
+
+def train():
+    for step in range(100):
+        dist.all_reduce(grad)
+        if rank == 0 and step % 50 == 0:
+            save_checkpoint(model)
+"""
+C10D = "/sp/torch/distributed/distributed_c10d.py"
+
+
+def _stack(rank: int, host: str) -> RankStack:
+    inner = (
+        [
+            Frame(function="barrier", file=C10D, line=5356),
+            Frame(function="save_checkpoint", file=TRAIN, line=2),
+        ]
+        if rank == 0
+        else [Frame(function="all_reduce", file=C10D, line=3252)]
+    )
+    frames = [*inner, Frame(function="train", file=TRAIN, line=8 if rank == 0 else 6)]
+    return RankStack(
+        rank=rank, pid=10 + rank, host=host, threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)]
+    )
+
+
+def _look(host: str, ranks: list[int], job_id: str = "torchrun:a", **kw: object) -> HostLook:
+    job = Job(
+        job_id=job_id,
+        world_size=4,
+        backend="gloo",
+        ranks=[RankProcess(pid=10 + r, rank=r, host=host) for r in ranks],
+    )
+    lines = [SourceLine(file=TRAIN, line=n, text=t) for n, t in enumerate(CHECKPOINT.splitlines(), 1)]
+    return HostLook(host=host, job=job, stacks=[_stack(r, host) for r in ranks], source=lines, **kw)  # type: ignore[arg-type]
+
+
+def test_one_verdict_reads_the_guard_from_the_hosts_source_lines() -> None:
+    """The source file is not on the collecting host: the hosts' lines carry the guard."""
+    assert not Path(TRAIN).exists()
+    results = {"node1": _look("node1", [0, 1]), "node2": _look("node2", [2, 3])}
+    report = judge_looks(results, ["node1", "node2"], ["collected via ssh in 1.0s"])
+    assert {r.rank: r.host for r in report.job.ranks} == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert report.job.missing_ranks == []
+    assert report.verdict.kind == "mismatched_collectives" and report.verdict.suspect_ranks == [0]
+    assert "`if rank == 0 and step % 50 == 0:` guards the barrier" in report.verdict.summary
+
+
+def test_a_whole_report_from_an_older_host_is_read_as_its_evidence() -> None:
+    look = _look("node1", [0, 1])
+    old = StacksReport(job=look.job, stacks=look.stacks, verdict=Verdict(kind="inconclusive", summary="x"))  # type: ignore[arg-type]
+    parsed = parse_look("node1", "warning: x\n" + old.model_dump_json())
+    assert isinstance(parsed, HostLook) and parsed.job is not None and len(parsed.stacks) == 2
+    assert isinstance(parse_look("node1", look.model_dump_json()), HostLook)
+    assert parse_look("node1", "no json").kind == "failed"  # type: ignore[union-attr]
+    assert "unreadable" in parse_look("node1", '{"host": 3}').message  # type: ignore[union-attr]
+
+
+def _choices(host: str) -> HostLook:
+    return HostLook(
+        host=host,
+        choices=[
+            JobChoice(
+                job_id="torchrun:a", world_size=4, ranks=[0, 1] if host == "node1" else [2, 3], cwd="/x/a"
+            ),
+            JobChoice(
+                job_id="torchrun:b", world_size=4, ranks=[0, 1] if host == "node1" else [2, 3], cwd="/x/b"
+            ),
+        ],
+    )
+
+
+def test_several_jobs_are_listed_once_for_all_hosts() -> None:
+    looks = {"node1": _choices("node1"), "node2": _choices("node2")}
+    assert one_job(looks) is None
+    assert jobs_on_hosts(looks) == [
+        "torchrun:a (world size 4, ranks 0-1 on node1, 2-3 on node2, started in /x/a)",
+        "torchrun:b (world size 4, ranks 0-1 on node1, 2-3 on node2, started in /x/b)",
+    ]
+
+
+def test_the_job_every_host_is_asked_for_again() -> None:
+    # one host found the job started in the caller's folder: the others are asked for it by id
+    by_folder = {"node1": _look("node1", [0, 1], chosen_by="folder"), "node2": _choices("node2")}
+    assert one_job(by_folder) == "torchrun:a"
+    # a host's only job, which the undecided host runs too
+    only = {"node1": _look("node1", [0, 1], chosen_by="only"), "node2": _choices("node2")}
+    assert one_job(only) == "torchrun:a"
+    # every host picked the same job: nothing to ask again
+    same = {
+        "node1": _look("node1", [0, 1], chosen_by="only"),
+        "node2": _look("node2", [2, 3], chosen_by="only"),
+    }
+    assert one_job(same) is None
+    # two hosts, two different only jobs, no folder: nothing settles it
+    split = {"node1": _look("node1", [0, 1], chosen_by="only"), "node2": _look("node2", [2, 3], "torchrun:b")}
+    assert one_job(split) is None
+
+
+def test_each_host_is_told_which_job() -> None:
+    argv = stacks_argv(DumpOptions(), pick=Pick(job_id="torchrun:a", here="/x/a"))
+    assert argv[4:6] == ["--job", "torchrun:a"] and "--here" not in argv
+    assert stacks_argv(DumpOptions(), pick=Pick(here="/x/a"))[4:6] == ["--here", "/x/a"]
+    assert stacks_argv(DumpOptions(), pick=Pick(pid=7, job_id="j"))[4:6] == ["--pid", "7"]
+
+
+def _find(own: list[str], path: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        find_rankscope_argv(["--version"], own),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": path},
+    )
+
+
+def test_rankscope_is_found_at_the_callers_path_and_says_so(tmp_path: Path) -> None:
+    """Not on the PATH: the collecting rankscope's own path answers, and the script names it."""
+    res = _find([sys.executable, "-m", "rankscope"], "/usr/bin:/bin")
+    assert res.returncode == 0 and "rankscope" in res.stdout
+    assert f"{FOUND}{sys.executable} -m rankscope" in res.stderr
+    (tmp_path / "rankscope").write_text("#!/bin/sh\necho on-path\n")
+    (tmp_path / "rankscope").chmod(0o755)
+    res = _find(["/missing/rankscope"], f"{tmp_path}:/usr/bin:/bin")
+    assert res.stdout.strip() == "on-path" and f"{FOUND}rankscope" in res.stderr
+
+
+def test_no_rankscope_anywhere_is_not_installed() -> None:
+    res = _find(["/missing/rankscope"], "/usr/bin:/bin")
+    if res.returncode == 0:  # a job's rank on this machine had rankscope importable: it answered
+        assert f"{FOUND}" in res.stderr and "-m rankscope" in res.stderr
+        return
+    err = remote.classify_failure("n1", "ssh", res.returncode, res.stderr, timed_out=False, timeout=5)
+    assert err.kind == "not_installed"
+
+
+def test_own_command_is_an_absolute_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    exe = tmp_path / "rankscope"
+    exe.write_text("")
+    monkeypatch.setattr(sys, "argv", [str(exe), "stacks"])
+    assert remote.own_command() == [str(exe)]
+    monkeypatch.setattr(sys, "argv", ["pytest"])
+    assert remote.own_command() == [sys.executable, "-m", "rankscope"]

@@ -64,7 +64,7 @@ def _look(host: str, ranks: list[int], job_id: str = "torchrun:a", **kw: object)
         ranks=[RankProcess(pid=10 + r, rank=r, host=host) for r in ranks],
     )
     lines = [SourceLine(file=TRAIN, line=n, text=t) for n, t in enumerate(CHECKPOINT.splitlines(), 1)]
-    return HostLook(host=host, job=job, stacks=[_stack(r, host) for r in ranks], source=lines, **kw)  # type: ignore[arg-type]
+    return HostLook(host=host, job=job, stacks=[_stack(r, host) for r in ranks], source=lines, **kw)
 
 
 def test_one_verdict_reads_the_guard_from_the_hosts_source_lines() -> None:

@@ -23,6 +23,7 @@ from rankscope.capabilities.remote import (
     parse_look,
     stacks_argv,
 )
+from rankscope.errors import NoJobsFound
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
 from rankscope.models.look import HostLook, JobChoice, SourceLine
 from rankscope.options import DumpOptions
@@ -173,3 +174,21 @@ def test_own_command_is_an_absolute_path(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert remote.own_command() == [str(exe)]
     monkeypatch.setattr(sys, "argv", ["pytest"])
     assert remote.own_command() == [sys.executable, "-m", "rankscope"]
+
+
+def test_a_host_without_the_job_is_a_note_not_a_failure() -> None:
+    """A node of the list that runs no rank of the job answered: it is not an access problem."""
+    results = {
+        "node1": _look("node1", [0, 1]),
+        "node2": _look("node2", [2, 3]),
+        "node3": HostLook(host="node3", absent="No job 'torchrun:a' on this host."),
+    }
+    report = judge_looks(results, ["node1", "node2", "node3"], [])
+    assert report.errors == [] and report.verdict.suspect_ranks == [0]
+    assert "no rank of the job on node3" in report.job.notes
+    assert not any("could not collect" in e for e in report.verdict.evidence)
+    nowhere = {
+        h: HostLook(host=h, absent="No distributed PyTorch job found on this host.") for h in ("n1", "n2")
+    }
+    with pytest.raises(NoJobsFound, match="n1, n2"):
+        judge_looks(nowhere, ["n1", "n2"], [])

@@ -653,11 +653,13 @@ def pick_job(
     ``job_id`` (as :func:`find_job`), else the one started in ``here`` (the folder the call was
     made from, on the collecting host), else the only job here. Several jobs and none picked:
     no job, and every job as a choice, so the collecting host lists them once for all hosts."""
-    if pid is not None or job_id is not None:
-        return find_job(pid, job_id), ("pid" if pid is not None else "job_id"), []
+    if pid is not None:
+        return find_job(pid, None), "pid", []
     jobs = build_jobs(scan(), _hostname())
     if not jobs:
         raise NoJobsFound("No distributed PyTorch job found on this host.")
+    if job_id is not None:
+        return select_job(jobs, job_id), "job_id", []
     chosen = _started_here(jobs, here) if here else None
     if chosen is not None:
         return chosen, "folder", []

@@ -36,7 +36,7 @@ from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
-from rankscope.errors import InvalidInput, NotADistributedJob
+from rankscope.errors import InvalidInput, NoJobsFound, NotADistributedJob
 from rankscope.models.core import (
     Job,
     NextStep,
@@ -727,7 +727,7 @@ def _one_job_everywhere(
 ) -> dict[str, HostLook | RankError]:
     """The hosts picked their job themselves: where they disagree, or some run several, ask again
     by the id of the job :func:`one_job` settles on; when none, list every job once for all hosts."""
-    looks = {h: r for h, r in results.items() if isinstance(r, HostLook)}
+    looks = {h: r for h, r in results.items() if isinstance(r, HostLook) and r.absent is None}
     agreed = {lk.job.job_id for lk in looks.values() if lk.job is not None}
     if len(agreed) <= 1 and all(lk.job is not None for lk in looks.values()):
         return results
@@ -794,8 +794,15 @@ def judge_looks(
         if not isinstance(r, RankError)
     }
     failed = [r for r in results.values() if isinstance(r, RankError)]
+    absent = [h for h in host_list if h in looks and looks[h].absent is not None]
+    if not failed and absent and len(absent) == len(looks):
+        raise NoJobsFound(
+            f"No rank of a distributed PyTorch job on {', '.join(absent)}: {looks[absent[0]].absent}"
+        )
     merged_job, stacks, errors, _ = merge_reports(looks, failed, host_list)
     flight, flight_notes = _flight(looks)
+    if absent:
+        flight_notes.append(f"no rank of the job on {', '.join(absent)}")
     merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, *flight_notes, *notes]})
     progress = merge_progress(
         [lk.progress for lk in looks.values() if lk.progress is not None], merged_job.backend

@@ -46,7 +46,7 @@ from rankscope.capabilities.recorder.pickup import (
     pick_up,
     recorder_plan,
 )
-from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
+from rankscope.errors import DUMP_FIXES, InvalidInput, NoJobsFound, PermissionDenied, ProcessNotFound
 from rankscope.models.core import (
     Job,
     LocalVar,
@@ -598,7 +598,13 @@ def look_here(
     together. The job is picked by ``pid`` or ``job_id``, else the one started in ``here`` (the
     caller's folder), else the only one; several and none picked: the jobs, as choices."""
     exe = pyspy.check_pyspy()
-    job, chosen_by, choices = discovery.pick_job(pid, job_id, here)
+    try:
+        job, chosen_by, choices = discovery.pick_job(pid, job_id, here)
+    except (NoJobsFound, ProcessNotFound) as exc:
+        if pid is not None:
+            raise  # the pid was named on this host: it must be here
+        # no rank of it here: the collecting host counts its ranks on the others
+        return HostLook(host=discovery.this_host(), absent=exc.message)
     if job is None:
         return HostLook(host=discovery.this_host(), choices=choices)
     analysis, stacks, last = _look(job, options, None, exe)

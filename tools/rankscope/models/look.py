@@ -60,3 +60,6 @@ class HostLook(Model):
     choices: list[JobChoice] = Field(
         default_factory=list, description="Several jobs here and none chosen: each of them; no job then."
     )
+    absent: str | None = Field(
+        default=None, description="Why no rank of the job runs here (no job here, or not the one asked for)."
+    )

@@ -25,8 +25,10 @@ from rankscope.capabilities.remote import (
 )
 from rankscope.errors import NoJobsFound
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
+from rankscope.models.flight import FlightReport
 from rankscope.models.look import HostLook, JobChoice, SourceLine
 from rankscope.options import DumpOptions
+from tests.paths import DATA
 
 TRAIN = "/nowhere/on/this/host/train.py"
 CHECKPOINT = """\
@@ -81,7 +83,7 @@ def test_one_verdict_reads_the_guard_from_the_hosts_source_lines() -> None:
 
 def test_a_whole_report_from_an_older_host_is_read_as_its_evidence() -> None:
     look = _look("node1", [0, 1])
-    old = StacksReport(job=look.job, stacks=look.stacks, verdict=Verdict(kind="inconclusive", summary="x"))  # type: ignore[arg-type]
+    old = StacksReport(job=look.job, stacks=look.stacks, verdict=Verdict(kind="inconclusive", summary="x"))
     parsed = parse_look("node1", "warning: x\n" + old.model_dump_json())
     assert isinstance(parsed, HostLook) and parsed.job is not None and len(parsed.stacks) == 2
     assert isinstance(parse_look("node1", look.model_dump_json()), HostLook)
@@ -192,3 +194,32 @@ def test_a_host_without_the_job_is_a_note_not_a_failure() -> None:
     }
     with pytest.raises(NoJobsFound, match="n1, n2"):
         judge_looks(nowhere, ["n1", "n2"], [])
+
+
+def test_the_hosts_recorder_dumps_are_analysed_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each host read its own rank's dump; on a shared folder the collecting host reads both and
+    the recorder's finding covers the whole job, not one host's half."""
+    from rankscope.analysis.recorder.flight import analyze as analyze_flight
+    from rankscope.capabilities.recorder.flight import read_dumps
+
+    folder = DATA / "flight" / "gloo_skip"
+    halves = {}
+    for rank, host in ((0, "node1"), (1, "node2")):
+        dumps, errors = read_dumps([str(folder / f"fr_trace_rank_{rank}")])
+        halves[host] = analyze_flight(dumps, errors, world_size=2)
+    looks = {
+        h: _look(h, [r], flight=halves[h]).model_copy(update={"source": []})
+        for h, r in (("node1", 0), ("node2", 1))
+    }
+    seen = {}
+
+    def analyze(*args: object, **kw: object) -> StacksReport:
+        seen["flight"] = args[3]
+        return StacksReport(job=args[0], verdict=Verdict(kind="inconclusive", summary="x"))
+
+    monkeypatch.setattr("rankscope.analysis.hang.stacks.analyze", analyze)
+    report = judge_looks(looks, ["node1", "node2"], [])
+    flight = seen["flight"]
+    assert isinstance(flight, FlightReport) and flight.ranks == [0, 1]
+    assert flight.verdict.kind == "divergent_ranks" and "rank 1 never entered" in flight.verdict.summary
+    assert "flight recorder: the dumps of 2 hosts analysed together" in report.job.notes

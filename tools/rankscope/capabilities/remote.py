@@ -762,18 +762,28 @@ def _source(stacks: list[RankStack], looks: Mapping[str, HostLook]) -> dict[tupl
     return source
 
 
-def _flight(looks: Mapping[str, HostLook]) -> tuple[FlightReport | None, list[str]]:
-    """The recorder evidence: a host's analysed dumps (the one covering most ranks, said when
-    several hosts had some)."""
+def _flight(looks: Mapping[str, HostLook], world: int | None) -> tuple[FlightReport | None, list[str]]:
+    """The recorder evidence across hosts: the dumps every host read, read again here and analysed
+    together where their paths are on this host too (a shared folder, as TORCH_FR_DUMP_TEMP_FILE
+    usually is); else the host's analysis that covers most ranks (said when several hosts had one)."""
+    from rankscope.analysis.recorder.flight import analyze as analyze_flight
+    from rankscope.capabilities.recorder.flight import read_dumps
+
     have = sorted(
         ((h, lk.flight) for h, lk in looks.items() if lk.flight is not None), key=lambda x: -len(x[1].ranks)
     )
     if not have:
         return None, []
-    host, flight = have[0]
+    host, best = have[0]
     if len(have) == 1:
-        return flight, []
-    return flight, [f"flight recorder: the dumps read on {host} analysed ({len(have)} hosts had some)"]
+        return best, []
+    paths = sorted({d.path for _, f in have for d in f.dumps if os.path.isfile(d.path)})
+    dumps, errors = read_dumps(paths) if paths else ([], [])
+    if dumps:
+        merged = analyze_flight(dumps, errors, world_size=world)
+        if len(merged.ranks) > len(best.ranks):
+            return merged, [f"flight recorder: the dumps of {len(have)} hosts analysed together"]
+    return best, [f"flight recorder: the dumps read on {host} analysed ({len(have)} hosts had some)"]
 
 
 def judge_looks(
@@ -800,7 +810,7 @@ def judge_looks(
             f"No rank of a distributed PyTorch job on {', '.join(absent)}: {looks[absent[0]].absent}"
         )
     merged_job, stacks, errors, _ = merge_reports(looks, failed, host_list)
-    flight, flight_notes = _flight(looks)
+    flight, flight_notes = _flight(looks, merged_job.world_size)
     if absent:
         flight_notes.append(f"no rank of the job on {', '.join(absent)}")
     merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, *flight_notes, *notes]})

@@ -223,3 +223,24 @@ def test_the_hosts_recorder_dumps_are_analysed_together(monkeypatch: pytest.Monk
     assert isinstance(flight, FlightReport) and flight.ranks == [0, 1]
     assert flight.verdict.kind == "divergent_ranks" and "rank 1 never entered" in flight.verdict.summary
     assert "flight recorder: the dumps of 2 hosts analysed together" in report.job.notes
+
+
+def test_a_pid_on_another_host_adds_that_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--pid node2:4242`` asks node2 for the launcher's job and the other hosts for it by id."""
+    from rankscope import api
+    from rankscope.cli import main
+
+    calls: list[tuple[object, dict[str, object]]] = []
+
+    def fake(target: object, options: object, **kw: object) -> StacksReport:
+        calls.append((target, kw))
+        return StacksReport(job=Job(job_id="j"), verdict=Verdict(kind="inconclusive", summary="x"))
+
+    monkeypatch.setattr(api, "dump_stacks_remote", fake, raising=False)
+    assert main(["stacks", "--hosts", "node1", "--pid", "node2:4242", "--json"]) == 0
+    [(target, kw)] = calls
+    assert target.hosts == ("node1", "node2")  # type: ignore[attr-defined]
+    assert kw["pids"] == {"node2": 4242} and kw["pid"] is None
+    with pytest.raises(SystemExit) as bad:
+        main(["stacks", "--pid", "node2:x"])
+    assert bad.value.code == 2

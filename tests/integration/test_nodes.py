@@ -96,6 +96,11 @@ def test_the_job_of_the_folder_on_every_host(nodes: Nodes, two_jobs: TwoJobs, on
     assert "`last and rank == a.odd` (hang_ddp.py:30)" in said
     assert "take the `continue` at hang_ddp.py:31" in said
     assert not any("not on the PATH" in n for n in report["job"]["notes"])
+    # what an agent reads: the verdict first, each host's pids with its ranks
+    brief = nodes.login([str(RANKSCOPE), "stacks", "--hosts", "node1,node2", "--brief"], two_jobs.a)
+    assert brief.returncode == 0, brief.stderr
+    assert brief.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 3")
+    assert "ranks 0-1 on node1 (pids " in brief.stdout and "; ranks 2-3 on node2 (pids " in brief.stdout
 
 
 def test_another_job_by_id_with_rankscope_only_at_the_callers_path(nodes: Nodes, two_jobs: TwoJobs) -> None:
@@ -119,7 +124,7 @@ def test_several_jobs_and_no_choice_are_listed_once(nodes: Nodes, two_jobs: TwoJ
 
 
 def test_a_launcher_pid_on_another_host_picks_its_job_everywhere(nodes: Nodes, two_jobs: TwoJobs) -> None:
-    found = nodes.ssh("node2", "pgrep -f 'torch.distributed.run.*checkpoint_rank0'")
+    found = nodes.ssh("node2", "pgrep -f '[t]orch.distributed.run.*checkpoint_rank0'")
     [pid] = found.stdout.split()
     report = _stacks(nodes, two_jobs.a, "--pid", f"node2:{pid}")
     assert report["job"]["job_id"] == two_jobs.b_id

@@ -130,3 +130,25 @@ def test_a_launcher_pid_on_another_host_picks_its_job_everywhere(nodes: Nodes, t
     assert report["job"]["job_id"] == two_jobs.b_id
     assert _hosts(report) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
     assert report["verdict"]["suspect_ranks"] == [0]
+
+
+def test_rankscope_from_the_jobs_interpreter_when_the_callers_path_is_not_there(
+    nodes: Nodes, two_jobs: TwoJobs
+) -> None:
+    """The collecting rankscope runs from a folder only the login node has (a tmpfs of its own),
+    and no node has rankscope on its PATH: each node runs a rank's interpreter with -m rankscope."""
+    private = nodes.state / "login-only"
+    private.mkdir(exist_ok=True)
+    setup = 'mount -t tmpfs none "$1" && cp "$2" "$1/rankscope" && shift 2 && exec "$@"'
+    argv = ["sh", "-c", setup, "login", str(private), str(RANKSCOPE), str(private / "rankscope")]
+    res = nodes.login(
+        [*argv, "stacks", "--hosts", "node1,node2", "--json", "--full", "--job", two_jobs.b_id], two_jobs.a
+    )
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert _hosts(report) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert report["verdict"]["suspect_ranks"] == [0]
+    assert (
+        f"rankscope not on the PATH of node1, node2: ran {sys.executable} -m rankscope"
+        in report["job"]["notes"]
+    )

@@ -145,17 +145,20 @@ def own_command() -> list[str]:
 def find_rankscope_argv(args: Sequence[str], own: Sequence[str]) -> list[str]:
     """``sh -c SCRIPT`` that runs ``rankscope ARGS`` on a host with the first rankscope it finds:
     on the PATH, at ``own`` (the collecting rankscope's path), else the interpreter of a rank of
-    the job there (``/proc/PID/exe -m rankscope``, a process with RANK or LOCAL_RANK set). It
-    names the one that answered on stderr (:data:`FOUND`); none: exit 127."""
+    the job there (a process with RANK or LOCAL_RANK set): its ``argv[0]`` when absolute (a
+    virtual environment's python, which /proc/PID/exe resolves past), then ``/proc/PID/exe``,
+    with ``-m rankscope``. It names the one that answered on stderr (:data:`FOUND`); none: 127."""
     own_q = shlex.join(own)
     script = (
         f'if command -v rankscope >/dev/null 2>&1; then echo "{FOUND}rankscope" >&2; exec rankscope "$@"; fi; '
         f'if [ -x {shlex.quote(own[0])} ]; then echo "{FOUND}"{shlex.quote(own_q)} >&2; exec {own_q} "$@"; fi; '
-        "for p in /proc/[0-9]*; do "
+        'tried=""; for p in /proc/[0-9]*; do '
         "tr '\\0' '\\n' 2>/dev/null < $p/environ | grep -q -e '^RANK=' -e '^LOCAL_RANK=' || continue; "
-        "x=$(readlink $p/exe) || continue; "
-        '"$x" -c "import rankscope" >/dev/null 2>&1 || continue; '
-        f'echo "{FOUND}$x -m rankscope" >&2; exec "$x" -m rankscope "$@"; done; '
+        "a=$(tr '\\0' '\\n' 2>/dev/null < $p/cmdline | head -n 1); x=$(readlink $p/exe 2>/dev/null); "
+        'for c in "$a" "$x"; do '
+        'case "$c" in /*) ;; *) continue;; esac; case " $tried " in *" $c "*) continue;; esac; tried="$tried $c"; '
+        '"$c" -c "import rankscope" >/dev/null 2>&1 || continue; '
+        f'echo "{FOUND}$c -m rankscope" >&2; exec "$c" -m rankscope "$@"; done; done; '
         "echo \"rankscope: command not found (not on PATH, not at the collecting host's path, "
         "not importable by the job's python)\" >&2; exit 127"
     )

@@ -8,7 +8,7 @@ node2): job A, a DDP loop whose rank 3 takes a guarded ``continue`` past the gra
 ``if rank == 0:`` (tests/programs/checkpoint_rank0.py).
 
 Slow: the jobs take about 15 s to start on two cores, so they start once for the module and every
-test only reads them (each call takes about 3 s).
+test only reads them (each call takes a few seconds).
 """
 
 from __future__ import annotations
@@ -58,15 +58,21 @@ def two_jobs(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     yield TwoJobs(root=root, a=a, b=b, b_id=f"torchrun:127.0.0.1:{port_b}")
 
 
-@pytest.fixture
-def on_path(nodes: Nodes) -> Iterator[None]:
-    """rankscope on the nodes' PATH for one test."""
+@pytest.fixture(params=["on the nodes' PATH", "only at the caller's path"])
+def on_path(request: pytest.FixtureRequest, nodes: Nodes) -> Iterator[bool]:
+    """rankscope on the nodes' PATH for one test, or only where the collecting rankscope is."""
     link = nodes.bin / "rankscope"
-    link.symlink_to(RANKSCOPE)
+    if request.param == "on the nodes' PATH":
+        link.symlink_to(RANKSCOPE)
     try:
-        yield
+        yield link.exists()
     finally:
-        link.unlink()
+        link.unlink(missing_ok=True)
+
+
+def _which_rankscope(report: dict[str, Any], on_path: bool) -> None:
+    notes = [n for n in report["job"]["notes"] if "not on the PATH" in n]
+    assert notes == ([] if on_path else [f"rankscope not on the PATH of node1, node2: ran {RANKSCOPE}"])
 
 
 def _stacks(nodes: Nodes, cwd: Path, *args: str) -> dict[str, Any]:
@@ -85,31 +91,29 @@ def _said(report: dict[str, Any]) -> str:
     return " ".join([verdict["summary"], *(s["action"] for s in verdict["next_steps"])])
 
 
-def test_the_job_of_the_folder_on_every_host(nodes: Nodes, two_jobs: TwoJobs, on_path: None) -> None:
-    report = _stacks(nodes, two_jobs.a)
-    assert _hosts(report) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
-    assert report["verdict"]["kind"] == "mismatched_collectives"
-    assert report["verdict"]["suspect_ranks"] == [3]
-    # the loop rank 3 left and the guarded continue that sent it out, read across hosts
-    said = _said(report)
-    assert "`for step in range(a.steps)`" in said
-    assert "`last and rank == a.odd` (hang_ddp.py:30)" in said
-    assert "take the `continue` at hang_ddp.py:31" in said
-    assert not any("not on the PATH" in n for n in report["job"]["notes"])
-    # what an agent reads: the verdict first, each host's pids with its ranks
-    brief = nodes.login([str(RANKSCOPE), "stacks", "--hosts", "node1,node2", "--brief"], two_jobs.a)
-    assert brief.returncode == 0, brief.stderr
-    assert brief.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 3")
-    assert "ranks 0-1 on node1 (pids " in brief.stdout and "; ranks 2-3 on node2 (pids " in brief.stdout
+def test_the_job_of_the_folder_on_every_host(nodes: Nodes, two_jobs: TwoJobs, on_path: bool) -> None:
+    """What an agent on the login node reads (``--brief``): the verdict first, the ranks host by
+    host, and the loop rank 3 left with the guarded continue that sent it out, read across hosts."""
+    res = nodes.login([str(RANKSCOPE), "stacks", "--hosts", "node1,node2", "--brief"], two_jobs.a)
+    assert res.returncode == 0, res.stderr
+    brief = res.stdout
+    assert brief.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 3\n")
+    assert "ranks 0-1 on node1 (pids " in brief and "; ranks 2-3 on node2 (pids " in brief
+    assert "`for step in range(a.steps)`" in brief
+    assert "`last and rank == a.odd` (hang_ddp.py:30)" in brief
+    assert "take the `continue` at hang_ddp.py:31" in brief
+    assert ("not on the PATH" not in brief) == on_path
+    if not on_path:
+        assert f"rankscope not on the PATH of node1, node2: ran {RANKSCOPE}" in brief
 
 
-def test_another_job_by_id_with_rankscope_only_at_the_callers_path(nodes: Nodes, two_jobs: TwoJobs) -> None:
+def test_another_job_by_id(nodes: Nodes, two_jobs: TwoJobs, on_path: bool) -> None:
     report = _stacks(nodes, two_jobs.a, "--job", two_jobs.b_id)
     assert report["job"]["job_id"] == two_jobs.b_id
     assert _hosts(report) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
     assert report["verdict"]["suspect_ranks"] == [0]
     assert "`if rank == 0:`" in _said(report)  # the rank-0-only guard, quoted as on one host
-    assert f"rankscope not on the PATH of node1, node2: ran {RANKSCOPE}" in report["job"]["notes"]
+    _which_rankscope(report, on_path)
 
 
 def test_several_jobs_and_no_choice_are_listed_once(nodes: Nodes, two_jobs: TwoJobs) -> None:

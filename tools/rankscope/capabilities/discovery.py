@@ -651,7 +651,8 @@ def pick_job(
 ) -> tuple[Job | None, ChosenBy | None, list[JobChoice]]:
     """The job one host of a multi-host call inspects, and how it was picked: by ``pid`` or
     ``job_id`` (as :func:`find_job`), else the one started in ``here`` (the folder the call was
-    made from, on the collecting host), else the only job here. Several jobs and none picked:
+    made from, on the collecting host; by default this process's, as srun's steps start there),
+    else the only job here. Several jobs and none picked:
     no job, and every job as a choice, so the collecting host lists them once for all hosts."""
     if pid is not None:
         return find_job(pid, None), "pid", []
@@ -660,6 +661,11 @@ def pick_job(
         raise NoJobsFound("No distributed PyTorch job found on this host.")
     if job_id is not None:
         return select_job(jobs, job_id), "job_id", []
+    if here is None:  # srun starts a host's step in the caller's folder
+        try:
+            here = os.getcwd()
+        except OSError:
+            here = None
     chosen = _started_here(jobs, here) if here else None
     if chosen is not None:
         return chosen, "folder", []

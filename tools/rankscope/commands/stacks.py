@@ -13,7 +13,8 @@ import dataclasses
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget
+from rankscope.errors import InvalidInput
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget, host_pid
 
 
 class StacksCommand(Command):
@@ -119,11 +120,10 @@ class StacksCommand(Command):
 
 def _pid(text: str) -> tuple[str | None, int]:
     """``PID`` or ``HOST:PID`` (a launcher or rank on another host)."""
-    host, _, number = text.rpartition(":")
     try:
-        return (host or None), int(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected PID or HOST:PID, got {text!r}") from None
+        return host_pid(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _target(args: argparse.Namespace, pid_host: str | None) -> tuple[StacksTarget, str | None]:

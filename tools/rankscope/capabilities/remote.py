@@ -589,6 +589,8 @@ class _FanOut:
     def ask(self, hosts: Sequence[str], pick_for: Callable[[str], Pick]) -> dict[str, HostLook | RankError]:
         """Each host's evidence (or the error that says why there is none), all hosts at once."""
         via = self.target.via
+        if not hosts:
+            return {}
         if via == "srun":
             slurm_job = self.target.job or os.environ.get("SLURM_JOB_ID")
             if not slurm_job:
@@ -687,9 +689,9 @@ def dump_stacks_remote(
     """
     if target.via == "debug-server":
         return dump_stacks_debug_server(target, options)
+    host_list = _host_list(target, options.timeout)
     if target.via in ("ssh", "kubectl", "srun"):
         _need(target.via, target.via)
-    host_list = _host_list(target, options.timeout)
     started = time.monotonic()
     fan = _FanOut(target, options, ssh_options)
     chosen = job_id or (target.job if target.via in ("ssh", "local") else None)
@@ -813,10 +815,10 @@ def judge_looks(
             f"No rank of a distributed PyTorch job on {', '.join(absent)}: {looks[absent[0]].absent}"
         )
     merged_job, stacks, errors, _ = merge_reports(looks, failed, host_list)
-    flight, flight_notes = _flight(looks, merged_job.world_size)
+    flight, said = _flight(looks, merged_job.world_size)
     if absent:
-        flight_notes.append(f"no rank of the job on {', '.join(absent)}")
-    merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, *flight_notes, *notes]})
+        said.append(f"no rank of the job on {', '.join(absent)}")
+    merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, *said, *notes]})
     progress = merge_progress(
         [lk.progress for lk in looks.values() if lk.progress is not None], merged_job.backend
     )

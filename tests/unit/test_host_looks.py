@@ -244,3 +244,39 @@ def test_a_pid_on_another_host_adds_that_host(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(SystemExit) as bad:
         main(["stacks", "--pid", "node2:x"])
     assert bad.value.code == 2
+
+
+def test_a_host_picks_the_job_of_the_callers_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On one host of a multi-host call: the job started in the caller's folder (or a folder above
+    it), else the only job; several and none started there: every job, as a choice."""
+    from rankscope.capabilities import discovery
+    from rankscope.errors import ProcessNotFound
+
+    jobs = [
+        Job(
+            job_id=f"torchrun:{n}",
+            world_size=4,
+            launcher_pids=[p],
+            ranks=[RankProcess(pid=p + 1, rank=0, host="h")],
+        )
+        for n, p in (("a", 100), ("b", 200))
+    ]
+    folders = {"torchrun:a": "/data/a", "torchrun:b": "/data/b"}
+    monkeypatch.setattr(discovery, "scan", dict)
+    monkeypatch.setattr(discovery, "build_jobs", lambda procs, host: list(jobs))
+    monkeypatch.setattr(discovery, "job_cwd", lambda job: folders[job.job_id])
+    job, how, _ = discovery.pick_job(None, None, "/data/b/run")
+    assert job is not None and job.job_id == "torchrun:b" and how == "folder"
+    job, how, choices = discovery.pick_job(None, None, "/elsewhere")
+    assert job is None and how is None
+    assert [(c.job_id, c.cwd, c.launcher_pids) for c in choices] == [
+        ("torchrun:a", "/data/a", [100]),
+        ("torchrun:b", "/data/b", [200]),
+    ]
+    job, how, _ = discovery.pick_job(None, "torchrun:a", "/data/b")
+    assert job is not None and job.job_id == "torchrun:a" and how == "job_id"
+    with pytest.raises(ProcessNotFound):
+        discovery.pick_job(None, "torchrun:c", None)
+    del jobs[1]
+    job, how, _ = discovery.pick_job(None, None, "/elsewhere")
+    assert job is not None and job.job_id == "torchrun:a" and how == "only"

@@ -85,7 +85,7 @@ class Nodes:
             [
                 "unshare",
                 "--pid",
-                "--fork",
+                "--kill-child",  # a timed-out call leaves nothing behind: its namespace dies with it
                 "--mount-proc",
                 "sh",
                 "-c",
@@ -185,7 +185,7 @@ def nodes_up(state: Path, n: int) -> Nodes:
                         [
                             "unshare",
                             "--pid",
-                            "--fork",
+                            "--kill-child",
                             "--mount-proc",
                             "--uts",
                             "sh",

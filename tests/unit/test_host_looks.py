@@ -280,3 +280,27 @@ def test_a_host_picks_the_job_of_the_callers_folder(monkeypatch: pytest.MonkeyPa
     del jobs[1]
     job, how, _ = discovery.pick_job(None, None, "/elsewhere")
     assert job is not None and job.job_id == "torchrun:a" and how == "only"
+
+
+def test_a_job_moving_on_every_host_is_progressing_not_hung() -> None:
+    """Each host watched its own ranks move (their step counter grew): merged, the job moves,
+    even though one instant of it, ranks standing in a collective, looks like a hang."""
+    from rankscope.analysis.hang.progress import judge
+    from tests.unit.test_progress import all_reduce, stacks_at, watch
+
+    results: dict[str, HostLook] = {}
+    for host, ranks in (("node1", [0, 1]), ("node2", [2, 3])):
+        moving = judge(
+            [watch(r, all_reduce(30), all_reduce(30), counters=(5, 9)) for r in ranks],
+            backend="gloo",
+            source={},
+            window_s=1.0,
+        )
+        look = _look(host, ranks, progress=moving)
+        stacks = [
+            s.model_copy(update={"host": host}) for s in stacks_at([all_reduce(30)] * 4) if s.rank in ranks
+        ]
+        results[host] = look.model_copy(update={"stacks": stacks, "source": []})
+    report = judge_looks(results, ["node1", "node2"], [])
+    assert report.progress is not None and report.progress.motion == "moving"
+    assert report.verdict.kind == "progressing", report.verdict

@@ -611,7 +611,7 @@ def look_here(
     moving = analysis.progress is not None and analysis.progress.motion == "moving"
     if options.counters and not options.locals and not moving:
         stacks, analysis = _locals_pass(stacks, analysis, exe, None, last)
-    source = {**analysis.source, **source_lines(stacks)}
+    source = analysis.source  # the frames' lines, and every place the window saw
     return HostLook(
         host=discovery.this_host(),
         job=analysis.job,

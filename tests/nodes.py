@@ -7,7 +7,7 @@ shared, as a cluster's shared filesystem and fabric. The caller's side is a logi
 fresh PID namespace that sees no node's processes, where ``ssh nodeK`` works because the nodes'
 ssh config is bound over ~/.ssh there (the home folder's own ~/.ssh is never edited).
 
-Nothing here sleeps a fixed time: sshd is waited for by ssh itself, jobs by their readiness
+Nothing here sleeps a fixed time: each sshd is polled with `ssh nodeK true`, jobs by their readiness
 files. ``down`` kills each node's process group (its sshd is the namespace's first process, so
 everything the node started dies with it). Needs root, ``unshare`` and Debian's openssh-server.
 """

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.jobs import JobFactory
+from tests.nodes import Nodes, nodes_up
 
 
 @pytest.fixture
@@ -21,6 +22,17 @@ def jobs(tmp_path: Path) -> Iterator[JobFactory]:
         yield factory
     finally:
         factory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    """Two hosts that really are apart (tests/nodes.py: node1, node2, each its own PID and UTS
+    namespace and sshd), shared by a module's tests and stopped, with all they run, at its end."""
+    up = nodes_up(tmp_path_factory.mktemp("nodes"), 2)
+    try:
+        yield up
+    finally:
+        up.down()
 
 
 @pytest.fixture(scope="session")

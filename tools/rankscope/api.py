@@ -17,6 +17,7 @@ EXPORTS: dict[str, str] = {
     "list_jobs": "rankscope.capabilities.discovery",
     "find_job": "rankscope.capabilities.discovery",
     "dump_stacks": "rankscope.capabilities.stacks",
+    "look_here": "rankscope.capabilities.stacks",
     "run_job": "rankscope.capabilities.launch",
     "run_all_ranks": "rankscope.capabilities.launch",
     # environment and logs
@@ -86,6 +87,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.skill import all_sections as all_sections
     from rankscope.capabilities.skill import read_skill as read_skill
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
+    from rankscope.capabilities.stacks import look_here as look_here
     from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions
     from rankscope.options import StacksTarget as StacksTarget

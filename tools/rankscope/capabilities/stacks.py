@@ -46,7 +46,7 @@ from rankscope.capabilities.recorder.pickup import (
     pick_up,
     recorder_plan,
 )
-from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
+from rankscope.errors import DUMP_FIXES, InvalidInput, NoJobsFound, PermissionDenied, ProcessNotFound
 from rankscope.models.core import (
     Job,
     LocalVar,
@@ -58,6 +58,7 @@ from rankscope.models.core import (
     ThreadStack,
 )
 from rankscope.models.flight import FlightReport
+from rankscope.models.look import HostLook, SourceLine
 from rankscope.models.progress import Progress, RankMotion
 from rankscope.models.ras import RasFinding
 from rankscope.options import DEFAULTS, DumpOptions
@@ -580,6 +581,55 @@ def dump_stacks(
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid, job_id)
     _check_ranks(job, ranks)
+    analysis, stacks, last = _look(job, options, ranks, exe)
+    return _decide(analysis, stacks, exe, last=last)
+
+
+def look_here(
+    pid: int | None = None,
+    options: DumpOptions = DEFAULTS,
+    *,
+    job_id: str | None = None,
+    here: str | None = None,
+) -> HostLook:
+    """This host's evidence for a multi-host call (``stacks --local``): the same capture as
+    :func:`dump_stacks` (the window, the stacks, the recorder, RAS, the source lines the frames
+    need) and the counters read, but no verdict: the collecting host judges every host's ranks
+    together. The job is picked by ``pid`` or ``job_id``, else the one started in ``here`` (the
+    caller's folder), else the only one; several and none picked: the jobs, as choices."""
+    exe = pyspy.check_pyspy()
+    try:
+        job, chosen_by, choices = discovery.pick_job(pid, job_id, here)
+    except (NoJobsFound, ProcessNotFound) as exc:
+        if pid is not None:
+            raise  # the pid was named on this host: it must be here
+        # no rank of it here: the collecting host counts its ranks on the others
+        return HostLook(host=discovery.this_host(), absent=exc.message)
+    if job is None:
+        return HostLook(host=discovery.this_host(), choices=choices)
+    analysis, stacks, last = _look(job, options, None, exe)
+    moving = analysis.progress is not None and analysis.progress.motion == "moving"
+    if options.counters and not options.locals and not moving:
+        stacks, analysis = _locals_pass(stacks, analysis, exe, None, last)
+    source = analysis.source  # the frames' lines, and every place the window saw
+    return HostLook(
+        host=discovery.this_host(),
+        job=analysis.job,
+        chosen_by=chosen_by,
+        stacks=stacks,
+        errors=analysis.errors,
+        progress=analysis.progress,
+        flight=analysis.flight,
+        ras=analysis.ras,
+        source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(source.items())],
+    )
+
+
+def _look(
+    job: Job, options: DumpOptions, ranks: list[int] | None, exe: str
+) -> tuple[_Analysis, list[RankStack], dict[int, list[ThreadStack]] | None]:
+    """Watch ``job`` for the options' window and capture its ranks (only ``ranks``, when given):
+    the evidence, the stacks, and the window's last look (taken with locals), before any verdict."""
     environs: dict[int, dict[str, str]] = {}
     util: dict[int, int] = {}
     watch = (
@@ -614,7 +664,7 @@ def dump_stacks(
     finally:
         if watch is not None:
             watch.stop()
-    return _decide(analysis, stacks, exe, last=last)
+    return analysis, stacks, last
 
 
 def _close_window(
@@ -772,4 +822,4 @@ def _locals_pass(
     return stacks, analysis
 
 
-__all__ = ["capture_job", "dump_stacks"]
+__all__ = ["capture_job", "dump_stacks", "look_here"]

@@ -13,7 +13,8 @@ import dataclasses
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget
+from rankscope.errors import InvalidInput
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget, host_pid
 
 
 class StacksCommand(Command):
@@ -29,8 +30,11 @@ class StacksCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--pid",
-            type=int,
-            help="a launcher (torchrun, mp.spawn parent) or any rank; default: the only job here",
+            type=_pid,
+            metavar="[HOST:]PID",
+            help="a launcher (torchrun, mp.spawn parent) or any rank; HOST:PID: one on another host, whose job "
+            "is then inspected on every host of --hosts; default: the job started in the current folder, or the "
+            "only job",
         )
         parser.add_argument(
             "--native", action="store_true", help="include C/C++ frames (slower: symbol loading)"
@@ -91,31 +95,49 @@ class StacksCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        pid: int | None = args.pid
+        pid_host, pid = args.pid if args.pid is not None else (None, None)
         options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
-        target, job_id = _target(args)
+        target, job_id = _target(args, pid_host)
         api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
+        if args.local:
+            # a host of a multi-host call: its evidence, judged with the other hosts' by the caller
+            look = api.look_here(pid, options, job_id=job_id, here=args.here)
+            emit(look, True, full=True)
+            return 0
         if args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend
             report = api.stacks_from_files(args.from_paths, backend=backend)
         elif target.remote:
-            report = api.dump_stacks_remote(target, options, pid=pid)
+            pids = {pid_host: pid} if pid_host is not None and pid is not None else None
+            report = api.dump_stacks_remote(
+                target, options, pid=None if pids else pid, pids=pids, job_id=job_id
+            )
         else:
             report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
-        # --local answers a fan-out from another host, which merges whole reports
-        as_json, full = bool(args.json or args.local), bool(args.full or args.local)
-        emit(report, as_json, full=full, brief=args.brief, full_ranks=args.ranks)
+        emit(report, bool(args.json), full=bool(args.full), brief=args.brief, full_ranks=args.ranks)
         return 0
 
 
-def _target(args: argparse.Namespace) -> tuple[StacksTarget, str | None]:
-    """Where the ranks are, and which job of this host: the one ``--job`` names the Slurm job or the
-    pods' job when the call reaches other hosts (``StacksTarget.remote``), a job of this host
-    otherwise. ``--local`` (a fan-out's call on one of its hosts) stays on this host."""
+def _pid(text: str) -> tuple[str | None, int]:
+    """``PID`` or ``HOST:PID`` (a launcher or rank on another host)."""
+    try:
+        return host_pid(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _target(args: argparse.Namespace, pid_host: str | None) -> tuple[StacksTarget, str | None]:
+    """Where the ranks are, and which job: ``--job`` names the Slurm job (srun) or the pods' job
+    (kubectl), and otherwise the job id to inspect, on this host or on every host of ``--hosts``.
+    ``--local`` (a fan-out's call on one of its hosts) stays on this host. A ``HOST:PID`` adds its
+    host to the hosts."""
     if args.local:
         return StacksTarget(), args.job
+    hosts = args.hosts
+    if pid_host is not None:
+        hosts = pid_host if hosts is None else f"{hosts},{pid_host}"
     where = StacksTarget(
-        hosts=None if args.hosts is None else (args.hosts,),
+        hosts=None if hosts is None else (hosts,),
         via=args.via,
         namespace=args.namespace,
         rankscope_cmd=args.rankscope_cmd,
@@ -159,8 +181,8 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     )
     remote.add_argument(
         "--job",
-        help="this host: the job id to inspect when several run here (rankscope ps lists them); with --via: "
-        "the SLURM job id (srun) or pod selector (kubectl)",
+        help="the job id to inspect when several run here or on --hosts (rankscope ps lists them); with "
+        "--via srun / kubectl: the SLURM job id or pod selector",
     )
     remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
     remote.add_argument(
@@ -170,8 +192,12 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         help="how to run rankscope on the other hosts (default: rankscope; e.g. /opt/venv/bin/rankscope)",
     )
     remote.add_argument(
-        "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
+        "--local",
+        action="store_true",
+        help="only this host, as one host of a multi-host call: its evidence as JSON, judged by the caller",
     )
+    # the folder a multi-host call was made from: each host picks the job started there
+    remote.add_argument("--here", help=argparse.SUPPRESS)
 
 
 COMMANDS = [StacksCommand]

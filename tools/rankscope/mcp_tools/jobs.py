@@ -92,7 +92,7 @@ async def dump_stacks(
         Literal["auto", "nccl", "gloo"], arg("The backend of saved stacks when the files do not show it.")
     ] = "auto",
     job_id: Annotated[
-        str | None, arg("Which job of this host (list_jobs ids) when several run here.")
+        str | None, arg("Which job (list_jobs ids) when several run here or on the hosts.")
     ] = None,
     full: Full = False,
     ctx: Context[Any, Any] | None = None,
@@ -152,7 +152,7 @@ async def _capture(
         place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
         await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
         await progress(ctx, 1, 3, f"capturing stacks on {place}")
-        return await in_thread(api.dump_stacks_remote, target, options, pid=pid)
+        return await in_thread(api.dump_stacks_remote, target, options, pid=pid, job_id=job_id)
     await progress(ctx, 0, 3, "finding the job's ranks on this host")
     await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
     return await in_thread(api.dump_stacks, pid, options, ranks=ranks, job_id=job_id)

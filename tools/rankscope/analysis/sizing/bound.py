@@ -139,15 +139,20 @@ def _bounded_job(report: StacksReport, wanted: set[int], suspects: set[int]) -> 
     notes = list(report.job.notes)
     if len(keep_ranks) < len(ranks_all):
         by_host: dict[str, list[int]] = {}
+        pids_on: dict[str, list[int]] = {}
         for r in ranks_all:
+            pids_on.setdefault(r.host, []).append(r.pid)
             if r.rank is not None:
                 by_host.setdefault(r.host, []).append(r.rank)
-        pids = sorted(r.pid for r in ranks_all)
-        notes.append(
-            RANKS_CUT
-            + "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
-            + f" (pids {rank_ranges(pids)})"
-        )
+        if len(pids_on) > 1:  # pid numbers repeat across hosts: each host's with its ranks
+            found = "; ".join(
+                f"ranks {rank_ranges(v)} on {h} (pids {rank_ranges(sorted(pids_on[h]))})"
+                for h, v in by_host.items()
+            )
+        else:
+            found = "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
+            found += f" (pids {rank_ranges(sorted(r.pid for r in ranks_all))})"
+        notes.append(RANKS_CUT + found)
     missing = _missing_once(report)
     recorder = report.job.recorder
     if recorder is not None and any(step.action == recorder for step in report.verdict.next_steps):

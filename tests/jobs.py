@@ -186,8 +186,10 @@ class JobFactory:
         port: int,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> RunningJob:
-        """One agent of a two-node torchrun job on this host (both agents share ``port``)."""
+        """One agent of a two-node torchrun job on this host (both agents share ``port``), started in
+        ``cwd`` (default: tests/programs)."""
         argv = torchrun_argv(
             program,
             "--nnodes=2",
@@ -197,7 +199,7 @@ class JobFactory:
             f"--master_port={port}",
             args=args,
         )
-        return self._start(argv, nproc, port, env, f"node{node_rank}")
+        return self._start(argv, nproc, port, env, f"node{node_rank}", cwd)
 
     def python(
         self,

@@ -118,9 +118,9 @@ def stop(workdir: Path) -> None:
     process group: torchrun starts each worker in a session of its own, so a signal
     to the launcher's group leaves the ranks running, orphaned.
     """
-    from rankscope.runtime.proctree import reap_tree
-
     import multinode
+
+    from rankscope.runtime.proctree import reap_tree
 
     multinode.stop(workdir)
     path = pid_file(workdir)

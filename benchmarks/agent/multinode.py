@@ -79,6 +79,10 @@ def set_up(spec: dict[str, Any], jobs_dir: Path, workdir: Path, wait_s: float = 
     """Bring the nodes up, start every job over them, and wait until each has printed its
     ``ready`` line (job A: the step after which it hangs), then ``settle_s``."""
     state = state_dir(workdir)
+    if (state / "nodes.json").is_file():
+        raise SystemExit(
+            f"{workdir} is set up already: stop it first (setup_incident.py stop --workdir {workdir})"
+        )
     state.mkdir(parents=True, exist_ok=True)
     nodes = nodes_up(state, int(spec["nodes"]))
     (state / "nodes.json").write_text(json.dumps({"pids": [p.pid for p in nodes.procs]}))

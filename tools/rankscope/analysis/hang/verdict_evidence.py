@@ -5,17 +5,13 @@ autograd and on GPU waits that keep a reader from the wrong conclusion."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rankscope.analysis.hang.frames import GONE_STATES, STUCK_STATES, short_site
+from rankscope.analysis.hang.verdict_facts import Facts
 from rankscope.analysis.hang.verdict_phrases import describe, guard_phrase, state_words
 from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import Waits, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import RankStack
-
-if TYPE_CHECKING:  # annotations only: verdict_facts writes its evidence through this module
-    from rankscope.analysis.hang.verdict_facts import Facts
 
 BACKWARD_OP = "autograd.backward"
 """The op of a rank inside autograd's backward with no communication frame in sight."""

@@ -20,9 +20,11 @@ from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
     describe_all,
+    group_call,
     group_guard,
     group_loop,
     guard_phrase,
+    library_phrase,
     loop_phrase,
     parting_phrase,
     plural,
@@ -45,7 +47,8 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     if sizes[largest] == 1:
         majority = next(g for g in f.op_groups if len(g.ranks) == largest)
         minority = [g for g in f.op_groups if g is not majority]
-        left = left_in_subgroup(f, majority, minority)
+        called = any(group_call(f, g, majority) for g in minority)
+        left = None if called else left_in_subgroup(f, majority, minority)
         if left is not None:
             return left
         suspects, confidence, summary, extra = _against_majority(f, majority, minority)
@@ -61,7 +64,7 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     if f.gpu:
         summary += say("cpu_not_where_stuck", groups=describe_all(f.gpu_groups))
     recorder = () if f.on_gloo else (step("recorder_mismatch_seq"),)
-    fix = guard_fix(f, suspects) or uneven
+    fix = library_fix(f, suspects) or guard_fix(f, suspects) or uneven
     return Ruling(
         kind="mismatched_collectives",
         suspects=suspects,
@@ -93,6 +96,29 @@ def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
     return None
 
 
+def library_fix(f: Facts, suspects: list[int], *, any_wait: bool = False) -> Step | None:
+    """The fix when the suspects' collective is a library call: make it on every rank, keep the
+    rank's own work (the file write) under the condition. ``any_wait``: the suspects may wait for
+    the GPU inside the call (NCCL), not only in a collective."""
+    for group in f.groups if any_wait else f.op_groups:
+        call = f.calls.get(group.ranks[0]) if group.ranks and group.ranks[0] in suspects else None
+        if call is None:
+            continue
+        found = group_guard(f, group)
+        under = ""
+        if found is not None:
+            guard, site = found
+            under = f" under `{guard.condition}` at {os.path.basename(site.file)}:{guard.line}"
+        return step(
+            "fix_library_call",
+            call=call.name,
+            site=f"{os.path.basename(call.site.file)}:{call.site.line}",
+            who=ranks_phrase(group.ranks),
+            under=under,
+        )
+    return None
+
+
 def loop_fix(f: Facts, minority: list[Group], majority: Group) -> Step | None:
     """The fix when a loop splits the ranks, read on the first minority group it splits."""
     return next((loop_step(left) for g in minority if (left := group_loop(f, g, majority)) is not None), None)
@@ -120,6 +146,10 @@ def _against_majority(
     their stack leaves the majority's; partings that tell nothing new go to the evidence."""
     suspects = sorted(r for g in minority for r in g.ranks)
     conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
+    called = [(g, p) for g in minority if (p := library_phrase(f, g, majority))]
+    if called:  # the call names the cause; the condition above it says who made it alone
+        guards = [q for g, _ in called if (q := _call_guard(f, g))]
+        return suspects, "high", "; ".join([*(p for _, p in called), *guards]), []
     partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
     # a rank condition above the suspects' own collective already tells why they are elsewhere
     guarded = any(guard_phrase(f, g) for g in minority)
@@ -140,6 +170,16 @@ def _against_majority(
     # guarded: the condition is the story, and a parting's guess (a skipped batch) would contradict it
     extra = [] if guarded else [text for text, telling in partings if not telling]
     return suspects, "high", summary, extra
+
+
+def _call_guard(f: Facts, group: Group) -> str | None:
+    """The condition above a group's library call, naming the call (not the collective inside it)."""
+    found = group_guard(f, group)
+    call = f.calls.get(group.ranks[0]) if group.ranks else None
+    if found is None or call is None:
+        return None
+    guard, site = found
+    return guard.phrase(os.path.basename(site.file), call.name, site.line)
 
 
 def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
@@ -264,4 +304,4 @@ def _subgroup_ruling(
     return Ruling("mismatched_collectives", suspects, confidence, summary, evidence, steps)
 
 
-__all__ = ["guard_fix", "left_in_subgroup", "loop_fix", "loop_step", "rule_mismatched"]
+__all__ = ["guard_fix", "left_in_subgroup", "library_fix", "loop_fix", "loop_step", "rule_mismatched"]

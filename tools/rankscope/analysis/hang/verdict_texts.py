@@ -208,6 +208,12 @@ STEPS: Mapping[str, StepText] = MappingProxyType(
             None,
             "mismatched-collectives",
         ),
+        "fix_library_call": _step(
+            "Fix: call {call} ({site}) on every rank of its group, not only on {who}{under}: it is a collective; "
+            "keep only the rank's own work (the file write) on {who}.",
+            None,
+            "mismatched-collectives",
+        ),
         "fix_data_guard": _step(
             "Fix: make every rank take the same branch at {guard_at} (all_reduce the flag first), or call the {op} at "
             "{site} outside it.",
@@ -389,6 +395,10 @@ SAY: Mapping[str, str] = MappingProxyType(
         # mismatched collectives, a subgroup left waiting
         "mismatched": "{minority} while {majority}: {who} {are} in a different collective than the others (a "
         "collective skipped, added or reordered on those ranks)",
+        "library_call": "{who} alone called {call} ({site}: `{line}`), a collective every rank of its group must "
+        "call: {how}, while {others}",
+        "cpu_not_where_stuck_call": " (on NCCL the call's collective is enqueued and the CPU stops at the next GPU "
+        "wait: the others are not stuck where their CPU is)",
         "mismatched_because": "{minority} while {majority}: {who} {are} in a different collective than the others",
         "even_split_ruled": "{described}: the ranks split evenly, but {phrase}: {who} {run} a collective under a "
         "rank condition that the others never call (call it on every rank, or guard only the work that is not a "

@@ -121,6 +121,9 @@ COLLECTIVE_CALL = re.compile(
 )
 """A collective called on a source line (``dist.all_gather_object(states, mine)``)."""
 
+_SETUP = frozenset({"new_group", "new_subgroups", "init_process_group", "destroy_process_group"})
+"""c10d calls that set groups up: not the collective a library call waits in."""
+
 _COLLECTIVE_FILES = ("torch/distributed/distributed_c10d.py", "torch/distributed/_functional_collectives.py")
 
 
@@ -170,19 +173,14 @@ def _is_collective_api(frame: Frame) -> bool:
 
 
 def _collective_below(frames: list[Frame]) -> str | None:
-    """The collective a c10d or functional frame below the call names (innermost first)."""
+    """The collective the outermost c10d or functional frame below the call names (the API the
+    library called: ``gather_object``, not the ``all_gather`` it issues inside)."""
+    found: str | None = None
     for frame in frames:
-        if frame.native:
-            continue
-        op = classify_python_frame(frame.function, frame.file).op
-        if op is not None and op not in (
-            "new_group",
-            "new_subgroups",
-            "init_process_group",
-            "destroy_process_group",
-        ):
-            return op
-    return None
+        op = None if frame.native else classify_python_frame(frame.function, frame.file).op
+        if op is not None and op not in _SETUP:
+            found = op
+    return found
 
 
 def _collective_in_source(frames: list[Frame], source: Mapping[tuple[str, int], str]) -> str | None:

@@ -41,7 +41,16 @@ def facts(
     """The facts of one capture, with the evidence every verdict carries. Built here, not in
     verdict_facts, so that the facts, the phrases and the evidence import in one direction."""
     f = sort_ranks(
-        job, annotated, groups, errors, missing, exited, backend=backend, flight=flight, source=source, ras=ras
+        job,
+        annotated,
+        groups,
+        errors,
+        missing,
+        exited,
+        backend=backend,
+        flight=flight,
+        source=source,
+        ras=ras,
     )
     f.evidence = evidence(f)
     return f

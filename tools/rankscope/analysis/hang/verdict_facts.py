@@ -121,7 +121,9 @@ def sort_ranks(
     f.calls = {
         s.rank: call
         for s in f.live
-        if s.rank is not None and (t := main_thread(s)) is not None and (call := library_call(t.frames, f.source))
+        if s.rank is not None
+        and (t := main_thread(s)) is not None
+        and (call := library_call(t.frames, f.source))
     }
     f.waits = _p2p_waits(f.live)
     f.counters = counter_split(f.live)

@@ -179,7 +179,7 @@ def _call_guard(f: Facts, group: Group) -> str | None:
     if found is None or call is None:
         return None
     guard, site = found
-    return guard.phrase(os.path.basename(site.file), call.name, site.line)
+    return guard.phrase(os.path.basename(site.file), "call", site.line)
 
 
 def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:

@@ -10,6 +10,8 @@ state is.
 
 from __future__ import annotations
 
+import os
+
 from rankscope.analysis.hang.frames import main_thread, short_site
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
 from rankscope.analysis.hang.verdict_mismatch import guard_fix, library_fix, loop_fix
@@ -93,11 +95,18 @@ def rule_nccl_library_call(f: Facts) -> Ruling | None:
         r
         for r, mark in marks.items()
         if not any(
-            (fr.function, fr.file) == mark for o, t in frames.items() if o not in f.calls and t for fr in t.frames
+            (fr.function, fr.file) == mark
+            for o, t in frames.items()
+            if o not in f.calls and t
+            for fr in t.frames
         )
     )
     others = [g for g in f.groups if g.state is None and not set(g.ranks) & set(alone)]
-    if not alone or len(alone) * 2 >= len(f.live) or sum(len(g.ranks) for g in others) + len(alone) != len(f.live):
+    if (
+        not alone
+        or len(alone) * 2 >= len(f.live)
+        or sum(len(g.ranks) for g in others) + len(alone) != len(f.live)
+    ):
         return None
     call = f.calls[alone[0]]
     if any(f.calls[r].name != call.name for r in alone):
@@ -107,7 +116,7 @@ def rule_nccl_library_call(f: Facts) -> Ruling | None:
     summary = call_phrase(f, alone, call, describe_all(others))
     if alone[0] in f.guards:
         guard, site = f.guards[alone[0]]
-        summary += f"; {guard.phrase(site.file.rsplit('/', 1)[-1], call.name, site.line)}"
+        summary += f"; {guard.phrase(os.path.basename(site.file), 'call', site.line)}"
     return Ruling(
         kind="mismatched_collectives",
         suspects=alone,

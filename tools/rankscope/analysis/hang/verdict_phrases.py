@@ -189,7 +189,7 @@ def library_phrase(f: Facts, group: Group, others: Group) -> str | None:
     call = group_call(f, group, others)
     if call is None:
         return None
-    went = f"went on to {others.op or 'another call'} at {short_site(others.call_site)}"
+    went = f"{ranks_phrase(others.ranks)} went on to {others.op or 'another call'} at {short_site(others.call_site)}"
     return call_phrase(f, group.ranks, call, went)
 
 

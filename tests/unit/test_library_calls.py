@@ -1,0 +1,274 @@
+"""A lone rank inside a library call that is itself a collective: named with the call, its line,
+the guard above it and the fix.
+
+Gloo captures are real (tests/programs/hang_libcall.py, 4 ranks, rank 0 calls alone); the NCCL
+shapes are built from torch 2.13's source: on NCCL the call's collective is enqueued and the
+CPU stops at the next GPU wait inside the call (``.item()`` in ZeRO's ``_broadcast_object``), or in
+the enqueue of a collective the call makes, while the others went on and wait for the GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rankscope.analysis.hang.counters import on_subgroup
+from rankscope.analysis.hang.library_calls import library_call
+from rankscope.analysis.hang.stacks import analyze
+from rankscope.models.core import CallSite, Frame, Job, LocalVar, RankStack, ThreadStack
+from tests.unit.test_verdict_golden import _load
+
+SITE = "/venv/lib/python3.11/site-packages/"
+TORCH = f"{SITE}torch/"
+JOB = "/job/train.py"
+PG = "<torch._C._distributed_c10d.ProcessGroup at 0x7f0>"
+
+
+def f(function: str, file: str, line: int, **locals_: str) -> Frame:
+    """A Python frame; ``locals_`` become its locals (name -> repr)."""
+    held = [LocalVar(name=k, repr=v) for k, v in locals_.items()] or None
+    return Frame(function=function, file=file, line=line, locals=held)
+
+
+def torch_(function: str, path: str, line: int) -> Frame:
+    return f(function, f"{TORCH}{path}", line)
+
+
+def main(line: int) -> Frame:
+    return f("main", JOB, line)
+
+
+# -- the real gloo captures ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "inside"),
+    [
+        ("libcall_zero", "ZeroRedundancyOptimizer.consolidate_state_dict", "broadcast"),
+        ("libcall_fsdp2", "get_model_state_dict", "wait_tensor"),
+        ("libcall_dcp", "torch.distributed.checkpoint.save", "gather_object"),
+    ],
+)
+def test_a_library_call_made_on_rank_0_alone_is_named_with_its_guard_and_fix(
+    case: str, call: str, inside: str
+) -> None:
+    """Rank 0 checkpoints alone under `if rank == 0 and step == 2:`; ranks 1-3 went on to the next
+    step's all_reduce. The call is named, with the job's line and the guard, never a subgroup."""
+    job, stacks, source = _load(case, "as saved")
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [0] and v.confidence == "high", v
+    assert v.summary.startswith(f"rank 0 alone called {call} (hang_libcall.py:"), v.summary
+    assert f"it waits in {inside} inside it, while ranks 1-3 went on to all_reduce" in v.summary
+    assert "`if rank == 0 and step == 2:` guards the call" in v.summary and "subgroup" not in v.summary
+    assert v.next_steps[0].action.startswith(f"Fix: call {call} (hang_libcall.py:")
+    assert "keep only the rank's own work (the file write) on rank 0" in v.next_steps[0].action
+
+
+def test_a_process_group_a_library_passes_is_not_a_subgroup() -> None:
+    """ZeRO passes its process_group (dist.group.WORLD unless told otherwise): that says nothing; a
+    ProcessGroup the job's own line passes is a subgroup; group=None is the default group."""
+    wrapper = f(
+        "_exception_logger.<locals>.wrapper",
+        f"{TORCH}distributed/c10d_logger.py",
+        83,
+        args="(<Tensor at 0x1>)",
+        kwargs=f'{{"src": 1, "group": {PG}, "async_op": False}}',
+    )
+    c10d = torch_("broadcast", "distributed/distributed_c10d.py", 3151)
+    zero = torch_("_broadcast_object", "distributed/optim/zero_redundancy_optimizer.py", 111)
+    assert on_subgroup([c10d, wrapper, zero, main(40)]) is None
+    assert on_subgroup([c10d, wrapper, main(40)]) is True
+    none = wrapper.model_copy(update={"locals": [LocalVar(name="kwargs", repr='{"group": None}')]})
+    assert on_subgroup([c10d, none, zero, main(40)]) is False
+
+
+# -- the call, read from the stack -----------------------------------------------------------------
+
+
+C10D = "distributed/distributed_c10d.py"
+CASES: dict[str, tuple[list[Frame], str]] = {
+    # clip_grad_norm_ over DTensor parameters: the norm's all_reduce under _no_grad's wrapper
+    "clip_grad_norm_": (
+        [
+            torch_("wait_tensor", "distributed/_functional_collectives.py", 150),
+            torch_("redistribute_local_tensor", "distributed/tensor/_redistribute.py", 900),
+            torch_("_get_total_norm", "nn/utils/clip_grad.py", 110),
+            torch_("clip_grad_norm_", "nn/utils/clip_grad.py", 226),
+            torch_("_no_grad.<locals>._no_grad_wrapper", "nn/utils/clip_grad.py", 41),
+        ],
+        "clip_grad_norm_",
+    ),
+    # SyncBatchNorm's forward gathers the statistics; model(x) runs nn.Module's dispatch first
+    "sync_batch_norm": (
+        [
+            torch_("all_gather_into_tensor", C10D, 4000),
+            torch_("SyncBatchNorm.forward", "nn/modules/_functions.py", 60),
+            torch_("Function.apply", "autograd/function.py", 581),
+            torch_("SyncBatchNorm.forward", "nn/modules/batchnorm.py", 858),
+            torch_("Module._call_impl", "nn/modules/module.py", 1784),
+            torch_("Module._wrapped_call_impl", "nn/modules/module.py", 1773),
+        ],
+        "SyncBatchNorm.forward",
+    ),
+    # DDP's construction verifies the parameters' shapes across ranks, in C++ below Python
+    "ddp_init": (
+        [
+            torch_("_verify_param_shape_across_processes", "distributed/utils.py", 300),
+            torch_("DistributedDataParallel.__init__", "nn/parallel/distributed.py", 1064),
+        ],
+        "DistributedDataParallel(...) (its construction)",
+    ),
+    # FSDP1's summon_full_params: contextlib's __enter__ on both sides of it
+    "summon_full_params": (
+        [
+            torch_("all_gather_into_tensor", C10D, 4000),
+            torch_("_unshard", "distributed/fsdp/_runtime_utils.py", 300),
+            torch_("_unshard_params", "distributed/fsdp/_unshard_param_utils.py", 200),
+            f("_GeneratorContextManager.__enter__", "/usr/lib/python3.11/contextlib.py", 137),
+            torch_(
+                "FullyShardedDataParallel.summon_full_params", "distributed/fsdp/fully_sharded_data_parallel.py", 930
+            ),
+            f("_GeneratorContextManager.__enter__", "/usr/lib/python3.11/contextlib.py", 137),
+        ],
+        "FullyShardedDataParallel.summon_full_params",
+    ),
+    # DDP's join: the context's exit all-reduces until every rank joined
+    "join": (
+        [
+            torch_("all_reduce", C10D, 3252),
+            torch_("_exception_logger.<locals>.wrapper", "distributed/c10d_logger.py", 83),
+            torch_("Join.__exit__", "distributed/algorithms/join.py", 286),
+        ],
+        "Join (DDP's join)",
+    ),
+    # DTensor.full_tensor: redistribute to Replicate, a functional all_gather
+    "full_tensor": (
+        [
+            torch_("AsyncCollectiveTensor.wait", "distributed/_functional_collectives.py", 1122),
+            torch_("DTensor.full_tensor", "distributed/tensor/_api.py", 770),
+        ],
+        "DTensor.full_tensor",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_outermost_library_function_names_the_call(case: str) -> None:
+    frames, name = CASES[case]
+    call = library_call([*frames, main(30)])
+    assert call is not None and call.name == name, call
+    assert call.site.line == 30
+
+
+def test_a_collective_the_job_calls_itself_is_no_library_call() -> None:
+    frames = [
+        torch_("all_gather_object", C10D, 3100),
+        torch_("_exception_logger.<locals>.wrapper", "distributed/c10d_logger.py", 83),
+        main(12),
+    ]
+    assert library_call(frames) is None
+    assert library_call([torch_("Tensor.item", "_tensor.py", 1), main(12)]) is None  # no collective in sight
+
+
+def test_an_unlisted_library_is_decided_from_its_source() -> None:
+    """An installed package nobody listed, its CPU at a GPU wait (NCCL): the collective called on the
+    lines read above its frame decides; without that source, nothing says it is one."""
+    metrics = f"{SITE}evalkit/metrics.py"
+    frames = [f("Accuracy._sync", metrics, 22), f("Accuracy.compute", metrics, 26), main(50)]
+    source = {(metrics, 21): "        dist.all_gather_object(states, (self.correct, self.total))"}
+    call = library_call(frames, source)
+    assert call is not None and call.name == "Accuracy.compute" and "all_gather_object" in call.how
+    assert library_call(frames, {}) is None
+
+
+# -- NCCL shapes ----------------------------------------------------------------------------------
+
+
+def _nccl(rank0: list[Frame], lines: dict[int, str]) -> tuple[Job, list[RankStack], dict[tuple[str, int], str]]:
+    """Rank 0 in ``rank0`` (under save_checkpoint at train.py:41, called from train.py:73 under
+    `if rank == 0 and step == 2:`); ranks 1-3 went on and wait for the GPU at `loss.item()`."""
+    stacks = [
+        RankStack(
+            rank=0,
+            pid=100,
+            host="h",
+            state="sleeping",
+            threads=[
+                ThreadStack(
+                    thread_id=1,
+                    is_main=True,
+                    frames=[*rank0, f("save_checkpoint", JOB, 41), main(73)],
+                )
+            ],
+        )
+    ] + [
+        RankStack(
+            rank=r,
+            pid=100 + r,
+            host="h",
+            state="sleeping",
+            threads=[ThreadStack(thread_id=1, is_main=True, frames=[main(70)])],
+        )
+        for r in (1, 2, 3)
+    ]
+    job = Job(job_id="j", world_size=4, backend="nccl")
+    source = {(JOB, n): text for n, text in lines.items()}
+    return job, stacks, source
+
+
+LINES = {
+    40: "def save_checkpoint(model, optim):",
+    41: "    optim.consolidate_state_dict(to=0)",
+    66: "    for step in range(steps):",
+    70: "        total += loss.item()",
+    72: "        if rank == 0 and step == 2:",
+    73: "            save_checkpoint(model, optim)",
+}
+
+
+def test_nccl_zero_consolidate_waits_for_the_gpu_inside_the_call() -> None:
+    """ZeRO's _broadcast_object reads the length it received (`int(length_tensor.item())`): on
+    NCCL rank 0's CPU stops there, in no c10d frame; the table says the call is a collective."""
+    rank0 = [
+        torch_("_broadcast_object", "distributed/optim/zero_redundancy_optimizer.py", 112),
+        torch_("ZeroRedundancyOptimizer.consolidate_state_dict", "distributed/optim/zero_redundancy_optimizer.py", 564),
+    ]
+    job, stacks, source = _nccl(rank0, LINES)
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [0] and v.confidence == "high", v
+    assert v.summary.startswith(
+        "rank 0 alone called ZeroRedundancyOptimizer.consolidate_state_dict (train.py:41: "
+        "`optim.consolidate_state_dict(to=0)`), a collective every rank of its group must call: its CPU waits "
+        "inside it, at torch/distributed/optim/zero_redundancy_optimizer.py:112"
+    ), v.summary
+    assert "`if rank == 0 and step == 2:` guards the call at train.py:73" in v.summary
+    assert v.next_steps[0].action.startswith("Fix: call ZeroRedundancyOptimizer.consolidate_state_dict")
+
+
+def test_nccl_metrics_compute_sits_in_the_collectives_enqueue() -> None:
+    """An installed metrics package's compute() in all_gather_object: the CPU is in the enqueue."""
+    metrics = f"{SITE}evalkit/metrics.py"
+    rank0 = [
+        torch_("all_gather_object", C10D, 3100),
+        torch_("_exception_logger.<locals>.wrapper", "distributed/c10d_logger.py", 83),
+        f("Accuracy._sync", metrics, 21),
+        f("Accuracy.compute", metrics, 26),
+    ]
+    lines = {**LINES, 41: "    metric.compute()"}
+    job, stacks, source = _nccl(rank0, lines)
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.suspect_ranks == [0] and v.confidence == "high", v
+    assert v.summary.startswith("rank 0 alone called Accuracy.compute (train.py:41: `metric.compute()`)"), v
+    assert "it waits in all_gather_object inside it" in v.summary
+
+
+def test_nccl_without_a_guard_is_medium() -> None:
+    rank0 = [torch_("DTensor.full_tensor", "distributed/tensor/_api.py", 770)]
+    lines = {k: v for k, v in LINES.items() if k != 72}
+    job, stacks, source = _nccl(rank0, lines)
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.suspect_ranks == [0] and v.confidence == "medium" and "DTensor.full_tensor" in v.summary, v
+
+
+def test_call_site_is_the_jobs_frame() -> None:
+    call = library_call([torch_("DTensor.full_tensor", "distributed/tensor/_api.py", 770), main(9)])
+    assert call is not None and call.site == CallSite(file=JOB, line=9, function="main")

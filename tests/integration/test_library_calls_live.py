@@ -41,6 +41,23 @@ def _install_trainlib(tmp_path: Path) -> Path:
     return site
 
 
+def _verdict_naming_rank_0(pid: int, mode: str) -> dict[str, object]:
+    """``rankscope stacks --json``'s verdict, read until it names rank 0 (ranks may still be on their way)."""
+    box: list[dict[str, object]] = []
+
+    def named() -> bool:
+        code, out, err = run_cli("stacks", "--pid", str(pid), "--json")
+        assert code == 0, err
+        box[:] = [json.loads(out)["verdict"]]
+        return box[0].get("suspect_ranks") == [0]
+
+    try:
+        wait_for(named, 90, f"rank 0 named in {mode}", interval=0.5)
+    except TimeoutError:
+        raise AssertionError(f"{mode}: {box}") from None
+    return box[0]
+
+
 def test_a_library_collective_called_on_rank_0_alone_is_named(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path
 ) -> None:
@@ -49,19 +66,7 @@ def test_a_library_collective_called_on_rank_0_alone_is_named(
     started = {mode: jobs.torchrun("hang_libcall.py", nproc=4, args=["--mode", mode], env=env) for mode in MODES}
     for mode, job in started.items():
         job.wait_ready(timeout=READY_S)
-        box: list[dict[str, object]] = []
-
-        def named(pid: int = job.pid) -> bool:
-            code, out, err = run_cli("stacks", "--pid", str(pid), "--json")
-            assert code == 0, err
-            box[:] = [json.loads(out)["verdict"]]
-            return box[0].get("suspect_ranks") == [0]
-
-        try:
-            wait_for(named, 90, f"rank 0 named in {mode}", interval=0.5)
-        except TimeoutError:
-            raise AssertionError(f"{mode}: {box}") from None
-        v = box[0]
+        v = _verdict_naming_rank_0(job.pid, mode)
         summary = str(v["summary"])
         assert v["kind"] == "mismatched_collectives" and v["confidence"] == "high", (mode, v)
         assert summary.startswith(f"rank 0 alone called {MODES[mode]} (hang_libcall.py:"), (mode, summary)

@@ -125,7 +125,9 @@ CASES: dict[str, tuple[list[Frame], str]] = {
             torch_("_unshard_params", "distributed/fsdp/_unshard_param_utils.py", 200),
             f("_GeneratorContextManager.__enter__", "/usr/lib/python3.11/contextlib.py", 137),
             torch_(
-                "FullyShardedDataParallel.summon_full_params", "distributed/fsdp/fully_sharded_data_parallel.py", 930
+                "FullyShardedDataParallel.summon_full_params",
+                "distributed/fsdp/fully_sharded_data_parallel.py",
+                930,
             ),
             f("_GeneratorContextManager.__enter__", "/usr/lib/python3.11/contextlib.py", 137),
         ],
@@ -183,7 +185,9 @@ def test_an_unlisted_library_is_decided_from_its_source() -> None:
 # -- NCCL shapes ----------------------------------------------------------------------------------
 
 
-def _nccl(rank0: list[Frame], lines: dict[int, str]) -> tuple[Job, list[RankStack], dict[tuple[str, int], str]]:
+def _nccl(
+    rank0: list[Frame], lines: dict[int, str]
+) -> tuple[Job, list[RankStack], dict[tuple[str, int], str]]:
     """Rank 0 in ``rank0`` (under save_checkpoint at train.py:41, called from train.py:73 under
     `if rank == 0 and step == 2:`); ranks 1-3 went on and wait for the GPU at `loss.item()`."""
     stacks = [
@@ -230,7 +234,11 @@ def test_nccl_zero_consolidate_waits_for_the_gpu_inside_the_call() -> None:
     NCCL rank 0's CPU stops there, in no c10d frame; the table says the call is a collective."""
     rank0 = [
         torch_("_broadcast_object", "distributed/optim/zero_redundancy_optimizer.py", 112),
-        torch_("ZeroRedundancyOptimizer.consolidate_state_dict", "distributed/optim/zero_redundancy_optimizer.py", 564),
+        torch_(
+            "ZeroRedundancyOptimizer.consolidate_state_dict",
+            "distributed/optim/zero_redundancy_optimizer.py",
+            564,
+        ),
     ]
     job, stacks, source = _nccl(rank0, LINES)
     v = analyze(job, stacks, [], source=source).verdict

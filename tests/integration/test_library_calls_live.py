@@ -63,7 +63,9 @@ def test_a_library_collective_called_on_rank_0_alone_is_named(
 ) -> None:
     site = _install_trainlib(tmp_path)
     env = {"PYTHONPATH": f"{site}{os.pathsep}{PROGRAMS}"}
-    started = {mode: jobs.torchrun("hang_libcall.py", nproc=4, args=["--mode", mode], env=env) for mode in MODES}
+    started = {
+        mode: jobs.torchrun("hang_libcall.py", nproc=4, args=["--mode", mode], env=env) for mode in MODES
+    }
     for mode, job in started.items():
         job.wait_ready(timeout=READY_S)
         v = _verdict_naming_rank_0(job.pid, mode)

@@ -146,10 +146,10 @@ def _against_majority(
     their stack leaves the majority's; partings that tell nothing new go to the evidence."""
     suspects = sorted(r for g in minority for r in g.ranks)
     conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
-    called = [(g, p) for g in minority if (p := library_phrase(f, g, majority))]
+    called = [(g, said) for g in minority if (said := library_phrase(f, g, majority))]
     if called:  # the call names the cause; the condition above it says who made it alone
-        guards = [q for g, _ in called if (q := _call_guard(f, g))]
-        return suspects, "high", "; ".join([*(p for _, p in called), *guards]), []
+        guards = [held for g, _ in called if (held := _call_guard(f, g))]
+        return suspects, "high", "; ".join([*(said for _, said in called), *guards]), []
     partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
     # a rank condition above the suspects' own collective already tells why they are elsewhere
     guarded = any(guard_phrase(f, g) for g in minority)

@@ -1,0 +1,69 @@
+"""What a suspect's DataLoader worker waits on, in words: the pure half of following a rank into its
+children (the shell dumps them and reads /proc; tests/integration/test_workers_live.py runs it)."""
+
+from __future__ import annotations
+
+from rankscope.analysis.hang.workers import (
+    KernelWait,
+    kernel_phrase,
+    waits_on_children,
+    worker_busy,
+    worker_line,
+)
+from rankscope.models.core import Frame
+
+TORCH = "/venv/lib/python3.11/site-packages/torch/"
+STDLIB = "/usr/lib/python3.11/"
+DATA = "/job/data.py"
+
+WORKER = [
+    Frame(function="ShardDataset.__getitem__", file=DATA, line=29),
+    Frame(function="_MapDatasetFetcher.fetch", file=f"{TORCH}utils/data/_utils/fetch.py", line=54),
+    Frame(function="_worker_loop", file=f"{TORCH}utils/data/_utils/worker.py", line=374),
+]
+IDLE = [
+    Frame(function="Connection._poll", file=f"{STDLIB}multiprocessing/connection.py", line=440),
+    Frame(function="Queue.get", file=f"{STDLIB}multiprocessing/queues.py", line=113),
+    Frame(function="_worker_loop", file=f"{TORCH}utils/data/_utils/worker.py", line=330),
+]
+RANK = [
+    Frame(function="Connection._poll", file=f"{STDLIB}multiprocessing/connection.py", line=440),
+    Frame(function="_BaseDataLoaderIter.__next__", file=f"{TORCH}utils/data/dataloader.py", line=725),
+    Frame(function="main", file="/job/train.py", line=42),
+]
+
+
+def test_a_rank_in_its_dataloader_waits_on_its_children_and_a_worker_on_data_is_busy() -> None:
+    assert waits_on_children(RANK) and not waits_on_children(RANK[2:])
+    assert worker_busy(WORKER) and not worker_busy(IDLE) and not worker_busy([])
+
+
+def test_the_workers_line_and_what_it_waits_on() -> None:
+    fifo = KernelWait(
+        wchan="wait_for_partner", syscall="openat", path="/data/shard2", kind="fifo", fstype="ext4"
+    )
+    line = worker_line(2, 311, WORKER, fifo, {(DATA, 29): '        with open(self.path, "rb") as f:'})
+    assert line == (
+        "rank 2's DataLoader worker (pid 311) waits at data.py:29 in ShardDataset.__getitem__ "
+        '(`with open(self.path, "rb") as f:`), in the kernel at wait_for_partner (openat /data/shard2, a FIFO '
+        "(named pipe) that no process has opened from the other end: the open blocks until one does)"
+    )
+
+
+def test_kernel_waits_in_words() -> None:
+    pipe = KernelWait(wchan="pipe_read", syscall="read", path="pipe:[123]", kind="pipe")
+    assert (
+        kernel_phrase(pipe) == "in the kernel at pipe_read (read pipe:[123], a pipe: no process writes to it)"
+    )
+    nfs = KernelWait(
+        wchan="rpc_wait_bit_killable", syscall="read", path="/mnt/d/x.bin", kind="file", fstype="nfs4"
+    )
+    assert "/mnt/d/x.bin on nfs4: a network file system that does not answer" in kernel_phrase(nfs)
+    lock = KernelWait(wchan="futex_do_wait", syscall="futex")
+    assert (
+        kernel_phrase(lock)
+        == "in the kernel at futex_do_wait (a lock or condition (futex) another thread or process holds)"
+    )
+    sock = KernelWait(wchan="sk_wait_data", syscall="recvfrom", path="socket:[9]", kind="socket")
+    assert kernel_phrase(sock) == "in the kernel at sk_wait_data (recvfrom socket:[9], a socket)"
+    assert kernel_phrase(KernelWait()) == "in the kernel"

@@ -1,0 +1,71 @@
+"""Follow a suspect rank into the children it waits on: its DataLoader workers, dumped in the same call.
+
+A rank named for being "blocked in _BaseDataLoaderIter.__next__" is waiting on a worker; the
+worker is where the hang is (a shard that is a FIFO with no writer, a dead NFS mount, a lock).
+Discovery already knows each rank's children: each suspect whose main thread waits on them has
+its children dumped (py-spy, a bounded number, each within the capture's timeout) and their
+kernel waits read (``runtime/kernel_wait.py``); the workers that are on data, not waiting for
+work, become the verdict's evidence, and the first of them ends its summary.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+from rankscope.analysis.hang.frames import main_thread
+from rankscope.analysis.hang.workers import MAX_WORKERS, waits_on_children, worker_busy, worker_line
+from rankscope.errors import DumpFailed
+from rankscope.models.core import Frame, StacksReport
+from rankscope.options import DumpOptions
+from rankscope.runtime import pyspy
+from rankscope.runtime.kernel_wait import kernel_wait
+
+
+def _worker_frames(pid: int, exe: str, options: DumpOptions) -> list[Frame] | None:
+    """The main thread of one child, or None when py-spy cannot read it (not Python, gone)."""
+    try:
+        threads = pyspy.dump(pid, DumpOptions(timeout=options.timeout), exe)
+    except DumpFailed:
+        return None
+    return next((t.frames for t in threads if t.is_main), threads[0].frames if threads else None)
+
+
+def _source(frames: list[Frame]) -> dict[tuple[str, int], str]:
+    """The line each Python frame of a worker is on, read from the files here."""
+    out: dict[tuple[str, int], str] = {}
+    for f in frames:
+        if not f.native and f.line:
+            text = linecache.getline(f.file, f.line)
+            if text:
+                out[(f.file, f.line)] = text.rstrip("\r\n")
+    return out
+
+
+def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[str]:
+    """One line per busy child of each suspect that waits on its children: where it waits, and on what."""
+    children = {r.rank: r.children for r in report.job.ranks if r.rank is not None}
+    stacks = {s.rank: s for s in report.stacks if s.rank is not None}
+    lines: list[str] = []
+    for rank in report.verdict.suspect_ranks:
+        stack = stacks.get(rank)
+        thread = main_thread(stack) if stack is not None else None
+        if thread is None or not children.get(rank) or not waits_on_children(thread.frames):
+            continue
+        for pid in children[rank][:MAX_WORKERS]:
+            frames = _worker_frames(pid, exe, options)
+            if frames and worker_busy(frames):
+                lines.append(worker_line(rank, pid, frames, kernel_wait(pid), _source(frames)))
+    return lines
+
+
+def follow_workers(report: StacksReport, exe: str, options: DumpOptions) -> StacksReport:
+    """The report with its suspects' busy DataLoader workers as evidence, the first one in the summary."""
+    lines = worker_lines(report, exe, options)
+    if not lines:
+        return report
+    v = report.verdict
+    verdict = v.model_copy(update={"summary": f"{v.summary}; {lines[0]}", "evidence": [*lines, *v.evidence]})
+    return report.model_copy(update={"verdict": verdict})
+
+
+__all__ = ["follow_workers", "worker_lines"]

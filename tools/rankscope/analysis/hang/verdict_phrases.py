@@ -126,6 +126,23 @@ def loop_phrase(f: Facts, suspects: Group, majority: Group, left: LoopLeft) -> s
             "still_in_the_loop", be=("is" if one else "are"), have=("have" if many else "has"), **fields
         )
     found = left.exit
+    if left.same_body and found is not None and found.guard is not None:
+        return say(
+            "skipped_in_body",
+            who=who,
+            be="is" if one else "are",
+            they=they,
+            loop_at=left.loop.at,
+            header=left.loop.header,
+            count=loop_count(f, majority.ranks, left.loop),
+            why=say(
+                "left_by_exit",
+                cond=found.guard.condition,
+                guard_at=found.guard_at,
+                statement=found.statement,
+                exit_at=found.at,
+            ),
+        )
     why = say("left_uneven")
     if found is not None and found.guard is not None:
         why = say(

@@ -420,6 +420,8 @@ SAY: Mapping[str, str] = MappingProxyType(
         "parting": "{who} {leaves} {they} in {where}: at line {line}, they at line {their_line}",
         "left_the_loop": "{who} {has} left the loop at {loop_at} `{header}` that {they} {are} still in{count}, so "
         "it {ran_out_early}: {why}",
+        "skipped_in_body": "{who} {be} at a later collective of the same body of the loop at {loop_at} `{header}` "
+        "than {they}{count}: {who} issued fewer collectives earlier in that body; {why}",
         "left_uneven": "fewer batches than the others (uneven inputs), or a `continue`, `break` or `return` only it "
         "took",
         "left_by_exit": "`{cond}` ({guard_at}) sends some ranks to the `{statement}` at {exit_at}",

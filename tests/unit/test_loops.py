@@ -305,3 +305,17 @@ def test_a_skip_inside_the_same_loop_body_is_named() -> None:
     assert v.next_steps[0].action.startswith(
         "Fix: all_reduce the flag first, so every rank takes the `continue`"
     )
+
+
+def test_a_skip_inside_the_same_loop_body_on_a_real_capture() -> None:
+    """tests/programs/hang_skip_body.py on 4 gloo ranks: rank 1 took the `continue` at step 5."""
+    job, stacks, raw = load_capture("skip_in_body")
+    source = {(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1])): t for k, t in raw["sources"].items()}
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.suspect_ranks == [1] and v.confidence == "high", v
+    assert "rank 1 issued fewer collectives earlier in that body; `torch.isnan(x).any()`" in v.summary, (
+        v.summary
+    )
+    assert v.next_steps[0].action.startswith(
+        "Fix: all_reduce the flag first, so every rank takes the `continue`"
+    )

@@ -84,6 +84,7 @@ CASES: dict[str, tuple[str, str, int, list[str], bool, bool]] = {
     "libcall_zero": ("torchrun", "hang_libcall.py", 4, ["--mode", "zero"], False, False),
     "libcall_fsdp2": ("torchrun", "hang_libcall.py", 4, ["--mode", "fsdp2"], False, False),
     "libcall_dcp": ("torchrun", "hang_libcall.py", 4, ["--mode", "dcp"], False, False),
+    "skip_in_body": ("torchrun", "hang_skip_body.py", 4, ["--odd", "1"], False, False),
     "spawn_mismatch": ("python", "hang_spawn.py", 2, ["--nproc", "2", "--odd", "1"], False, True),
     "env_partial_world": ("python", "hang_envlaunch.py", 2, ["--world", "3", "--started", "2"], False, False),
 }

@@ -91,8 +91,9 @@ CASES: dict[str, tuple[list[Frame], str]] = {
         [
             torch_("wait_tensor", "distributed/_functional_collectives.py", 150),
             torch_("redistribute_local_tensor", "distributed/tensor/_redistribute.py", 900),
-            torch_("_get_total_norm", "nn/utils/clip_grad.py", 110),
-            torch_("clip_grad_norm_", "nn/utils/clip_grad.py", 226),
+            torch_("_get_total_norm", "nn/utils/clip_grad.py", 90),
+            torch_("_no_grad.<locals>._no_grad_wrapper", "nn/utils/clip_grad.py", 41),
+            torch_("clip_grad_norm_", "nn/utils/clip_grad.py", 230),
             torch_("_no_grad.<locals>._no_grad_wrapper", "nn/utils/clip_grad.py", 41),
         ],
         "clip_grad_norm_",
@@ -138,9 +139,22 @@ CASES: dict[str, tuple[list[Frame], str]] = {
         [
             torch_("all_reduce", C10D, 3252),
             torch_("_exception_logger.<locals>.wrapper", "distributed/c10d_logger.py", 83),
-            torch_("Join.__exit__", "distributed/algorithms/join.py", 286),
+            torch_("Join._get_num_nonjoined_procs", "distributed/algorithms/join.py", 286),
+            torch_("Join.__exit__", "distributed/algorithms/join.py", 270),
         ],
         "Join (DDP's join)",
+    ),
+    # FSDP1's state_dict(): nn.Module's state_dict runs FSDP's hooks, which unshard (all-gather);
+    # on NCCL the CPU stops at a GPU wait below them: the FSDP frame says it is a collective
+    "fsdp_state_dict": (
+        [
+            torch_("FlatParamHandle.unshard", "distributed/fsdp/_flat_param.py", 1400),
+            torch_("_unshard", "distributed/fsdp/_runtime_utils.py", 300),
+            torch_("_full_pre_state_dict_hook", "distributed/fsdp/_state_dict_utils.py", 290),
+            torch_("_pre_state_dict_hook", "distributed/fsdp/_state_dict_utils.py", 780),
+            torch_("Module.state_dict", "nn/modules/module.py", 2200),
+        ],
+        "Module.state_dict",
     ),
     # DTensor.full_tensor: redistribute to Replicate, a functional all_gather
     "full_tensor": (
@@ -280,3 +294,18 @@ def test_nccl_without_a_guard_is_medium() -> None:
 def test_call_site_is_the_jobs_frame() -> None:
     call = library_call([torch_("DTensor.full_tensor", "distributed/tensor/_api.py", 770), main(9)])
     assert call is not None and call.site == CallSite(file=JOB, line=9, function="main")
+
+
+def test_two_ranks_split_evenly_by_a_library_call_under_a_rank_condition() -> None:
+    """Two ranks: rank 0 in ZeRO's consolidate_state_dict under `if rank == 0:`, rank 1 in the next
+    all_reduce. An even split, decided by the condition above the call, with the call named."""
+    job, stacks, source = _load("libcall_zero", "as saved")
+    two = [s.model_copy(update={"rank": s.rank}) for s in stacks if s.rank in (0, 1)]
+    v = analyze(
+        job.model_copy(update={"world_size": 2, "ranks": job.ranks[:2]}), two, [], source=source
+    ).verdict
+    assert v.suspect_ranks == [0] and v.confidence == "high", v
+    assert v.summary.startswith("rank 0 alone called ZeroRedundancyOptimizer.consolidate_state_dict"), (
+        v.summary
+    )
+    assert v.next_steps[0].action.startswith("Fix: call ZeroRedundancyOptimizer.consolidate_state_dict")

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rankscope.analysis.hang.collectives import C10D_OPS, classify_python_frame, short_name
+from rankscope.analysis.hang.collectives import C10D_OPS, FrameKind, classify_python_frame, short_name
 from rankscope.analysis.hang.conditions import LOOK_BACK
 from rankscope.analysis.hang.frames import is_user_frame, lib_where
 from rankscope.models.core import CallSite, Frame
@@ -183,6 +183,15 @@ def _collective_below(frames: list[Frame]) -> str | None:
     return found
 
 
+def _framework_below(frames: list[Frame]) -> str | None:
+    """``FSDP unshard``: a framework's communication frame below the call (FSDP, DTensor, DDP)."""
+    for frame in frames:
+        kind = FrameKind() if frame.native else classify_python_frame(frame.function, frame.file)
+        if kind.framework is not None:
+            return f"{kind.framework} {kind.phase}"
+    return None
+
+
 def _collective_in_source(frames: list[Frame], source: Mapping[tuple[str, int], str]) -> str | None:
     """A collective called on the source lines read just above the library frames' lines."""
     for frame in frames:
@@ -204,8 +213,9 @@ def library_call(
 
     None when the job's own frame calls the collective directly (``dist.barrier()``), when no
     library frame runs below the job's innermost frame, or when nothing says the call is a
-    collective: no collective frame below it, no collective on the source read above its lines,
-    and not one of :data:`KNOWN_CALLS`.
+    collective: no collective frame below it, no framework's communication frame (FSDP's unshard,
+    DTensor's redistribute), no collective on the source read above its lines, and not one of
+    :data:`KNOWN_CALLS`.
     """
     python = [f for f in frames if not f.native]
     user = next((i for i, f in enumerate(python) if is_user_frame(f)), None)
@@ -220,6 +230,8 @@ def library_call(
     name = known_name(call)
     if op is not None:
         how = f"it waits in {op} inside it"
+    elif (inside_fw := _framework_below(below)) is not None:
+        how = f"its CPU waits inside it, in {inside_fw}"
     elif (read := _collective_in_source(below, source or {})) is not None:
         how = f"it calls a collective: {read}"
     elif name is not None:

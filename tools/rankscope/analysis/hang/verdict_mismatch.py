@@ -192,6 +192,10 @@ def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
     ]
     if len(ruled) == 1:
         group, phrase = ruled[0]
+        others = next((g for g in f.op_groups if g is not group), None)
+        called = library_phrase(f, group, others) if others is not None and len(f.op_groups) == 2 else None
+        if called is not None:  # a library collective under a rank condition: who made it alone is sure
+            return list(group.ranks), "high", f"{called}; {_call_guard(f, group) or phrase}"
         return (
             list(group.ranks),
             "medium",

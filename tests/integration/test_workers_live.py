@@ -18,7 +18,7 @@ import pytest
 from rankscope.runtime.kernel_wait import kernel_wait
 from rankscope.runtime.proctree import reap_tree
 from tests.integration.test_stacks_live import READY_S, settle
-from tests.jobs import JobFactory, wait_for
+from tests.jobs import PROGRAMS, JobFactory, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,7 @@ def test_a_rank_waiting_on_its_dataloader_is_named_with_its_workers_wait(
         (shards / f"shard{r}").write_bytes(b"abcd")
     os.mkfifo(shards / "shard2")
     job = jobs.torchrun("hang_loader_fifo.py", nproc=4, args=["--shards", str(shards), "--odd", "2"])
+    fed = jobs.torchrun("hang_loader_fifo.py", nproc=4, args=["--shards", str(shards), "--feeder", "thread"])
     job.wait_ready(["rank0", "rank1", "rank3"], timeout=READY_S)
     report = settle(
         job.pid, lambda r: r.verdict.suspect_ranks == [2] and "DataLoader worker" in r.verdict.summary
@@ -41,9 +42,27 @@ def test_a_rank_waiting_on_its_dataloader_is_named_with_its_workers_wait(
         "rank 2 is in no collective" in v.summary and "blocked in _BaseDataLoaderIter.__next__" in v.summary
     )
     assert "rank 2's DataLoader worker (pid " in v.summary, v.summary
-    assert "waits at hang_loader_fifo.py:29 in ShardDataset.__getitem__ (`with open(self.path" in v.summary
+    line = next(
+        i
+        for i, t in enumerate((PROGRAMS / "hang_loader_fifo.py").read_text().splitlines(), 1)
+        if "with open(self.path" in t
+    )
+    assert (
+        f"waits at hang_loader_fifo.py:{line} in ShardDataset.__getitem__ (`with open(self.path" in v.summary
+    )
     assert f"in the kernel at wait_for_partner (openat {shards / 'shard2'}, a FIFO (named pipe)" in v.summary
     assert any(line.startswith("rank 2's DataLoader worker") for line in v.evidence)
+
+    # the same shard read by a thread of the rank into a queue its main thread waits on
+    fed.wait_ready(["rank0", "rank1", "rank3"], timeout=READY_S)
+    report = settle(
+        fed.pid, lambda r: r.verdict.suspect_ranks == [2] and "thread reader" in r.verdict.summary
+    )
+    v = report.verdict
+    assert "rank 2's thread reader (tid " in v.summary, v.summary
+    assert (
+        "in ShardDataset.__getitem__ (`with open(self.path" in v.summary and "wait_for_partner" in v.summary
+    )
 
 
 def _blocked(code: str, tmp_path: Path) -> subprocess.Popen[bytes]:

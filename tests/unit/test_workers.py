@@ -6,7 +6,9 @@ from __future__ import annotations
 from rankscope.analysis.hang.workers import (
     KernelWait,
     kernel_phrase,
+    thread_busy,
     waits_on_children,
+    waits_on_threads,
     worker_busy,
     worker_line,
 )
@@ -67,3 +69,20 @@ def test_kernel_waits_in_words() -> None:
     sock = KernelWait(wchan="sk_wait_data", syscall="recvfrom", path="socket:[9]", kind="socket")
     assert kernel_phrase(sock) == "in the kernel at sk_wait_data (recvfrom socket:[9], a socket)"
     assert kernel_phrase(KernelWait()) == "in the kernel"
+
+
+def test_a_rank_waiting_on_its_own_threads_and_the_thread_that_is_busy() -> None:
+    """The main thread in queue.Queue.get waits on its threads; a thread in the job's own code (an
+    open() that never returns) is busy; one idle in a queue, or torch's own with no user frame, is not."""
+    waiting = [
+        Frame(function="Condition.wait", file=f"{STDLIB}threading.py", line=327),
+        Frame(function="Queue.get", file=f"{STDLIB}queue.py", line=171),
+        Frame(function="main", file="/job/train.py", line=42),
+    ]
+    assert waits_on_threads(waiting) and not waits_on_threads(RANK[2:])
+    reader = [WORKER[0], Frame(function="read_shards", file=DATA, line=40)]
+    assert thread_busy(reader) and not thread_busy(waiting[:2]) and not thread_busy(IDLE)
+    pin = [Frame(function="_pin_memory_loop", file=f"{TORCH}utils/data/_utils/pin_memory.py", line=50)]
+    assert not thread_busy(pin)
+    line = worker_line(2, 77, reader, KernelWait(wchan="futex_do_wait", syscall="futex"), {}, "thread reader")
+    assert line.startswith("rank 2's thread reader (tid 77) waits at data.py:29 in ShardDataset.__getitem__, ")

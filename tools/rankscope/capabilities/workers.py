@@ -1,4 +1,5 @@
-"""Follow a suspect rank into the children it waits on: its DataLoader workers, dumped in the same call.
+"""Follow a suspect rank into the children it waits on: its DataLoader workers, dumped in the same
+call (or the threads that feed the queue it waits on, already in its stack).
 
 A rank named for being "blocked in _BaseDataLoaderIter.__next__" is waiting on a worker; the
 worker is where the hang is (a shard that is a FIFO with no writer, a dead NFS mount, a lock).
@@ -13,12 +14,19 @@ from __future__ import annotations
 import linecache
 
 from rankscope.analysis.hang.frames import main_thread
-from rankscope.analysis.hang.workers import MAX_WORKERS, waits_on_children, worker_busy, worker_line
+from rankscope.analysis.hang.workers import (
+    MAX_WORKERS,
+    thread_busy,
+    waits_on_children,
+    waits_on_threads,
+    worker_busy,
+    worker_line,
+)
 from rankscope.errors import DumpFailed
-from rankscope.models.core import Frame, StacksReport
+from rankscope.models.core import Frame, RankStack, StacksReport
 from rankscope.options import DumpOptions
 from rankscope.runtime import pyspy
-from rankscope.runtime.kernel_wait import kernel_wait
+from rankscope.runtime.kernel_wait import settled_kernel_wait
 
 
 def _worker_frames(pid: int, exe: str, options: DumpOptions) -> list[Frame] | None:
@@ -41,20 +49,38 @@ def _source(frames: list[Frame]) -> dict[tuple[str, int], str]:
     return out
 
 
+def _thread_lines(stack: RankStack, rank: int) -> list[str]:
+    """One line per thread of a rank, besides its main thread, that is busy in the job's own code."""
+    lines: list[str] = []
+    main = main_thread(stack)
+    for thread in stack.threads:
+        if thread is main or not thread_busy(thread.frames):
+            continue
+        tid = thread.os_thread_id
+        wait = settled_kernel_wait(stack.pid, tid)
+        who = f"thread {thread.name}" if thread.name else "thread"
+        lines.append(worker_line(rank, tid or stack.pid, thread.frames, wait, _source(thread.frames), who))
+    return lines
+
+
 def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[str]:
-    """One line per busy child of each suspect that waits on its children: where it waits, and on what."""
+    """One line per busy child of each suspect that waits on its children, and per busy thread of each
+    suspect that waits on a queue or event of its own: where it waits, and on what."""
     children = {r.rank: r.children for r in report.job.ranks if r.rank is not None}
     stacks = {s.rank: s for s in report.stacks if s.rank is not None}
     lines: list[str] = []
     for rank in report.verdict.suspect_ranks:
         stack = stacks.get(rank)
         thread = main_thread(stack) if stack is not None else None
+        if stack is not None and thread is not None and waits_on_threads(thread.frames):
+            lines.extend(_thread_lines(stack, rank))
         if thread is None or not children.get(rank) or not waits_on_children(thread.frames):
             continue
         for pid in children[rank][:MAX_WORKERS]:
+            wait = settled_kernel_wait(pid)  # before py-spy stops it: its syscall restarts after the dump
             frames = _worker_frames(pid, exe, options)
             if frames and worker_busy(frames):
-                lines.append(worker_line(rank, pid, frames, kernel_wait(pid), _source(frames)))
+                lines.append(worker_line(rank, pid, frames, wait, _source(frames)))
     return lines
 
 

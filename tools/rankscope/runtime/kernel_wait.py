@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import stat
+import time
 
 from rankscope.analysis.hang.workers import KernelWait
 from rankscope.runtime.procfs import path, read_text
@@ -78,9 +79,9 @@ FD_ARG = frozenset(
 MAX_PATH = 4096
 
 
-def _syscall(pid: int) -> tuple[str | None, list[int]]:
+def _syscall(pid: int, task: str) -> tuple[str | None, list[int]]:
     """The syscall's name and arguments from ``/proc/PID/syscall`` (``257 0xffffff9c 0x7f... ...``)."""
-    raw = (read_text(pid, "syscall") or "").split()
+    raw = (read_text(pid, f"{task}syscall") or "").split()
     if not raw or not raw[0].isdigit():
         return None, []
     names = SYSCALLS.get(platform.machine(), {})
@@ -163,10 +164,12 @@ def _on_fd(pid: int, args: list[int]) -> tuple[str | None, str | None]:
         return target, None
 
 
-def kernel_wait(pid: int) -> KernelWait:
-    """Where ``pid`` sleeps in the kernel, and on what file (each fact None when it cannot be read)."""
-    wchan = (read_text(pid, "wchan") or "").strip() or None
-    name, args = _syscall(pid)
+def kernel_wait(pid: int, tid: int | None = None) -> KernelWait:
+    """Where ``pid`` (its thread ``tid``, when given) sleeps in the kernel, and on what file (each
+    fact None when it cannot be read). A thread shares its process's memory and fds."""
+    task = f"task/{tid}/" if tid is not None else ""
+    wchan = (read_text(pid, f"{task}wchan") or "").strip() or None
+    name, args = _syscall(pid, task)
     file, kind = (None, None)
     if name in PATH_ARG:
         file, kind = _opened(pid, name, args)
@@ -176,4 +179,22 @@ def kernel_wait(pid: int) -> KernelWait:
     return KernelWait(wchan=wchan, syscall=name, path=file, kind=kind, fstype=fstype)
 
 
-__all__ = ["kernel_wait"]
+SETTLE_TRIES = 5
+SETTLE_PAUSE_S = 0.05
+"""A process py-spy has just let go restarts the syscall it was in: a few short looks (0.25 s at
+most) find it asleep again, where it sleeps at all."""
+
+
+def settled_kernel_wait(pid: int, tid: int | None = None) -> KernelWait:
+    """:func:`kernel_wait`, looked at again a few times while the process is not asleep in the kernel
+    (a running process stays running: its last look is returned)."""
+    wait = kernel_wait(pid, tid)
+    for _ in range(SETTLE_TRIES - 1):
+        if wait.wchan not in (None, "0"):
+            break
+        time.sleep(SETTLE_PAUSE_S)
+        wait = kernel_wait(pid, tid)
+    return wait
+
+
+__all__ = ["kernel_wait", "settled_kernel_wait"]

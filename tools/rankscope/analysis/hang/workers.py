@@ -26,6 +26,10 @@ _WAITS_ON_CHILDREN = (
 )
 """Files a rank's main thread is in when it waits on what its children send (a DataLoader's queue)."""
 
+_WAITS_ON_THREADS = ("/queue.py", "/threading.py")
+"""Stdlib files a main thread is in when it waits on its own threads (``queue.Queue.get``, an
+``Event``, a ``join``): the innermost Python frame tells."""
+
 _WORKER_IDLE = ("multiprocessing/queues.py", "multiprocessing/connection.py", "/queue.py")
 """Files a worker is in when it waits for work from its rank, not on data."""
 
@@ -48,6 +52,21 @@ def waits_on_children(frames: list[Frame]) -> bool:
         not f.native and any(f.file.replace("\\", "/").endswith(p) for p in _WAITS_ON_CHILDREN)
         for f in frames
     )
+
+
+def waits_on_threads(frames: list[Frame]) -> bool:
+    """True when a main thread waits on a queue or an event its own threads feed (stdlib queue/threading)."""
+    python = [f for f in frames if not f.native]
+    return bool(python) and any(python[0].file.replace("\\", "/").endswith(p) for p in _WAITS_ON_THREADS)
+
+
+def thread_busy(frames: list[Frame]) -> bool:
+    """True when a thread is in the job's own code (reading, computing), not idle in a queue or a lock
+    of the standard library, nor a thread of torch's own (the pin-memory thread) with no user frame."""
+    python = [f for f in frames if not f.native]
+    if not python or not any(is_user_frame(f) for f in python):
+        return False
+    return not any(python[0].file.replace("\\", "/").endswith(p) for p in _WAITS_ON_THREADS)
 
 
 def worker_busy(frames: list[Frame]) -> bool:
@@ -87,10 +106,16 @@ def kernel_phrase(wait: KernelWait) -> str:
 
 
 def worker_line(
-    rank: int, pid: int, frames: list[Frame], wait: KernelWait, source: dict[tuple[str, int], str]
+    rank: int,
+    pid: int,
+    frames: list[Frame],
+    wait: KernelWait,
+    source: dict[tuple[str, int], str],
+    who: str = "DataLoader worker",
 ) -> str:
     """``rank 2's DataLoader worker (pid 311) waits at data.py:29 in ShardDataset.__getitem__ (`open(...)`),
-    in the kernel at wait_for_partner (...)``: the worker's own line and what it waits on."""
+    in the kernel at wait_for_partner (...)``: the worker's own line and what it waits on. ``who``
+    names a thread instead (``thread reader``; ``pid`` is then its thread id)."""
     python = [f for f in frames if not f.native]
     where = next((f for f in python if is_user_frame(f)), python[0] if python else None)
     at = ""
@@ -99,7 +124,17 @@ def worker_line(
         line = source.get((where.file, where.line or 0), "").strip()
         quoted = f" (`{line[:80]}`)" if line else ""
         at = f" at {file}:{where.line} in {where.function}{quoted}"
-    return f"rank {rank}'s DataLoader worker (pid {pid}) waits{at}, {kernel_phrase(wait)}"
+    ident = "tid" if who.startswith("thread") else "pid"
+    return f"rank {rank}'s {who} ({ident} {pid}) waits{at}, {kernel_phrase(wait)}"
 
 
-__all__ = ["MAX_WORKERS", "KernelWait", "kernel_phrase", "waits_on_children", "worker_busy", "worker_line"]
+__all__ = [
+    "MAX_WORKERS",
+    "KernelWait",
+    "kernel_phrase",
+    "thread_busy",
+    "waits_on_children",
+    "waits_on_threads",
+    "worker_busy",
+    "worker_line",
+]

@@ -52,6 +52,7 @@ def test_a_rank_waiting_on_its_dataloader_is_named_with_its_workers_wait(
     )
     assert f"in the kernel at wait_for_partner (openat {shards / 'shard2'}, a FIFO (named pipe)" in v.summary
     assert any(line.startswith("rank 2's DataLoader worker") for line in v.evidence)
+    assert v.next_steps[0].action.startswith("Fix what the worker (or thread) the evidence names waits on")
 
     # the same shard read by a thread of the rank into a queue its main thread waits on
     fed.wait_ready(["rank0", "rank1", "rank3"], timeout=READY_S)

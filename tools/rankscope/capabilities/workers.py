@@ -23,7 +23,7 @@ from rankscope.analysis.hang.workers import (
     worker_line,
 )
 from rankscope.errors import DumpFailed
-from rankscope.models.core import Frame, RankStack, StacksReport
+from rankscope.models.core import Frame, NextStep, RankStack, StacksReport
 from rankscope.options import DumpOptions
 from rankscope.runtime import pyspy
 from rankscope.runtime.kernel_wait import settled_kernel_wait
@@ -84,13 +84,29 @@ def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[s
     return lines
 
 
+WORKER_STEP = NextStep(
+    action="Fix what the worker (or thread) the evidence names waits on, at its line: the rank only waits "
+    "for it (a FIFO needs a writer, a mount must answer, a lock its holder); bound the wait "
+    "(DataLoader(timeout=...), a queue get with a timeout) so it raises instead of hanging.",
+    skill_section="skill/hangs.md#divergent-ranks",
+)
+"""The first step once a suspect's worker is found: its wait, not the rank's collective, is the fix."""
+
+
 def follow_workers(report: StacksReport, exe: str, options: DumpOptions) -> StacksReport:
-    """The report with its suspects' busy DataLoader workers as evidence, the first one in the summary."""
+    """The report with its suspects' busy DataLoader workers (or threads) as evidence, the first one
+    in the summary, and the step that points at its wait first."""
     lines = worker_lines(report, exe, options)
     if not lines:
         return report
     v = report.verdict
-    verdict = v.model_copy(update={"summary": f"{v.summary}; {lines[0]}", "evidence": [*lines, *v.evidence]})
+    verdict = v.model_copy(
+        update={
+            "summary": f"{v.summary}; {lines[0]}",
+            "evidence": [*lines, *v.evidence],
+            "next_steps": [WORKER_STEP, *v.next_steps],
+        }
+    )
     return report.model_copy(update={"verdict": verdict})
 
 

@@ -89,17 +89,17 @@ def rule_nccl_library_call(f: Facts) -> Ruling | None:
     """
     if not f.nccl or f.stuck or not f.calls:
         return None
-    frames = {s.rank: main_thread(s) for s in f.live}
     marks = {r: (c.frame.function, c.frame.file) for r, c in f.calls.items()}
+    seen = {
+        s.rank: {(fr.function, fr.file) for fr in t.frames}
+        for s in f.live
+        if s.rank is not None and (t := main_thread(s)) is not None
+    }
+    # in the call, and no rank outside it runs that call's frame (those in the same call are its company)
     alone = sorted(
         r
         for r, mark in marks.items()
-        if not any(
-            (fr.function, fr.file) == mark
-            for o, t in frames.items()
-            if o not in f.calls and t
-            for fr in t.frames
-        )
+        if not any(mark in held for o, held in seen.items() if marks.get(o) != mark)
     )
     others = [g for g in f.groups if g.state is None and not set(g.ranks) & set(alone)]
     if (

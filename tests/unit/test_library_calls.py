@@ -309,3 +309,27 @@ def test_two_ranks_split_evenly_by_a_library_call_under_a_rank_condition() -> No
         v.summary
     )
     assert v.next_steps[0].action.startswith("Fix: call ZeroRedundancyOptimizer.consolidate_state_dict")
+
+
+def test_nccl_full_state_dict_waits_for_the_gpu_inside_the_gather() -> None:
+    """FSDP2's get_model_state_dict(full_state_dict=True) on NCCL: each DTensor's full_tensor() is
+    enqueued and the CPU stops where the gathered tensor is used (``_iterate_state_dict`` in
+    torch/distributed/_state_dict_utils.py), under _gather_state_dict; no c10d frame is in sight."""
+    rank0 = [
+        torch_("_iterate_state_dict", "distributed/_state_dict_utils.py", 131),
+        torch_("_gather_state_dict", "distributed/_state_dict_utils.py", 288),
+        torch_("_maybe_full_or_cpu_state_dict", "distributed/checkpoint/state_dict.py", 484),
+        torch_("_get_model_state_dict", "distributed/checkpoint/state_dict.py", 560),
+        torch_("get_model_state_dict", "distributed/checkpoint/state_dict.py", 1221),
+    ]
+    lines = {
+        **LINES,
+        41: "    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))",
+    }
+    job, stacks, source = _nccl(rank0, lines)
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.suspect_ranks == [0] and v.confidence == "high", v
+    assert v.summary.startswith(
+        "rank 0 alone called get_model_state_dict (train.py:41: `sd = get_model_state_dict("
+    ), v
+    assert "its CPU waits inside it, at torch/distributed/_state_dict_utils.py:131" in v.summary

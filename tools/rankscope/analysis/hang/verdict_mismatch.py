@@ -148,7 +148,7 @@ def _against_majority(
     conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
     called = [(g, said) for g in minority if (said := library_phrase(f, g, majority))]
     if called:  # the call names the cause; the condition above it says who made it alone
-        guards = [held for g, _ in called if (held := _call_guard(f, g))]
+        guards = [held for g, _ in called if (held := guard_phrase(f, g))]
         return suspects, "high", "; ".join([*(said for _, said in called), *guards]), []
     partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
     # a rank condition above the suspects' own collective already tells why they are elsewhere
@@ -172,16 +172,6 @@ def _against_majority(
     return suspects, "high", summary, extra
 
 
-def _call_guard(f: Facts, group: Group) -> str | None:
-    """The condition above a group's library call, naming the call (not the collective inside it)."""
-    found = group_guard(f, group)
-    call = f.calls.get(group.ranks[0]) if group.ranks else None
-    if found is None or call is None:
-        return None
-    guard, site = found
-    return guard.phrase(os.path.basename(site.file), "call", site.line)
-
-
 def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
     """Ranks split evenly between collectives: a rank condition above one side's call decides it."""
     described = describe_all(f.op_groups)
@@ -195,7 +185,7 @@ def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
         others = next((g for g in f.op_groups if g is not group), None)
         called = library_phrase(f, group, others) if others is not None and len(f.op_groups) == 2 else None
         if called is not None:  # a library collective under a rank condition: who made it alone is sure
-            return list(group.ranks), "high", f"{called}; {_call_guard(f, group) or phrase}"
+            return list(group.ranks), "high", f"{called}; {phrase}"
         return (
             list(group.ranks),
             "medium",

@@ -246,8 +246,22 @@ def guard_phrase(f: Facts, group: Group) -> str | None:
     if found is None:
         return None
     guard, site = found
-    what = group.op or "call"
+    what = "call" if lone_call(f, group) is not None else group.op or "call"
     return guard.phrase(os.path.basename(site.file), what, site.line)
+
+
+def lone_call(f: Facts, group: Group) -> LibraryCall | None:
+    """The library call (itself a collective) a group's lead rank is in, when no rank outside the
+    group runs it: the condition above it guards that call, not the collective inside it."""
+    call = f.calls.get(group.ranks[0]) if group.ranks else None
+    if call is None:
+        return None
+    mark = (call.frame.function, call.frame.file)
+    for s in f.annotated:
+        thread = main_thread(s) if s.rank not in group.ranks else None
+        if thread is not None and any((fr.function, fr.file) == mark for fr in thread.frames):
+            return None
+    return call
 
 
 __all__ = [
@@ -260,6 +274,7 @@ __all__ = [
     "group_loop",
     "guard_phrase",
     "library_phrase",
+    "lone_call",
     "loop_count",
     "loop_phrase",
     "other_side",

@@ -333,3 +333,16 @@ def test_nccl_full_state_dict_waits_for_the_gpu_inside_the_gather() -> None:
         "rank 0 alone called get_model_state_dict (train.py:41: `sd = get_model_state_dict("
     ), v
     assert "its CPU waits inside it, at torch/distributed/_state_dict_utils.py:131" in v.summary
+
+
+def test_a_table_entry_of_one_class_does_not_name_another_class_of_its_file() -> None:
+    """batchnorm.py's BatchNorm2d.forward is no collective; SyncBatchNorm.forward is (py-spy's
+    qualified names); an unqualified name (Python before 3.11) could be any class's: not taken."""
+    from rankscope.analysis.hang.library_calls import known_name
+
+    assert known_name(torch_("BatchNorm2d.forward", "nn/modules/batchnorm.py", 170)) is None
+    assert (
+        known_name(torch_("SyncBatchNorm.forward", "nn/modules/batchnorm.py", 858)) == "SyncBatchNorm.forward"
+    )
+    assert known_name(torch_("forward", "nn/modules/batchnorm.py", 858)) is None
+    assert known_name(torch_("_DDPSink.__init__", "nn/parallel/distributed.py", 300)) is None

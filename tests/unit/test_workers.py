@@ -85,4 +85,6 @@ def test_a_rank_waiting_on_its_own_threads_and_the_thread_that_is_busy() -> None
     pin = [Frame(function="_pin_memory_loop", file=f"{TORCH}utils/data/_utils/pin_memory.py", line=50)]
     assert not thread_busy(pin)
     line = worker_line(2, 77, reader, KernelWait(wchan="futex_do_wait", syscall="futex"), {}, "thread reader")
-    assert line.startswith("rank 2's thread reader (tid 77) waits at data.py:29 in ShardDataset.__getitem__, ")
+    assert line.startswith(
+        "rank 2's thread reader (tid 77) waits at data.py:29 in ShardDataset.__getitem__, "
+    )

@@ -80,8 +80,18 @@ statistics; DDP's construction verifies and broadcasts the parameters
 in py-spy's output (``DTensor.full_tensor``): the table matches on the last component, and a
 forward counts only in its own class (SyncBatchNorm's, not every module's in batchnorm.py)."""
 
-_CLASS_ONLY: dict[tuple[str, str], str] = {("nn/modules/batchnorm.py", "forward"): "SyncBatchNorm"}
-"""Entries that count only in one class of their file (a qualified name from py-spy)."""
+_CLASS_ONLY: dict[tuple[str, str], str] = {
+    ("nn/modules/batchnorm.py", "forward"): "SyncBatchNorm",
+    ("nn/parallel/distributed.py", "__init__"): "DistributedDataParallel",
+    ("nn/parallel/distributed.py", "join"): "DistributedDataParallel",
+    ("distributed/algorithms/join.py", "__exit__"): "Join",
+    ("distributed/algorithms/join.py", "__enter__"): "Join",
+    ("distributed/tensor/_api.py", "full_tensor"): "DTensor",
+    ("distributed/tensor/_api.py", "redistribute"): "DTensor",
+}
+"""Entries that count only in one class of their file, by the qualified name py-spy gives (Python
+3.11+). An unqualified name (older Pythons) is not taken: ``forward`` of batchnorm.py may be any
+BatchNorm's; a collective frame below the call still names it."""
 
 PLUMBING_FILES: tuple[str, ...] = (
     "torch/distributed/c10d_logger.py",

@@ -156,6 +156,18 @@ CASES: dict[str, tuple[list[Frame], str]] = {
         ],
         "Module.state_dict",
     ),
+    # a metrics package whose compute() is wrapped (torchmetrics' Metric._wrap_compute): the
+    # wrapper is not the call's name, the function it runs is
+    "wrapped_metric": (
+        [
+            torch_("all_gather", C10D, 2900),
+            f("gather_all_tensors", f"{SITE}metricslib/utilities/distributed.py", 120),
+            f("Metric._sync_dist", f"{SITE}metricslib/metric.py", 500),
+            f("Metric.sync", f"{SITE}metricslib/metric.py", 560),
+            f("Metric._wrap_compute.<locals>.wrapped_func", f"{SITE}metricslib/metric.py", 640),
+        ],
+        "Metric.sync",
+    ),
     # DTensor.full_tensor: redistribute to Replicate, a functional all_gather
     "full_tensor": (
         [

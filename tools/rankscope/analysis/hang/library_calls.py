@@ -123,6 +123,9 @@ PLUMBING_NAMES: frozenset[str] = frozenset(
 )
 """Function names of decorators' wrappers and nn.Module's dispatch (``model(x)`` runs them)."""
 
+_WRAPPER = re.compile(r"wrap|decorat")
+"""A function defined inside another whose name says it wraps (``Metric._wrap_compute.<locals>.wrapped_func``)."""
+
 COLLECTIVE_CALL = re.compile(
     r"\b(?:dist|c10d|torch\.distributed|distributed_c10d)\.(\w+)\(|"
     r"\b(?:funcol|_functional_collectives)\.(\w+)\(|"
@@ -159,9 +162,12 @@ def _path(frame: Frame) -> str:
 
 def _plumbing(frame: Frame) -> bool:
     path = _path(frame)
+    base = short_name(frame.function)
+    nested = ".<locals>." in frame.function
     return (
         any(path.endswith(p) or p in path for p in PLUMBING_FILES)
-        or short_name(frame.function) in PLUMBING_NAMES
+        or base in PLUMBING_NAMES
+        or (nested and _WRAPPER.search(base) is not None)
     )
 
 

@@ -358,3 +358,23 @@ def test_a_table_entry_of_one_class_does_not_name_another_class_of_its_file() ->
     )
     assert known_name(torch_("forward", "nn/modules/batchnorm.py", 858)) is None
     assert known_name(torch_("_DDPSink.__init__", "nn/parallel/distributed.py", 300)) is None
+
+
+def test_the_default_group_passed_by_name_on_the_jobs_line_is_no_subgroup() -> None:
+    """`dist.all_reduce(t, group=dist.group.WORLD)` passes a ProcessGroup, but the line names the world."""
+    from rankscope.analysis.hang.stacks import annotate
+
+    wrapper = f(
+        "_exception_logger.<locals>.wrapper",
+        f"{TORCH}distributed/c10d_logger.py",
+        83,
+        args="(<Tensor at 0x1>)",
+        kwargs=f'{{"group": {PG}}}',
+    )
+    frames = [torch_("all_reduce", C10D, 3252), wrapper, main(12)]
+    stack = RankStack(
+        rank=0, pid=1, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)]
+    )
+    world = {(JOB, 12): "    dist.all_reduce(t, group=dist.group.WORLD)"}
+    assert annotate(stack, source=world).subgroup is False
+    assert annotate(stack, source={(JOB, 12): "    dist.all_reduce(t, group=pairs[1])"}).subgroup is True

@@ -12,10 +12,12 @@ from __future__ import annotations
 import pytest
 
 from rankscope.analysis.hang.counters import on_subgroup
-from rankscope.analysis.hang.library_calls import library_call
-from rankscope.analysis.hang.stacks import analyze
+from rankscope.analysis.hang.library_calls import known_name, library_call
+from rankscope.analysis.hang.stacks import analyze, annotate
+from rankscope.analysis.hang.verdict_mismatch import library_fix
 from rankscope.models.core import CallSite, Frame, Job, LocalVar, RankStack, ThreadStack
 from tests.unit.test_verdict_golden import _load
+from tests.verdict_builders import facts_of
 
 SITE = "/venv/lib/python3.11/site-packages/"
 TORCH = f"{SITE}torch/"
@@ -350,8 +352,6 @@ def test_nccl_full_state_dict_waits_for_the_gpu_inside_the_gather() -> None:
 def test_a_table_entry_of_one_class_does_not_name_another_class_of_its_file() -> None:
     """batchnorm.py's BatchNorm2d.forward is no collective; SyncBatchNorm.forward is (py-spy's
     qualified names); an unqualified name (Python before 3.11) could be any class's: not taken."""
-    from rankscope.analysis.hang.library_calls import known_name
-
     assert known_name(torch_("BatchNorm2d.forward", "nn/modules/batchnorm.py", 170)) is None
     assert (
         known_name(torch_("SyncBatchNorm.forward", "nn/modules/batchnorm.py", 858)) == "SyncBatchNorm.forward"
@@ -362,8 +362,6 @@ def test_a_table_entry_of_one_class_does_not_name_another_class_of_its_file() ->
 
 def test_the_default_group_passed_by_name_on_the_jobs_line_is_no_subgroup() -> None:
     """`dist.all_reduce(t, group=dist.group.WORLD)` passes a ProcessGroup, but the line names the world."""
-    from rankscope.analysis.hang.stacks import annotate
-
     wrapper = f(
         "_exception_logger.<locals>.wrapper",
         f"{TORCH}distributed/c10d_logger.py",
@@ -378,3 +376,35 @@ def test_the_default_group_passed_by_name_on_the_jobs_line_is_no_subgroup() -> N
     world = {(JOB, 12): "    dist.all_reduce(t, group=dist.group.WORLD)"}
     assert annotate(stack, source=world).subgroup is False
     assert annotate(stack, source={(JOB, 12): "    dist.all_reduce(t, group=pairs[1])"}).subgroup is True
+
+
+def test_a_library_loop_every_rank_runs_is_no_call_made_alone() -> None:
+    """A Trainer.fit every rank is in (hang_library.py's shape): the rank that skipped a batch inside
+    it is not said to have called Trainer.fit alone, and the fix is the loop's, not the call's."""
+    trainer = f"{SITE}trainlib/trainer.py"
+    ranks = []
+    for r in range(3):
+        odd = r == 1
+        frames = [
+            torch_("barrier" if odd else "all_reduce", C10D, 3000),
+            f("Checkpoint.on_step_end" if odd else "Trainer._step", trainer, 40 if odd else 30),
+            f("Trainer.fit", trainer, 27 if odd else 26),
+            main(12),
+        ]
+        ranks.append(
+            RankStack(
+                rank=r,
+                pid=r + 1,
+                host="h",
+                threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+                op="barrier" if odd else "all_reduce",
+                wait="collective",
+                call_site=CallSite(file=JOB, line=12, function="main"),
+            )
+        )
+
+    facts = facts_of(ranks)
+    assert library_fix(facts, [1]) is None
+    assert all(
+        "alone called" not in s for s in [analyze(Job(job_id="j", world_size=3), ranks, []).verdict.summary]
+    )

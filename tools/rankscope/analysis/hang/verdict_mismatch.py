@@ -25,6 +25,7 @@ from rankscope.analysis.hang.verdict_phrases import (
     group_loop,
     guard_phrase,
     library_phrase,
+    lone_call,
     loop_phrase,
     parting_phrase,
     plural,
@@ -101,7 +102,7 @@ def library_fix(f: Facts, suspects: list[int], *, any_wait: bool = False) -> Ste
     rank's own work (the file write) under the condition. ``any_wait``: the suspects may wait for
     the GPU inside the call (NCCL), not only in a collective."""
     for group in f.groups if any_wait else f.op_groups:
-        call = f.calls.get(group.ranks[0]) if group.ranks and group.ranks[0] in suspects else None
+        call = lone_call(f, group) if group.ranks and group.ranks[0] in suspects else None
         if call is None:
             continue
         found = group_guard(f, group)

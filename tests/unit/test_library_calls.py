@@ -408,3 +408,35 @@ def test_a_library_loop_every_rank_runs_is_no_call_made_alone() -> None:
     assert all(
         "alone called" not in s for s in [analyze(Job(job_id="j", world_size=3), ranks, []).verdict.summary]
     )
+
+
+def test_a_rank_in_no_collective_frame_but_inside_a_collective_library_call() -> None:
+    """Gloo: rank 0 builds DDP alone (`if rank == 0:`); DDP's construction verifies the parameters
+    across ranks in C++ (_verify_param_shape_across_processes), under no c10d frame, so rank 0 reads
+    as in no collective. The divergent verdict still says the call is a collective, and the fix."""
+    rank0 = [
+        torch_("_verify_param_shape_across_processes", "distributed/utils.py", 300),
+        torch_("DistributedDataParallel.__init__", "nn/parallel/distributed.py", 1064),
+        main(30),
+    ]
+    stacks = [
+        RankStack(rank=0, pid=1, host="h", threads=[ThreadStack(thread_id=1, is_main=True, frames=rank0)])
+    ] + [
+        RankStack(
+            rank=r,
+            pid=1 + r,
+            host="h",
+            threads=[
+                ThreadStack(thread_id=1, is_main=True, frames=[torch_("all_reduce", C10D, 3252), main(34)])
+            ],
+        )
+        for r in (1, 2, 3)
+    ]
+    source = {(JOB, 29): "    if rank == 0:", (JOB, 30): "        model = DDP(model)"}
+    v = analyze(Job(job_id="j", world_size=4, backend="gloo"), stacks, [], source=source).verdict
+    assert v.kind == "divergent_ranks" and v.suspect_ranks == [0], v
+    assert (
+        "rank 0 is inside DistributedDataParallel(...) (its construction) (train.py:30: `model = DDP(model)`)"
+        in (v.summary)
+    ), v.summary
+    assert v.next_steps[0].action.startswith("Fix: call DistributedDataParallel(...) (its construction)")

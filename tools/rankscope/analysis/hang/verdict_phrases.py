@@ -225,6 +225,22 @@ def call_phrase(f: Facts, who: list[int], call: LibraryCall, others: str) -> str
     return text if line else text.replace(": ``", "")
 
 
+def inside_phrase(f: Facts, who: list[int], call: LibraryCall) -> str:
+    """``rank 0 is inside DistributedDataParallel(...) (train.py:30: `...`), a collective every rank of
+    its group must call: its CPU waits inside it, at ...``: for ranks in no collective frame."""
+    line = f.source.get((call.site.file, call.site.line or 0), "").strip()
+    text = say(
+        "inside_call",
+        who=ranks_phrase(who),
+        be=are(len(who)),
+        call=call.name,
+        site=short_site(call.site),
+        line=line[:80],
+        how=call.how,
+    )
+    return text if line else text.replace(": ``", "")
+
+
 def recorder_lines(recorder: Verdict) -> list[str]:
     """The recorder's first evidence lines, each marked as the recorder's."""
     return [say("recorder_line", line=line) for line in recorder.evidence[:6]]
@@ -273,6 +289,7 @@ __all__ = [
     "group_guard",
     "group_loop",
     "guard_phrase",
+    "inside_phrase",
     "library_phrase",
     "lone_call",
     "loop_count",

@@ -397,6 +397,8 @@ SAY: Mapping[str, str] = MappingProxyType(
         "collective skipped, added or reordered on those ranks)",
         "library_call": "{who} alone called {call} ({site}: `{line}`), a collective every rank of its group must "
         "call: {how}, while {others}",
+        "inside_call": "{who} {be} inside {call} ({site}: `{line}`), a collective every rank of its group must "
+        "call: {how}",
         "cpu_not_where_stuck_call": " (on NCCL the call's collective is enqueued and the CPU stops at the next GPU "
         "wait: the others are not stuck where their CPU is)",
         "mismatched_because": "{minority} while {majority}: {who} {are} in a different collective than the others",

@@ -61,7 +61,7 @@ KNOWN_CALLS: dict[tuple[str, str], str] = {
         "FullyShardedDataParallel.optim_state_dict"
     ),
     ("nn/modules/batchnorm.py", "forward"): "SyncBatchNorm.forward",
-    ("nn/parallel/distributed.py", "__init__"): "DistributedDataParallel(...) (its construction)",
+    ("nn/parallel/distributed.py", "__init__"): "DistributedDataParallel(...)",
     ("nn/parallel/distributed.py", "join"): "DistributedDataParallel.join",
     ("distributed/algorithms/join.py", "__exit__"): "Join (DDP's join)",
     ("distributed/algorithms/join.py", "__enter__"): "Join (DDP's join)",

@@ -88,3 +88,20 @@ def test_a_rank_waiting_on_its_own_threads_and_the_thread_that_is_busy() -> None
     assert line.startswith(
         "rank 2's thread reader (tid 77) waits at data.py:29 in ShardDataset.__getitem__, "
     )
+
+
+def test_a_worker_in_a_librarys_dataset_is_placed_in_its_own_frames_not_its_parents() -> None:
+    """A forked worker's stack goes on below _worker_loop with its rank's frames (main): a dataset of
+    an installed package has no user frame above the loop, so the worker's innermost frame is named."""
+    hub = "/venv/lib/python3.11/site-packages/hub/data.py"
+    frames = [
+        Frame(function="Remote.read", file=hub, line=88),
+        Frame(function="HubDataset.__getitem__", file=hub, line=40),
+        Frame(function="_MapDatasetFetcher.fetch", file=f"{TORCH}utils/data/_utils/fetch.py", line=54),
+        Frame(function="_worker_loop", file=f"{TORCH}utils/data/_utils/worker.py", line=374),
+        Frame(function="main", file="/job/train.py", line=42),
+    ]
+    line = worker_line(2, 311, frames, KernelWait(wchan="sk_wait_data", syscall="recvfrom"), {})
+    assert line.startswith("rank 2's DataLoader worker (pid 311) waits at hub/data.py:88 in Remote.read, "), (
+        line
+    )

@@ -30,6 +30,9 @@ _WAITS_ON_THREADS = ("/queue.py", "/threading.py")
 """Stdlib files a main thread is in when it waits on its own threads (``queue.Queue.get``, an
 ``Event``, a ``join``): the innermost Python frame tells."""
 
+_WORKER_LOOP = "torch/utils/data/_utils/worker.py"
+"""The DataLoader worker's loop: the frames below it are its parent's, inherited by the fork."""
+
 _WORKER_IDLE = ("multiprocessing/queues.py", "multiprocessing/connection.py", "/queue.py")
 """Files a worker is in when it waits for work from its rank, not on data."""
 
@@ -105,6 +108,14 @@ def kernel_phrase(wait: KernelWait) -> str:
     return f"{at} ({call}{what})" if what else at
 
 
+def _own(frames: list[Frame]) -> list[Frame]:
+    """A worker's own Python frames: those above its ``_worker_loop`` (a forked worker's stack goes
+    on with its parent's frames, whose ``main`` is not where the worker waits)."""
+    python = [f for f in frames if not f.native]
+    loop = next((i for i, f in enumerate(python) if f.file.replace("\\", "/").endswith(_WORKER_LOOP)), None)
+    return python[:loop] if loop else python
+
+
 def worker_line(
     rank: int,
     pid: int,
@@ -116,7 +127,7 @@ def worker_line(
     """``rank 2's DataLoader worker (pid 311) waits at data.py:29 in ShardDataset.__getitem__ (`open(...)`),
     in the kernel at wait_for_partner (...)``: the worker's own line and what it waits on. ``who``
     names a thread instead (``thread reader``; ``pid`` is then its thread id)."""
-    python = [f for f in frames if not f.native]
+    python = _own(frames)
     where = next((f for f in python if is_user_frame(f)), python[0] if python else None)
     at = ""
     if where is not None:

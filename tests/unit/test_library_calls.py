@@ -9,10 +9,14 @@ the enqueue of a collective the call makes, while the others went on and wait fo
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
+
 import pytest
 
 from rankscope.analysis.hang.counters import on_subgroup
-from rankscope.analysis.hang.library_calls import known_name, library_call
+from rankscope.analysis.hang.library_calls import _CLASS_ONLY, KNOWN_CALLS, known_name, library_call
 from rankscope.analysis.hang.stacks import analyze, annotate
 from rankscope.analysis.hang.verdict_mismatch import library_fix
 from rankscope.models.core import CallSite, Frame, Job, LocalVar, RankStack, ThreadStack
@@ -439,3 +443,16 @@ def test_a_rank_in_no_collective_frame_but_inside_a_collective_library_call() ->
         v.summary
     ), v.summary
     assert v.next_steps[0].action.startswith("Fix: call DistributedDataParallel(...) (train.py:30)")
+
+
+def test_every_table_entry_is_a_function_of_the_installed_torch() -> None:
+    """The table's words were read in torch's source: each (file, function) is defined there, in its
+    class where the entry counts in one class only, so a torch that moves one fails here first."""
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    root = Path(spec.origin).parent
+    for frag, fn in KNOWN_CALLS:
+        text = (root / frag).read_text(encoding="utf-8")
+        assert re.search(rf"^\s*def {re.escape(fn)}\(", text, re.M), (frag, fn)
+        owner = _CLASS_ONLY.get((frag, fn))
+        assert owner is None or re.search(rf"^class {owner}\b", text, re.M), (frag, owner)

@@ -4,7 +4,8 @@
 ``fsdp2`` (get_model_state_dict with a full state dict of an FSDP2 model), ``dcp``
 (torch.distributed.checkpoint.save) or ``metrics`` (trainlib's Accuracy.compute, an
 all_gather_object inside an installed package). Rank 0 checkpoints at step 2 alone; the others go
-on to the next step's all_reduce and wait there.
+on to the next step's all_reduce and wait there (``--no-tail``: in the next step's backward, DDP's
+gradient all-reduce, as a training loop without a collective of its own does).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def save_checkpoint(mode: str, model: torch.nn.Module, optim: torch.optim.Optimi
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["zero", "fsdp2", "dcp", "metrics"], required=True)
+    parser.add_argument(
+        "--no-tail",
+        action="store_true",
+        help="no all_reduce after the step: the others wait in the next backward",
+    )
     args = parser.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=600))
     rank = dist.get_rank()
@@ -71,7 +77,8 @@ def main() -> None:
             mark_ready(f"rank{rank}")
         if rank == 0 and step == 2:
             save_checkpoint(args.mode, model, optim)
-        dist.all_reduce(torch.ones(1))
+        if not args.no_tail:
+            dist.all_reduce(torch.ones(1))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from rankscope.analysis.hang.workers import (
     KernelWait,
     kernel_phrase,
     thread_busy,
+    unread_worker_line,
     waits_on_children,
     waits_on_threads,
     worker_busy,
@@ -105,3 +106,16 @@ def test_a_worker_in_a_librarys_dataset_is_placed_in_its_own_frames_not_its_pare
     assert line.startswith("rank 2's DataLoader worker (pid 311) waits at hub/data.py:88 in Remote.read, "), (
         line
     )
+
+
+def test_a_worker_whose_stack_cannot_be_read_still_says_where_it_sleeps() -> None:
+    """A worker in D state on a dead NFS mount cannot be attached; its kernel wait still tells."""
+    nfs = KernelWait(
+        wchan="rpc_wait_bit_killable", syscall="read", path="/mnt/d/x.bin", kind="file", fstype="nfs4"
+    )
+    line = unread_worker_line(2, 311, "in D state: uninterruptible sleep", nfs)
+    assert line is not None and line.startswith(
+        "rank 2's DataLoader worker (pid 311) could not be read (in D state: uninterruptible sleep), in the kernel "
+        "at rpc_wait_bit_killable (read /mnt/d/x.bin on nfs4: a network file system that does not answer)"
+    ), line
+    assert unread_worker_line(2, 311, "py-spy: gone", KernelWait(wchan="0")) is None

@@ -17,6 +17,7 @@ from rankscope.analysis.hang.frames import main_thread
 from rankscope.analysis.hang.workers import (
     MAX_WORKERS,
     thread_busy,
+    unread_worker_line,
     waits_on_children,
     waits_on_threads,
     worker_busy,
@@ -27,15 +28,20 @@ from rankscope.models.core import Frame, NextStep, RankStack, StacksReport
 from rankscope.options import DumpOptions
 from rankscope.runtime import pyspy
 from rankscope.runtime.kernel_wait import settled_kernel_wait
+from rankscope.runtime.procfs import proc_state
 
 
-def _worker_frames(pid: int, exe: str, options: DumpOptions) -> list[Frame] | None:
-    """The main thread of one child, or None when py-spy cannot read it (not Python, gone)."""
+def _worker_frames(pid: int, exe: str, options: DumpOptions) -> list[Frame] | str:
+    """The main thread of one child, or why py-spy could not read it: a child in uninterruptible
+    sleep (D, a dead NFS mount) is not attached at all (py-spy would wait for it to wake)."""
+    if proc_state(pid) == "disk_sleep":
+        return "in D state: uninterruptible sleep"
     try:
         threads = pyspy.dump(pid, DumpOptions(timeout=options.timeout), exe)
-    except DumpFailed:
-        return None
-    return next((t.frames for t in threads if t.is_main), threads[0].frames if threads else None)
+    except DumpFailed as exc:
+        return f"py-spy: {exc.kind}"
+    main = next((t.frames for t in threads if t.is_main), threads[0].frames if threads else None)
+    return main if main is not None else "py-spy: no thread"
 
 
 def _source(frames: list[Frame]) -> dict[tuple[str, int], str]:
@@ -79,7 +85,10 @@ def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[s
         for pid in children[rank][:MAX_WORKERS]:
             wait = settled_kernel_wait(pid)  # before py-spy stops it: its syscall restarts after the dump
             frames = _worker_frames(pid, exe, options)
-            if frames and worker_busy(frames):
+            if isinstance(frames, str):
+                line = unread_worker_line(rank, pid, frames, wait)
+                lines.extend([line] if line else [])
+            elif frames and worker_busy(frames):
                 lines.append(worker_line(rank, pid, frames, wait, _source(frames)))
     return lines
 

@@ -108,6 +108,16 @@ def kernel_phrase(wait: KernelWait) -> str:
     return f"{at} ({call}{what})" if what else at
 
 
+def unread_worker_line(rank: int, pid: int, why: str, wait: KernelWait) -> str | None:
+    """``rank 2's DataLoader worker (pid 311) could not be read (in D state), in the kernel at
+    rpc_wait_bit_killable (read /mnt/d/x.bin on nfs4: ...)``: a worker py-spy cannot read (one in
+    uninterruptible sleep cannot be attached at all) still says where it sleeps, when it sleeps on
+    something; None when it does not (its wait says nothing)."""
+    if wait.wchan in (None, "0") and wait.path is None:
+        return None
+    return f"rank {rank}'s DataLoader worker (pid {pid}) could not be read ({why}), {kernel_phrase(wait)}"
+
+
 def _own(frames: list[Frame]) -> list[Frame]:
     """A worker's own Python frames: those above its ``_worker_loop`` (a forked worker's stack goes
     on with its parent's frames, whose ``main`` is not where the worker waits)."""
@@ -144,6 +154,7 @@ __all__ = [
     "KernelWait",
     "kernel_phrase",
     "thread_busy",
+    "unread_worker_line",
     "waits_on_children",
     "waits_on_threads",
     "worker_busy",

@@ -75,6 +75,7 @@ def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[s
     children = {r.rank: r.children for r in report.job.ranks if r.rank is not None}
     stacks = {s.rank: s for s in report.stacks if s.rank is not None}
     lines: list[str] = []
+    dumped = 0  # children dumped, over every suspect: the call stays short when many ranks are named
     for rank in report.verdict.suspect_ranks:
         stack = stacks.get(rank)
         thread = main_thread(stack) if stack is not None else None
@@ -82,7 +83,8 @@ def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[s
             lines.extend(_thread_lines(stack, rank))
         if thread is None or not children.get(rank) or not waits_on_children(thread.frames):
             continue
-        for pid in children[rank][:MAX_WORKERS]:
+        for pid in children[rank][: max(0, MAX_WORKERS - dumped)]:
+            dumped += 1
             wait = settled_kernel_wait(pid)  # before py-spy stops it: its syscall restarts after the dump
             frames = _worker_frames(pid, exe, options)
             if isinstance(frames, str):

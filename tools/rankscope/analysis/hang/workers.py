@@ -17,7 +17,8 @@ from rankscope.analysis.hang.frames import is_user_frame, short_path
 from rankscope.models.core import Frame
 
 MAX_WORKERS = 8
-"""Children of one suspect dumped at most: a DataLoader rarely has more, and each dump costs time."""
+"""Children dumped at most in one call, over every suspect: a DataLoader rarely has more, and each
+dump costs time."""
 
 _WAITS_ON_CHILDREN = (
     "torch/utils/data/dataloader.py",

@@ -46,6 +46,7 @@ from rankscope.capabilities.recorder.pickup import (
     pick_up,
     recorder_plan,
 )
+from rankscope.capabilities.workers import follow_workers
 from rankscope.errors import DUMP_FIXES, InvalidInput, NoJobsFound, PermissionDenied, ProcessNotFound
 from rankscope.models.core import (
     Job,
@@ -759,7 +760,7 @@ def _decide(
         if flight is not None:
             note = f"flight recorder: {len(flight.dumps)} trace(s) from the job's debug server, analysed with the stacks"
             report = analysis.noting(note, flight=flight).run(stacks)
-    return report
+    return follow_workers(report, exe, options)  # a suspect waiting on its DataLoader: its workers too
 
 
 def _gather(

@@ -7,7 +7,9 @@ Modules, in reading order:
 - what one rank's stack says: ``frames`` (the job's own code, the main thread), ``collectives``
   (frames that mean "in a torch.distributed operation"), ``waits`` (what it waits for),
   ``counters`` (its loop counters), ``conditions`` (the condition above its call),
-  ``group_members`` (who is in the group it waits on);
+  ``group_members`` (who is in the group it waits on), ``library_calls`` (the library call it is
+  in that is itself a collective: ZeRO's consolidate_state_dict), ``workers`` (what its DataLoader
+  workers wait on, read by the shell);
 - what the job's other signs say: ``backend`` (NCCL or gloo, from /proc or native frames),
   ``gpu_busy`` (nvidia-smi), ``ras`` (NCCL RAS's launch counts);
 - ``progress`` and ``progress_verdict``: the progress window (moving, busy, blocked) and the

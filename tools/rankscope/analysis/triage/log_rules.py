@@ -173,9 +173,9 @@ RULES: tuple[Rule, ...] = (
         kind="collective_mismatch",
         needles=("Detected mismatch between collectives",),
         pattern=re.compile(
-            r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
+            r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),?\s*"
             r"OpType=(?P<op>\w+)(?:, TensorShape=(?P<shape>\[[^\]]*\]))?.*?but Rank (?P<other_rank>\d+) is running "
-            r"collective: CollectiveFingerPrint\(SequenceNumber=(?P<other_seq>\d+), OpType=(?P<other_op>\w+)"
+            r"collective: CollectiveFingerPrint\(SequenceNumber=(?P<other_seq>\d+),?\s*OpType=(?P<other_op>\w+)"
             r"(?:, TensorShape=(?P<other_shape>\[[^\]]*\]))?(?:.*Collectives differ in the following aspects:\s*(?P<differ>.*))?"
         ),
         message="collectives differ between ranks (TORCH_DISTRIBUTED_DEBUG=DETAIL)",

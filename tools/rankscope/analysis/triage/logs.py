@@ -537,30 +537,77 @@ def _primary_cause_ranks(findings: list[Finding], kinds: set[str]) -> dict[int, 
     return out
 
 
+CHECKER_OPS = frozenset({"GATHER", "REDUCE"})
+"""DETAIL's own checking collective: a fingerprint ``SequenceNumber=0, OpType=GATHER`` (or REDUCE) on
+the far side of a mismatch is ProcessGroupWrapper's check, not the other rank's collective."""
+
+
+def _fingerprint(f: Finding, side: str = "") -> tuple[object, ...]:
+    """(sequence number, op, shape) of one side of a DETAIL mismatch: the reporting rank's own, or
+    ``side="other_"``: the one it was compared with."""
+    return tuple(f.facts.get(f"{side}{key}") for key in ("seq", "op", "shape"))
+
+
+def _is_checker(f: Finding) -> bool:
+    """The far side of this mismatch is DETAIL's checker (sequence number 0, GATHER/REDUCE)."""
+    return str(f.facts.get("other_seq")) == "0" and f.facts.get("other_op") in CHECKER_OPS
+
+
+def _odd_own(own: dict[int, tuple[object, ...]]) -> list[tuple[int, str]]:
+    """The ranks whose own collective differs from the one most reporting ranks run (a strict majority)."""
+    counts: dict[tuple[object, ...], list[int]] = {}
+    for rank, fp in own.items():
+        counts.setdefault(fp, []).append(rank)
+    (top, majority), *_ = sorted(counts.items(), key=lambda kv: -len(kv[1]))
+    if len(counts) < 2 or len(majority) < 2 or len(majority) * 2 <= len(own):
+        return []
+
+    def said(fp: tuple[object, ...], versus: tuple[object, ...]) -> str:
+        shape = f" of shape {fp[2]}" if fp[2] and fp[2] != versus[2] and fp[1] == versus[1] else ""
+        return f"{fp[1]}{shape} at sequence number {fp[0]}"
+
+    others = rank_ranges(sorted(majority))
+    return [
+        (r, f"its own collective ({said(fp, top)}) differs from the one ranks {others} run ({said(top, fp)})")
+        for r, fp in sorted(own.items())
+        if fp != top
+    ]
+
+
 def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
     """The ranks at fault in TORCH_DISTRIBUTED_DEBUG=DETAIL mismatches.
 
     Every rank that checks its fingerprint against the others reports "Rank R is running X, but
-    Rank S is running Y": with one odd rank, every other rank names it and it names one of them.
-    The rank most reporting ranks name (at least two, more than any other) is the one at fault, and
-    so is a rank every report names when it reports nothing itself (a log that kept only some
-    ranks' errors); with no such rank (two ranks naming each other) each reporting rank stays a
-    suspect.
+    Rank S is running Y". Each rank's own X decides first: the rank whose own collective (op,
+    sequence number, shape) differs from a strict majority's is at fault. The far side Y may be
+    DETAIL's own checker (``SequenceNumber=0`` GATHER/REDUCE), which says nothing of rank S's
+    collective. Else, with one odd rank, every other rank names it and it names one of them: the
+    rank most reporting ranks name (at least two, more than any other) is the one at fault, and so
+    is a rank every report names when it reports nothing itself (a log that kept only some ranks'
+    errors; not when the report names the checker); with no such rank (two ranks naming each
+    other) each reporting rank stays a suspect.
     """
     reports: dict[int, int] = {}
+    own: dict[int, tuple[object, ...]] = {}
+    checker = True
     for f in findings:
         other = f.facts.get("other_rank") if f.kind == "collective_mismatch" else None
         for r in f.ranks if other is not None else ():
             reports[r] = int(other)  # type: ignore[arg-type]
+            own[r] = _fingerprint(f)
+            checker = checker and _is_checker(f)
     if not reports:
         return []
+    odd = _odd_own(own) if len(own) >= 3 else []
+    if odd:
+        return odd
     named: dict[int, list[int]] = {}
     for reporter, other in reports.items():
         named.setdefault(other, []).append(reporter)
     ordered = sorted(named.items(), key=lambda kv: -len(kv[1]))
     top, by = ordered[0]
     runner_up = len(ordered[1][1]) if len(ordered) > 1 else 0
-    if (len(by) >= 2 and len(by) > runner_up) or (len(named) == 1 and top not in reports):
+    if (len(by) >= 2 and len(by) > runner_up) or (len(named) == 1 and top not in reports and not checker):
         return [
             (top, f"named by ranks {rank_ranges(sorted(by))} as running a different collective than theirs")
         ]

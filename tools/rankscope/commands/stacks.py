@@ -13,6 +13,7 @@ import dataclasses
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
+from rankscope.errors import InvalidInput
 from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget
 
 
@@ -78,34 +79,76 @@ class StacksCommand(Command):
             "twice 3 s apart, which name the rank behind. Off by default: querying RAS has crashed jobs on NCCL "
             "2.26-2.29 (NVIDIA/nccl#2346), so it is skipped while a rank creates a communicator",
         )
-        parser.add_argument(
-            "--rank",
-            type=int,
-            action="append",
-            dest="ranks",
-            metavar="N",
-            help="only these ranks (repeatable)",
-        )
+        _add_rank_arguments(parser)
         _add_saved_arguments(parser)
         _add_remote_arguments(parser)
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         pid: int | None = args.pid
+        if args.ambiguous_ranks is not None:
+            raise InvalidInput(
+                "--rank is gone: it named two things (show a rank's stacks, capture only that rank)",
+                fix="Pass --show-rank N for more of the same answer (MCP: full_ranks), or --only-rank N to "
+                "capture only rank N (MCP: ranks; the verdict then covers that rank alone).",
+            )
         options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
         target, job_id = _target(args)
-        api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
-        if args.from_paths is not None:
+        api.check_stacks_call(
+            pid=pid,
+            ranks=args.ranks,
+            target=target,
+            full_ranks=args.show_ranks,
+            from_paths=args.from_paths,
+            last=args.last,
+        )
+        if args.last:
+            report = api.last_capture()
+        elif args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend
             report = api.stacks_from_files(args.from_paths, backend=backend)
+            api.save_capture(report, partial=True)
         elif target.remote:
             report = api.dump_stacks_remote(target, options, pid=pid)
+            api.save_capture(report, partial=False)
         else:
             report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
+            if args.ranks is not None:
+                report = api.with_whole_suspects(report, args.ranks)
+            api.save_capture(report, partial=args.ranks is not None)
         # --local answers a fan-out from another host, which merges whole reports
         as_json, full = bool(args.json or args.local), bool(args.full or args.local)
-        emit(report, as_json, full=full, brief=args.brief, full_ranks=args.ranks)
+        emit(report, as_json, full=full, brief=args.brief, full_ranks=args.show_ranks)
         return 0
+
+
+def _add_rank_arguments(parser: argparse.ArgumentParser) -> None:
+    """Two flags for two meanings: more of one answer (--show-rank), a smaller capture (--only-rank)."""
+    parser.add_argument(
+        "--show-rank",
+        type=int,
+        action="append",
+        dest="show_ranks",
+        metavar="N",
+        help="show rank N's whole stack in --brief/--json (repeatable; MCP: full_ranks); with --last, "
+        "of the capture already answered",
+    )
+    parser.add_argument(
+        "--last",
+        action="store_true",
+        help="answer again from the last capture (kept in $RANKSCOPE_CACHE_DIR or ~/.cache/rankscope) "
+        "instead of capturing: more of the same answer, never a new verdict (MCP: last=true)",
+    )
+    parser.add_argument(
+        "--only-rank",
+        type=int,
+        action="append",
+        dest="ranks",
+        metavar="N",
+        help="capture only rank N (repeatable; MCP: ranks): the verdict covers those ranks alone and names "
+        "the suspects of the last capture of every rank",
+    )
+    parser.add_argument("--rank", type=int, action="append", dest="ambiguous_ranks", help=argparse.SUPPRESS)
 
 
 def _target(args: argparse.Namespace) -> tuple[StacksTarget, str | None]:

@@ -65,6 +65,9 @@ async def dump_stacks(
         bool, arg("Do not pause the ranks while sampling (less consistent stacks).")
     ] = False,
     full_ranks: Annotated[list[int] | None, arg("Return the full stacks of these ranks.")] = None,
+    last: Annotated[
+        bool, arg("Answer again from the last capture (with full_ranks: more of it), not a new one.")
+    ] = False,
     ranks: Annotated[
         list[int] | None, arg("Capture only these ranks of this host; the verdict covers them.")
     ] = None,
@@ -117,14 +120,24 @@ async def dump_stacks(
     target = StacksTarget(
         hosts=None if hosts is None else tuple(hosts), via=via, job=job, namespace=namespace
     )
-    api.check_stacks_call(pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths)
+    api.check_stacks_call(
+        pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths, last=last
+    )
+    if last:
+        kept = LAST_ANSWERS.stacks
+        report = kept if isinstance(kept, StacksReport) else await in_thread(api.last_capture)
+        return api.answer(report, full=full, full_ranks=full_ranks)
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
         report = await in_thread(
             api.stacks_from_files, from_paths, backend=None if backend == "auto" else backend
         )
+        await in_thread(api.save_capture, report, partial=True)
     else:
         report = await _capture(ctx, options, target, pid=pid, ranks=ranks, job_id=job_id)
+        if ranks is not None:
+            report = await in_thread(api.with_whole_suspects, report, ranks)
+        await in_thread(api.save_capture, report, partial=ranks is not None)
     return await _answer(ctx, report, full=full, full_ranks=full_ranks)
 
 

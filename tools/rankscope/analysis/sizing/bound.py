@@ -185,7 +185,7 @@ def bound_report(
     hint = (
         f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' are omitted."
         if shown
-        else "Per-rank stacks: full_ranks=[N, ...] (CLI: --rank N)."
+        else "Per-rank stacks of this capture: last=true, full_ranks=[N, ...] (CLI: stacks --last --show-rank N)."
     )
     if left:
         hint += f" {left} more capture errors were left out."

@@ -211,18 +211,18 @@ def test_prompts_for_the_main_procedures() -> None:
         (
             "dump_stacks",
             {"full_ranks": [-2]},
-            "full_ranks must be a list of rank numbers (0 and up), got [-2]. Fix:",
+            "full_ranks (--show-rank) must be a list of rank numbers (0 and up), got [-2]. Fix:",
         ),
         ("dump_stacks", {"hosts": []}, "hosts (--hosts) is empty. Fix: Leave it out for this host"),
         (
             "dump_stacks",
             {"ranks": [-1]},
-            "ranks (--rank) must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
+            "ranks (--only-rank) must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
         ),
         (
             "dump_stacks",
             {"ranks": [0], "via": "srun"},
-            "ranks (--rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
+            "ranks (--only-rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
             "namespace. Fix:",
         ),
         (

@@ -75,11 +75,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.envinfo import collect_env as collect_env
     from rankscope.capabilities.install import install_skill as install_skill
     from rankscope.capabilities.install import mcp_config as mcp_config
-    from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
-    from rankscope.capabilities.launch import run_job as run_job
     from rankscope.capabilities.last_capture import last_capture as last_capture
     from rankscope.capabilities.last_capture import save_capture as save_capture
     from rankscope.capabilities.last_capture import with_whole_suspects as with_whole_suspects
+    from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
+    from rankscope.capabilities.launch import run_job as run_job
     from rankscope.capabilities.memory import inspect_memory as inspect_memory
     from rankscope.capabilities.memory import memory_budget as memory_budget
     from rankscope.capabilities.placements import inspect_placements as inspect_placements

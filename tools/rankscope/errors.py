@@ -38,12 +38,18 @@ class RankscopeError(Exception):
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "answered (stacks, triage, fr, env: whatever the verdict; read it)"),
-    (1, "answered, and the answer is a failure: a rank crashed (run), tensors differ (compare), "
-     "placements have gaps (placements), a repro did not behave as expected (repro --verify)"),
-    (2, "no answer: bad input or nothing to read (a bad flag or argument, an empty folder, no job, "
-     "an unreadable file, no permission); the message names the input and the fix"),
+    (
+        1,
+        "answered, and the answer is a failure: a rank crashed (run), tensors differ (compare), "
+        "placements have gaps (placements), a repro did not behave as expected (repro --verify)",
+    ),
+    (
+        2,
+        "no answer: bad input or nothing to read (a bad flag or argument, an empty folder, no job, "
+        "an unreadable file, no permission); the message names the input and the fix",
+    ),
     (3, "hung (run: stacks taken, the job reaped)"),
-)  # fmt: skip
+)
 """The one exit-code table: the CLI's --help epilog and skill/tools.md say the same."""
 
 

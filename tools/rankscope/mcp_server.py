@@ -17,7 +17,6 @@ from typing import Any, cast
 
 import anyio
 import mcp_types
-
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
@@ -74,7 +73,6 @@ class RankscopeServer(MCPServer):
                 raise
             schema = tool.parameters if tool is not None else {}
             raise ToolError(argument_error(name, cause, schema)) from cause
-
 
     async def serve_lines(self, lines: CheckedLines) -> None:
         """Serve MCP on stdout, reading requests from ``lines`` (stdin, each line checked first)."""

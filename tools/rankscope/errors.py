@@ -173,7 +173,10 @@ class ProbeTimeout(RankscopeError):
 class LocalEditsFound(UsageError):
     """install-skill would overwrite files someone changed."""
 
-    default_fix = "Keep your edits elsewhere and re-run with --force (MCP/API: force=True) to overwrite them."
+    default_fix = (
+        "Copy your edits elsewhere, then re-run the same command with --force (`rankscope install-skill --force "
+        "...`; API: force=True) to overwrite them."
+    )
 
 
 class SnapshotUnreadable(InvalidInput):

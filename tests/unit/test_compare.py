@@ -64,7 +64,7 @@ def test_mismatched_key_sets(tmp_path: Path) -> None:
 
 def test_empty_dir_and_not_a_dir(tmp_path: Path) -> None:
     """An empty folder is nothing to read (exit 2), not an inconsistency found (exit 1)."""
-    with pytest.raises(NothingToRead, match="no fingerprints-rank<R>.json") as caught:
+    with pytest.raises(NothingToRead, match=r"no fingerprints-rank<R>\.json") as caught:
         compare_dir(str(tmp_path))
     assert caught.value.exit_code == 2 and str(tmp_path) in caught.value.message
     with pytest.raises(InvalidInput):

@@ -126,7 +126,7 @@ def snapshot_files(paths: list[str]) -> list[tuple[Path, int | None]]:
             out.append((p, am.rank_from_filename(p.name)))
         else:
             raise InvalidInput(
-                f"no such snapshot file or folder: {p}",
+                f"no such file or folder: {p} (a memory snapshot or its folder)",
                 fix="Pass a snapshot file that exists, or its folder: `rankscope memory DIR`, DIR being where "
                 "rankscope.probe.record_oom_snapshots(DIR) or torch.cuda.memory._dump_snapshot(path) wrote them.",
             )

@@ -199,7 +199,10 @@ def bound_report(
         and report.progress is not None
         and len(progress.ranks) < len(report.progress.ranks)
     ):
-        hint += " progress.ranks is cut to the suspects (the evidence sums up every rank); full=true has all."
+        hint += (
+            " progress.ranks is cut to the suspects (the evidence sums up every rank); last=true, full=true "
+            "(CLI: stacks --last --full) has all."
+        )
     out = report
     for limit in _FRAME_STEPS:
         out = report.model_copy(

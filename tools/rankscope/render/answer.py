@@ -79,12 +79,12 @@ ANSWERS: dict[str, AnswerKind] = {
     "PlacementsReport": _same("rankscope.render.placements", "render_placements"),
     "TemplateList": _same(_REPRO, "render_list", (_BOUND, "brief_templates")),
     "RenderedRepro": AnswerKind(None, (_REPRO, "render_repro_text"), (_REPRO, "render_repro_brief")),
-    "VerifyResult": AnswerKind(None, (_REPRO, "render_verify_lines"), None),
+    "VerifyResult": _same(_REPRO, "render_verify_lines"),
     "FlightReport": _same("rankscope.render.flight", "render_flight", (_BOUND, "bound_flight")),
     "MemoryReport": _same(_MEMORY, "render_memory"),
     "BudgetReport": _same(_MEMORY, "render_budget"),
     "SkillSection": _same("rankscope.render.skill", "render_skill"),
-    "InstallReport": AnswerKind(None, ("rankscope.render.install", "render_install"), None),
+    "InstallReport": _same("rankscope.render.install", "render_install"),
     "McpConfig": AnswerKind(None, ("rankscope.render.mcp_config", "render_mcp_config"), None),
 }
 """The one registry of answers, by model type name: each answer's bound and renderers. Both faces

@@ -62,6 +62,16 @@ def test_one_bad_input_per_command(tmp_path: Path) -> None:
         assert "rankscope " in fix or "MCP" in fix or "`" in fix, (call, fix)
 
 
+def test_stacks_with_no_job_on_the_host_is_nothing_to_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other jobs run on this host while the suite does: the scan is made to find none."""
+    from rankscope.capabilities import discovery
+
+    monkeypatch.setattr(discovery, "scan", dict)
+    code, out, err = _cli("stacks")
+    assert code == 2 and out == "" and "No distributed PyTorch job found on this host" in err
+    assert "rankscope triage" in err.partition("\nFix: ")[2]
+
+
 def test_install_skill_refuses_to_overwrite_an_edit_and_says_how(tmp_path: Path) -> None:
     dest = tmp_path / "rankscope"
     assert _cli("install-skill", "--dir", str(dest))[0] == 0

@@ -38,7 +38,9 @@ def _hinted(hints: list[str], rank: int) -> list[list[str]]:
         forms = _CLI_FORM.findall(hint)
         assert forms, f"a left-out hint without its CLI form: {hint}"
         for form in forms:
-            calls.append([rank_word if rank_word != "N" else str(rank) for rank_word in form.split()])
+            words = form.split()
+            assert words[0] == "rankscope", f"a hint's CLI form is a whole command line: {hint}"
+            calls.append([word if word != "N" else str(rank) for word in words[1:]])
     return calls
 
 

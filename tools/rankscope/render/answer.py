@@ -126,7 +126,7 @@ def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
 
 
 WHOLE_ANSWER: dict[str, str] = {
-    "StacksReport": "last=true, full=true (CLI: stacks --last --full)",
+    "StacksReport": "last=true, full=true (CLI: rankscope stacks --last --full)",
 }
 """How to ask for the whole answer where asking again would not give the same one: a stacks call
 captures anew, so its hint names the last capture, kept for that (``last``)."""

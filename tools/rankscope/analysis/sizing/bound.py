@@ -185,7 +185,7 @@ def bound_report(
     hint = (
         f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' are omitted."
         if shown
-        else "Per-rank stacks of this capture: last=true, full_ranks=[N, ...] (CLI: stacks --last --show-rank N)."
+        else "Per-rank stacks of this capture: last=true, full_ranks=[N, ...] (CLI: rankscope stacks --last --show-rank N)."
     )
     if left:
         hint += f" {left} more capture errors were left out."
@@ -201,7 +201,7 @@ def bound_report(
     ):
         hint += (
             " progress.ranks is cut to the suspects (the evidence sums up every rank); last=true, full=true "
-            "(CLI: stacks --last --full) has all."
+            "(CLI: rankscope stacks --last --full) has all."
         )
     out = report
     for limit in _FRAME_STEPS:

@@ -90,7 +90,7 @@ def normalised(text: str, *, folder: str, host: str) -> str:
     text = text.replace(folder, "/tmp/demo")
     if host != "vm":
         text = re.sub(rf"\b{re.escape(host)}\b", "vm", text)
-    text = re.sub(r"\b(pids?|PID) \d+(-\d+)?", r"\1 N", text)
+    text = re.sub(r"\b(pids?|PID) \d[\d,-]*", r"\1 N", text)
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
     text = re.sub(r"\b\d+(\.\d+)? ?s\b", "Ts", text)
     text = re.sub(r"\b\d+%", "N%", text)

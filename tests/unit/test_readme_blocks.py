@@ -41,4 +41,5 @@ def test_only_what_may_differ_is_normalised() -> None:
     real = "job torchrun:127.0.0.1:4101 (torchrun pid 7) host(s) box\n  pid 88812 sleeping  over 15s, CPU 0%"
     assert normalised(shown, folder="/x", host="vm") == normalised(real, folder="/x", host="box")
     assert normalised("rank 2", folder="/x", host="vm") != normalised("rank 3", folder="/x", host="vm")
+    assert normalised("(pids 14133-14134,14137)", folder="/x", host="vm") == "(pids N)"
     assert normalised("/tmp/w1/train.py:8", folder="/tmp/w1", host="vm") == "/tmp/demo/train.py:8"

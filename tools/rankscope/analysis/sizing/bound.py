@@ -182,10 +182,11 @@ def bound_report(
     errors = report.errors[:_MAX_ERRORS]
     left = len(report.errors) - len(errors)
     shown = sorted(r for r in wanted if any(s.rank == r for s in report.stacks))
+    more = "last=true, full_ranks=[N, ...] (CLI: rankscope stacks --last --show-rank N)"
     hint = (
-        f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' are omitted."
+        f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' in this capture: {more}."
         if shown
-        else "Per-rank stacks of this capture: last=true, full_ranks=[N, ...] (CLI: rankscope stacks --last --show-rank N)."
+        else f"Per-rank stacks of this capture: {more}."
     )
     if left:
         hint += f" {left} more capture errors were left out."

@@ -49,3 +49,10 @@ def pyspy_works() -> str:
         child.wait(timeout=5)
     assert out.returncode == 0, f"py-spy cannot attach here (ptrace not allowed?): {out.stderr}"
     return exe
+
+
+@pytest.fixture(autouse=True)
+def _own_capture_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test keeps its stacks captures (``--last``) apart: other tests and other users' runs on
+    the host write theirs too, and a test must read back only its own."""
+    monkeypatch.setenv("RANKSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("rankscope-cache")))

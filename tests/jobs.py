@@ -159,10 +159,17 @@ class JobFactory:
         return job
 
     def start(
-        self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None = None, tag: str = "custom"
+        self,
+        argv: list[str],
+        nproc: int,
+        port: int,
+        env: dict[str, str] | None = None,
+        tag: str = "custom",
+        cwd: Path | None = None,
     ) -> RunningJob:
-        """Start any command line (e.g. a custom torchrun invocation) as a reaped job."""
-        return self._start(argv, nproc, port, env, tag)
+        """Start any command line (e.g. a custom torchrun invocation) as a reaped job, in ``cwd``
+        (default: tests/programs)."""
+        return self._start(argv, nproc, port, env, tag, cwd)
 
     def torchrun(
         self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None

@@ -35,6 +35,10 @@ EXPORTS: dict[str, str] = {
     "dump_stacks_remote": "rankscope.capabilities.remote",
     "analyze_flight_recorder": "rankscope.capabilities.recorder.flight",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
+    # the last capture again: more of the same answer (--last, last=true)
+    "save_capture": "rankscope.capabilities.last_capture",
+    "last_capture": "rankscope.capabilities.last_capture",
+    "with_whole_suspects": "rankscope.capabilities.last_capture",
     # memory
     "inspect_memory": "rankscope.capabilities.memory",
     "memory_budget": "rankscope.capabilities.memory",
@@ -72,6 +76,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.envinfo import collect_env as collect_env
     from rankscope.capabilities.install import install_skill as install_skill
     from rankscope.capabilities.install import mcp_config as mcp_config
+    from rankscope.capabilities.last_capture import last_capture as last_capture
+    from rankscope.capabilities.last_capture import save_capture as save_capture
+    from rankscope.capabilities.last_capture import with_whole_suspects as with_whole_suspects
     from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
     from rankscope.capabilities.launch import run_job as run_job
     from rankscope.capabilities.memory import inspect_memory as inspect_memory

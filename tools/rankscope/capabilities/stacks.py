@@ -520,7 +520,7 @@ def _check_ranks(job: Job, ranks: list[int] | None) -> None:
     if unknown and len(unknown) == len(ranks):
         raise InvalidInput(
             f"ranks {unknown} are not among the ranks found here ({sorted(k for k in known if k is not None)}).",
-            fix="Pass --rank with a rank listed by `rankscope ps`.",
+            fix="Pass --only-rank (MCP: ranks) with a rank listed by `rankscope ps`.",
         )
 
 
@@ -778,7 +778,7 @@ def _gather(
     another at the window's end (an older dump would make a hung job look as if it moved)."""
     notes = list(job.notes)
     if ranks is not None:
-        notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
+        notes.append(f"only ranks {sorted(ranks)} were captured (--only-rank): the verdict covers them alone")
     # read once: the pickup looks for their dumps and asks them, the NCCL recorder plan names them
     probes = find_probes(job) if options.flight_recorder or job.backend in ("nccl", "mixed") else {}
     flight = pick_up(job, environs=environs, probes=probes) if options.flight_recorder else None

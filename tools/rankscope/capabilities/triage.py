@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from rankscope.analysis.triage.logs import SHELL_NEEDLES, LogScanner, conclude
 from rankscope.analysis.triage.postmortem import PostMortem, combine
-from rankscope.errors import InvalidInput
+from rankscope.errors import InvalidInput, NothingToRead
 from rankscope.models.core import Finding
 from rankscope.models.logs import FailureRecord, LogSource, SourceKind, TriageReport
 
@@ -208,7 +208,8 @@ def _expand(paths: list[str]) -> Iterator[str]:
         else:
             raise InvalidInput(
                 f"{p}: no such file or directory.",
-                fix="Pass existing log files or directories, or '-' for stdin.",
+                fix="Pass existing log files or folders (`ls` the job's log folder first); or the log text itself "
+                "(CLI: '-' reads stdin; MCP: text=...).",
             )
 
 
@@ -371,7 +372,8 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
     logs, torchrun's log folder, error.json, flight-recorder dumps and saved stacks, in any mix."""
     if not paths and text is None:
         raise InvalidInput(
-            "No logs given.", fix="Pass log files, directories of per-rank logs, or '-' to read stdin."
+            "No logs given.",
+            fix="Pass log files or folders of per-rank logs, or the log text itself (CLI: '-' reads stdin; MCP: text=...).",
         )
     if max_findings < 1:
         raise InvalidInput(
@@ -381,6 +383,12 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
     scanner = LogScanner(redact=redactor.text)
     started = time.monotonic()
     files = _sorted_files(paths)
+    if text is None and not any(files.values()):
+        raise NothingToRead(
+            f"nothing to read under {', '.join(paths)}: no log, error.json, recorder dump or saved stacks",
+            fix="Point at the folder the job's output went to (`rankscope triage LOG_DIR`: torchrun --log-dir, "
+            "the scheduler's output files), or pass the log text (CLI: '-' reads stdin; MCP: text=...).",
+        )
     sources = _read_logs(files.get("file", []), text, scanner, redactor)
     sources.extend(LogSource(path=p, kind="answer", skipped=_ANSWER) for p in files.get("answer", []))
     flight = _read_flight(files.get("flight_dump", []), sources)

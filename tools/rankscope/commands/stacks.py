@@ -82,39 +82,52 @@ class StacksCommand(Command):
             "twice 3 s apart, which name the rank behind. Off by default: querying RAS has crashed jobs on NCCL "
             "2.26-2.29 (NVIDIA/nccl#2346), so it is skipped while a rank creates a communicator",
         )
-        parser.add_argument(
-            "--rank",
-            type=int,
-            action="append",
-            dest="ranks",
-            metavar="N",
-            help="only these ranks (repeatable)",
-        )
+        _add_rank_arguments(parser)
         _add_saved_arguments(parser)
         _add_remote_arguments(parser)
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.ambiguous_ranks is not None:
+            raise InvalidInput(
+                "--rank is gone: it named two things (show a rank's stacks, capture only that rank)",
+                fix="Pass --show-rank N for more of the same answer (MCP: full_ranks), or --only-rank N to "
+                "capture only rank N (MCP: ranks; the verdict then covers that rank alone).",
+            )
         pid_host, pid = args.pid if args.pid is not None else (None, None)
         options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
         target, job_id = _target(args, pid_host)
-        api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
+        api.check_stacks_call(
+            pid=pid,
+            ranks=args.ranks,
+            target=target,
+            full_ranks=args.show_ranks,
+            from_paths=args.from_paths,
+            last=args.last,
+        )
         if args.local:
             # a host of a multi-host call: its evidence, judged with the other hosts' by the caller
             look = api.look_here(pid, options, job_id=job_id, here=args.here)
             emit(look, True, full=True)
             return 0
-        if args.from_paths is not None:
+        if args.last:
+            report = api.last_capture()
+        elif args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend
             report = api.stacks_from_files(args.from_paths, backend=backend)
+            api.save_capture(report, partial=True)
         elif target.remote:
             pids = {pid_host: pid} if pid_host is not None and pid is not None else None
             report = api.dump_stacks_remote(
                 target, options, pid=None if pids else pid, pids=pids, job_id=job_id
             )
+            api.save_capture(report, partial=False)
         else:
             report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
-        emit(report, bool(args.json), full=bool(args.full), brief=args.brief, full_ranks=args.ranks)
+            if args.ranks is not None:
+                report = api.with_whole_suspects(report, args.ranks)
+            api.save_capture(report, partial=args.ranks is not None)
+        emit(report, bool(args.json), full=bool(args.full), brief=args.brief, full_ranks=args.show_ranks)
         return 0
 
 
@@ -124,6 +137,35 @@ def _pid(text: str) -> tuple[str | None, int]:
         return host_pid(text)
     except InvalidInput as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _add_rank_arguments(parser: argparse.ArgumentParser) -> None:
+    """Two flags for two meanings: more of one answer (--show-rank), a smaller capture (--only-rank)."""
+    parser.add_argument(
+        "--show-rank",
+        type=int,
+        action="append",
+        dest="show_ranks",
+        metavar="N",
+        help="show rank N's whole stack in --brief/--json (repeatable; MCP: full_ranks); with --last, "
+        "of the capture already answered",
+    )
+    parser.add_argument(
+        "--last",
+        action="store_true",
+        help="answer again from the last capture (kept in $RANKSCOPE_CACHE_DIR or ~/.cache/rankscope) "
+        "instead of capturing: more of the same answer, never a new verdict (MCP: last=true)",
+    )
+    parser.add_argument(
+        "--only-rank",
+        type=int,
+        action="append",
+        dest="ranks",
+        metavar="N",
+        help="capture only rank N (repeatable; MCP: ranks): the verdict covers those ranks alone and names "
+        "the suspects of the last capture of every rank",
+    )
+    parser.add_argument("--rank", type=int, action="append", dest="ambiguous_ranks", help=argparse.SUPPRESS)
 
 
 def _target(args: argparse.Namespace, pid_host: str | None) -> tuple[StacksTarget, str | None]:

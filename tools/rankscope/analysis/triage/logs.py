@@ -29,6 +29,7 @@ from rankscope.analysis.triage.accumulator import EXCERPT_CHARS, Accumulator
 from rankscope.analysis.triage.after_scan import (
     WATCHDOG_EVIDENCE,
     derive_from_records,
+    explain_exit_aborts,
     fold_duplicate_gpu,
     mark_watchdog_aborts,
 )
@@ -180,6 +181,7 @@ class LogScanner:
         derive_from_records(self._accs, self._torchrun.failure_records(), self._torchrun.sigterm_pids)
         fold_duplicate_gpu(self._accs)
         mark_watchdog_aborts(self._accs)
+        explain_exit_aborts(self._accs)
         return self._accs.findings()
 
 
@@ -193,6 +195,7 @@ _CAUSE_KINDS = (
     "cuda_error",
     "thread_died",
     "killed_by_signal",
+    "exit_without_destroy",
     "dataloader_worker_killed",
     "shm_exhausted",
     "nccl_error",
@@ -369,6 +372,8 @@ def _consequence(f: Finding, kinds: set[str]) -> str | None:
         return f"stopped by {sig} (a victim)"
     if sig == "SIGABRT" and kinds & WATCHDOG_EVIDENCE:
         return "aborted (SIGABRT) by NCCL's watchdog after a timeout or an error: a consequence, not a cause"
+    if sig == "SIGABRT" and "exit_without_destroy" in kinds:
+        return "its SIGABRT (exit -6) is that abort at exit"
     return None
 
 
@@ -449,7 +454,7 @@ def _causes(findings: list[Finding], kinds: set[str], blame: _Blame) -> dict[int
         for f in findings:
             if f.kind != kind or not f.ranks or _consequence(f, kinds) is not None:
                 continue
-            if kind == "nccl_error" and f.severity == "warning":
+            if kind in ("nccl_error", "exit_without_destroy") and f.severity in ("warning", "info"):
                 continue
             if kind == "nccl_error" and set(f.ranks) <= set(primary) and kinds & {"duplicate_gpu"}:
                 continue  # the shared GPU is this rank's failure; its NCCL error only reports it
@@ -670,6 +675,22 @@ def _p2p_timeouts(findings: list[Finding]) -> list[str]:
     ]
 
 
+def _exit_headline(findings: list[Finding]) -> list[str]:
+    """What an exit without destroy_process_group() adds to the summary: the crash when it is one, a
+    warning when the run ended well, nothing when it only follows another failure."""
+    severities = {f.severity for f in findings if f.kind == "exit_without_destroy"}
+    if severities & {"error", "critical"}:
+        return [
+            "A rank aborted at exit (terminate called without an active exception): the script never called "
+            "destroy_process_group(); add it at the end of main()."
+        ]
+    if "warning" in severities:
+        return [
+            "The script exits without destroy_process_group() (torch warns): add it at the end of main()."
+        ]
+    return []
+
+
 def _summary(
     findings: list[Finding],
     kinds: set[str],
@@ -701,6 +722,7 @@ def _summary(
         parts.append("Ranks issued different collectives (or shapes) at the same step.")
     if "cuda_oom" in kinds:
         parts.append("A rank ran out of GPU memory.")
+    parts.extend(_exit_headline(findings))
     sig = {str(f.facts.get("signal")) for f in findings if f.kind == "killed_by_signal"}
     if "SIGKILL" in sig:
         parts.append(

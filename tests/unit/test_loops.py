@@ -163,6 +163,44 @@ def test_a_data_condition_breaking_out_of_the_loop_is_the_fix() -> None:
     assert "(the branch at train.py:4)" in fix
 
 
+# each rank decides alone to stop early: the break stands below the line the others wait on
+EARLY_STOP = """\
+def main():
+    for step in range(1, 10**6):
+        loss = ddp(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        if step % 50 == 0:
+            val_loss = validate(model, val)
+            for p in model.parameters():
+                if p.grad is None:
+                    break
+            if val_loss < TARGET:
+                break
+    dist.barrier()
+"""
+
+
+def test_a_break_below_the_others_line_taken_in_an_earlier_iteration_is_named() -> None:
+    """Rank 3 took the early-stop ``break`` at the end of step 200's body alone and waits in the
+    barrier after the loop; the others went round to step 201's backward, above that break. The
+    break of the nested loop is not the way out."""
+    stacks = [
+        main_stack(3, [frame("barrier", 200, C10D), frame("main", 13)], {"train.py:main:step": 200}),
+        *(
+            main_stack(r, [frame("backward", 100, C10D), frame("main", 4)], {"train.py:main:step": 201})
+            for r in (0, 1, 2)
+        ),
+    ]
+    job = Job(job_id="j", launcher="torchrun", world_size=4, backend="gloo")
+    v = analyze(job, stacks, [], source=src(EARLY_STOP)).verdict
+    assert v.suspect_ranks == [3]
+    assert "`val_loss < TARGET` (train.py:11) sends some ranks to the `break` at train.py:12" in v.summary
+    assert v.next_steps[0].action.startswith(
+        "Fix: all_reduce the flag first, so every rank takes the `break` at train.py:12 alike"
+    )
+
+
 def test_without_a_way_out_in_the_body_the_fix_is_equal_batches() -> None:
     """The uneven-inputs shape of a DDP job: the others in their loop over the loader at step 31,
     the suspect past the call in the epoch loop, in the evaluation barrier."""

@@ -26,7 +26,7 @@ from rankscope.analysis.hang.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.hang.counters import int_locals, internal_file, on_subgroup
 from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_user_frame
 from rankscope.analysis.hang.group_members import read_group_locals
-from rankscope.analysis.hang.loops import LOOP_LOOK_BACK
+from rankscope.analysis.hang.loops import LOOP_LOOK_AHEAD, LOOP_LOOK_BACK
 from rankscope.analysis.hang.progress import RankWatch, judge, place_lines, watch_rank, with_recorder
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.hang.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
@@ -131,7 +131,8 @@ def source_lines(
     Each rank's innermost Python line: ``loss.item()`` has no Python frame of its own, so on NCCL
     the line itself says the CPU waits for the GPU there. And the lines above its innermost user
     frames: the ``if rank == 0:`` a collective is called under, the loop one rank has left (in the
-    job's code or a training library's, never torch's or the standard library's). Read
+    job's code or a training library's, never torch's or the standard library's); and the rest of
+    that loop's body below them, where the ``break`` one rank took alone stands. Read
     from the files on this host; a line that cannot be read is left out.
     """
     wanted: set[tuple[str, int]] = set()
@@ -144,7 +145,8 @@ def source_lines(
         loops = [(f.file, f.line) for f in frames if f.line is not None and not internal_file(f.file)]
         for file, line in [*user, *loops[:USER_FRAMES]]:
             end = line or 0
-            wanted.update((file, n) for n in range(max(1, end - max(LOOK_BACK, LOOP_LOOK_BACK)), end + 1))
+            start = max(1, end - max(LOOK_BACK, LOOP_LOOK_BACK))
+            wanted.update((file, n) for n in range(start, end + LOOP_LOOK_AHEAD + 1))
     lines: dict[tuple[str, int], str] = {}
     for key in sorted(wanted):
         text = getline(*key)

@@ -28,7 +28,9 @@ _RANK = re.compile(
 )
 _DATA = re.compile(
     r"isfinite|isnan|isinf|\.numel\(\)|\blen\(|is None|is not None|\.any\(\)|\.all\(\)|\bskip|\bempty\b|"
-    r"\bnan\b|overflow|found_inf"
+    r"\bnan\b|overflow|found_inf|"
+    # a rank's own numbers: a loss or metric against a target, an early stop decided per rank
+    r"\w*loss\b|\bval_\w+|metric|\bacc\w*|score|patience|\bbest_|converged|should_stop|early_stop"
 )
 _HEADER = re.compile(r"^(if|elif|while)\s+(?P<cond>.+?):\s*(#.*)?$")
 

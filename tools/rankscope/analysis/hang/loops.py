@@ -24,6 +24,10 @@ LOOP_LOOK_BACK = 60
 """Source lines read above a user frame for the loops around it: a training step's body is often
 a few dozen lines."""
 
+LOOP_LOOK_AHEAD = 40
+"""Source lines read below a user frame: the rest of the loop's body, where a ``break`` one rank took
+in an earlier iteration (an early stop it decided alone) stands below the line the others wait on."""
+
 _LOOP = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")
 _STOP = re.compile(r"^(async\s+)?(def|class)\s")
 _TARGET = re.compile(r"^\(?\s*([A-Za-z_]\w*)")
@@ -202,7 +206,36 @@ def loop_left(
 
 def _left(loop: Loop, at: Frame, suspect_inside: bool, source: Mapping[tuple[str, int], str]) -> LoopLeft:
     exits = early_exits(loop, at.line, source) if at.line is not None else []
+    if at.line is not None and not any(e.guard is not None for e in exits):
+        exits += later_exits(loop, at.line, source)
     return LoopLeft(loop, suspect_inside, tuple(exits))
+
+
+def later_exits(loop: Loop, after: int, source: Mapping[tuple[str, int], str]) -> list[Exit]:
+    """The ``break``/``return`` statements of ``loop``'s body below line ``after``: a rank that took
+    one in an earlier iteration left the loop while the others went round again to ``after``
+    (``if val_loss < target: break`` decided on each rank's own numbers). The body ends at the first
+    line indented no deeper than the header, or at a line not read."""
+    found: list[Exit] = []
+    level = indent(source.get((loop.file, loop.line), ""))
+    for lineno in range(after + 1, after + LOOP_LOOK_AHEAD + 1):
+        text = source.get((loop.file, lineno))
+        if text is None:
+            break
+        stripped = text.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if indent(text) <= level:
+            break
+        m = _EXIT.match(stripped)
+        if m is None or m.group(1) == "continue":
+            continue
+        here = Frame(function=loop.function, file=loop.file, line=lineno)
+        if m.group(1) == "break" and enclosing_loops(here, source)[:1] != [loop]:
+            continue  # the break of a nested loop
+        site = CallSite(file=loop.file, line=lineno, function=loop.function)
+        found.append(Exit(loop.file, lineno, m.group(1), guard_of(site, source)))
+    return found
 
 
 def _skipped_in_body(loop: Loop, earlier: Frame, source: Mapping[tuple[str, int], str]) -> LoopLeft | None:
@@ -229,4 +262,14 @@ def _below(frames: list[Frame], at: Frame) -> list[Frame]:
     return list(reversed(python[: python.index(at)]))
 
 
-__all__ = ["LOOP_LOOK_BACK", "Exit", "Loop", "LoopLeft", "early_exits", "enclosing_loops", "loop_left"]
+__all__ = [
+    "LOOP_LOOK_AHEAD",
+    "LOOP_LOOK_BACK",
+    "Exit",
+    "Loop",
+    "LoopLeft",
+    "early_exits",
+    "enclosing_loops",
+    "later_exits",
+    "loop_left",
+]

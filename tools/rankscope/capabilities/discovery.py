@@ -119,6 +119,15 @@ def _is_launcher(cmdline: list[str]) -> bool:
     return any(os.path.basename(w) in LAUNCHER_WORDS for w in cmdline[:3])
 
 
+def _is_rankscope(cmdline: list[str]) -> bool:
+    """rankscope itself (``rankscope ...``, ``python -m rankscope ...``): never a rank, though a call
+    that ``srun --overlap`` started on a node has SLURM_PROCID and SLURM_STEP_ID like one."""
+    head = cmdline[:3]
+    return any(os.path.basename(w) == "rankscope" for w in head[:2]) or any(
+        a == "-m" and b == "rankscope" for a, b in zip(head, head[1:])
+    )
+
+
 def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:
     """Decide whether a process looks like a rank (before the worker filter)."""
     env = info.env or {}
@@ -201,7 +210,7 @@ def build_jobs(procs: dict[int, ProcInfo], host: str, redactor: Redactor | None 
     redactor = redactor or Redactor()
     cands: dict[int, _Candidate] = {}
     for info in procs.values():
-        if info.state in ("zombie", "dead"):
+        if info.state in ("zombie", "dead") or _is_rankscope(info.cmdline):
             continue
         c = _classify(info, procs)
         if c is not None:
@@ -610,6 +619,18 @@ def select_job(jobs: list[Job], job_id: str) -> Job:
     )
 
 
+def of_slurm_job(jobs: list[Job], procs: dict[int, ProcInfo], slurm_job: str | None) -> list[Job]:
+    """The jobs whose ranks run in Slurm job ``slurm_job`` (their SLURM_JOB_ID): a call made in an
+    allocation (``srun --overlap --jobid N`` on a node) means that job's ranks, not another job's."""
+    if not slurm_job or not slurm_job.isdigit():
+        return []
+    return [
+        j
+        for j in jobs
+        if any((procs[r.pid].env or {}).get("SLURM_JOB_ID") == slurm_job for r in j.ranks if r.pid in procs)
+    ]
+
+
 def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     """The job that ``pid`` belongs to (launcher, rank, a rank's child), the job named ``job_id``,
     or the only job here."""
@@ -618,9 +639,10 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     procs = scan()
     jobs = build_jobs(procs, host)
     if pid is None and job_id is not None:
-        return select_job(jobs, job_id)
+        of_slurm = of_slurm_job(jobs, procs, job_id)
+        return of_slurm[0] if len(of_slurm) == 1 else select_job(jobs, job_id)
     if pid is None:
-        return _only_or_here(jobs)
+        return _only_or_here(of_slurm_job(jobs, procs, os.environ.get("SLURM_JOB_ID")) or jobs)
     if pid not in procs:
         raise ProcessNotFound(f"No process with pid {pid} on this host (it may have exited).")
     job = _job_of(pid, jobs, procs)

@@ -1,0 +1,157 @@
+"""A Slurm job's nodes, asked of Slurm itself: what ``--via srun --job JOBID`` collects from.
+
+A login node has no SLURM_JOB_NODELIST: the job's nodes, its state and its owner come from
+``scontrol show job -o JOBID`` (one bounded call). A job that is not running, unknown to the
+controller, or another user's is refused here, with what to do, before any ``srun`` step is
+tried: ``srun --overlap --jobid`` into such a job fails with a message that says less.
+
+Parsing is pure (:func:`parse_job_records`, :func:`job_nodes`); only :func:`slurm_job_nodes`
+runs a command.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+
+from rankscope.analysis.hostlist import expand_hostlist
+from rankscope.errors import (
+    ExternalToolFailed,
+    InvalidInput,
+    SlurmJobNotFound,
+    SlurmJobNotRunning,
+    SlurmJobNotYours,
+)
+from rankscope.runtime import subproc
+
+SCONTROL_TIMEOUT = 10.0
+"""Seconds ``scontrol`` gets: the controller answers in milliseconds when it is up."""
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|$)")
+
+FINISHED = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
+"""Job states with no processes left to look at."""
+
+
+def parse_job_records(text: str) -> list[dict[str, str]]:
+    """``scontrol show job -o`` output: one record per line (an array or heterogeneous job has
+    several), each ``Key=Value`` pair kept whole (a value such as StdOut may hold spaces)."""
+    return [
+        {m.group(1): m.group(2) for m in _FIELD.finditer(line)} for line in text.splitlines() if "=" in line
+    ]
+
+
+def _uid(user_field: str) -> tuple[str, int | None]:
+    """``UserId=alice(1001)`` -> ("alice", 1001)."""
+    m = re.match(r"^(.*?)\((\d+)\)$", user_field.strip())
+    return (m.group(1), int(m.group(2))) if m else (user_field.strip(), None)
+
+
+def _check_state(job: str, record: Mapping[str, str]) -> None:
+    state = record.get("JobState", "UNKNOWN").split()[0]
+    if state == "RUNNING":
+        return
+    if state in FINISHED or state == "COMPLETING":
+        out = record.get("StdOut", "")
+        raise SlurmJobNotRunning(
+            f"Slurm job {job} is {state} (exit code {record.get('ExitCode', '?')}): no ranks are left to sample.",
+            fix=f"Read what it left: `rankscope triage {out or 'THE_JOB_OUTPUT_FILE'}` (MCP: triage_logs); "
+            "`squeue --me` lists your running jobs.",
+        )
+    reason = record.get("Reason", "")
+    raise SlurmJobNotRunning(
+        f"Slurm job {job} is {state}" + (f" (Reason={reason})" if reason and reason != "None" else "")
+        + ": it has no running ranks now.",
+        fix="Wait until `squeue -j " + job + "` shows it R (running), then collect again"
+        + ("; `scontrol resume " + job + "` resumes it" if state == "SUSPENDED" else "")
+        + ".",
+    )
+
+
+def _check_owner(job: str, record: Mapping[str, str], uid: int) -> None:
+    name, owner = _uid(record.get("UserId", ""))
+    if uid == 0 or owner is None or owner == uid:
+        return
+    raise SlurmJobNotYours(
+        f"Slurm job {job} belongs to {name} (uid {owner}): `srun --overlap` joins only your own jobs.",
+        fix=f"Run rankscope as {name} (or root), e.g. `sudo -u {name} rankscope stacks --via srun --job {job}`; "
+        "`squeue --me` lists your own jobs.",
+    )
+
+
+def job_nodes(job: str, records: list[dict[str, str]], uid: int) -> list[str]:
+    """The nodes of a running job of this user, from its ``scontrol show job -o`` records (the
+    union over a heterogeneous job's components), in Slurm's order; raises the error that says
+    why not (not running, another user's)."""
+    if not records:
+        raise SlurmJobNotFound(f"Slurm does not know job {job}.")
+    running = [r for r in records if r.get("JobState", "").split()[:1] == ["RUNNING"]]
+    for record in running or records[:1]:
+        _check_state(job, record)
+        _check_owner(job, record, uid)
+    nodes: list[str] = []
+    for record in running:
+        for node in expand_hostlist(record.get("NodeList", "")) if record.get("NodeList") else []:
+            if node not in nodes:
+                nodes.append(node)
+    if not nodes:
+        raise SlurmJobNotRunning(
+            f"Slurm job {job} is running but Slurm lists no nodes for it.",
+            fix=f"Pass its nodes with --hosts (`scontrol show job {job}` shows NodeList).",
+        )
+    return nodes
+
+
+def _failed(job: str, stderr: str) -> Exception:
+    """The error for a failed ``scontrol show job``: an unknown job, or a controller out of reach."""
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+    if "Invalid job id" in stderr:
+        return SlurmJobNotFound(f"Slurm does not know job {job} ({last}).")
+    return ExternalToolFailed(
+        f"scontrol could not ask the Slurm controller about job {job}: {last}",
+        fix="Check that the controller answers (`scontrol ping`) and that SLURM_CONF names this cluster's "
+        "slurm.conf; or pass the job's nodes with --hosts and --via ssh.",
+    )
+
+
+def slurm_job_nodes(job: str, timeout: float = SCONTROL_TIMEOUT) -> list[str]:
+    """The nodes of running Slurm job ``job``, asked of the controller (``scontrol show job -o``)."""
+    if not job.strip() or not re.fullmatch(r"\d+(_\d+|\+\d+)?", job.strip()):
+        raise InvalidInput(
+            f"--job {job!r} is not a Slurm job id.",
+            fix="Pass the numeric id `squeue --me` shows in its JOBID column, e.g. --job 1234.",
+        )
+    if shutil.which("scontrol") is None:
+        raise InvalidInput(
+            "--via srun asks Slurm for the job's nodes, and `scontrol` is not on PATH here.",
+            fix="Run rankscope where Slurm's commands work (a login node or a node of the cluster: "
+            "`squeue --me` must answer), or pass the nodes with --hosts and --via ssh.",
+        )
+    try:
+        res = subproc.run(["scontrol", "show", "job", "-o", job.strip()], min(timeout, SCONTROL_TIMEOUT))
+    except FileNotFoundError as exc:
+        raise _failed(job, str(exc)) from exc
+    if res.timed_out:
+        raise _failed(job, "scontrol timed out (the controller did not answer)")
+    if res.rc != 0:
+        raise _failed(job, res.stderr)
+    return job_nodes(job.strip(), parse_job_records(res.stdout), os.getuid())
+
+
+__all__ = ["job_nodes", "parse_job_records", "slurm_job_nodes"]

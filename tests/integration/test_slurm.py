@@ -1,0 +1,100 @@
+"""`rankscope stacks --via srun` against a real Slurm: a hung 4-rank gloo job submitted with
+``sbatch --wrap "torchrun ..."`` on a one-node cluster (tests/slurm.py), collected from outside the
+allocation as from a login node (no SLURM_* in the caller's environment).
+
+Other jobs may run on this host beside the Slurm job (other tests, other people's): the answer
+must be about the Slurm job's ranks only, and rankscope's own srun step is never one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import PROGRAMS, free_port, job_env, torchrun_argv, wait_for
+from tests.slurm import SlurmCluster, slurm_cluster
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def hung_job(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 4-rank torchrun job under sbatch whose rank 2 calls barrier() while the others all_reduce."""
+    tmp = tmp_path_factory.mktemp("slurmjob")
+    ready, log = tmp / "ready", tmp / "job.log"
+    ready.mkdir()
+    port = free_port()
+    argv = torchrun_argv(
+        "hang_collectives.py",
+        "--nproc_per_node=4",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        args=["--mode", "mismatch", "--odd", "2"],
+    )
+    env = job_env({"RANKSCOPE_TEST_READY": str(ready), "MASTER_PORT": str(port)})
+    job = cluster.sbatch(shlex.join(argv), log=log, env=env, cwd=PROGRAMS)
+
+    def all_ready() -> bool:
+        if cluster.state_of(job) not in ("RUNNING", "PENDING", "CONFIGURING"):
+            raise RuntimeError(f"job {job} ended before its ranks were ready:\n{_read(log)}\n{cluster.logs()}")
+        return len(list(ready.iterdir())) >= 4
+
+    try:
+        wait_for(all_ready, 60, f"the 4 ranks of Slurm job {job}", 0.1)
+        yield job
+    finally:
+        cluster.cancel(job)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _rankscope(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user on a login node runs it: rankscope on PATH, SLURM_CONF set, no allocation."""
+    env = {"PATH": f"{BIN}:{cluster.env['PATH']}"}
+    return cluster.run(sys.executable, "-m", "rankscope", *args, timeout=60.0, env=env)
+
+
+def test_via_srun_names_the_culprit_of_a_hung_sbatch_job(cluster: SlurmCluster, hung_job: str) -> None:
+    res = _rankscope(cluster, "stacks", "--via", "srun", "--job", hung_job, "--json", "--window", "0.5")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    verdict = report["verdict"]
+    assert verdict["kind"] == "mismatched_collectives", verdict
+    assert verdict["suspect_ranks"] == [2]
+    assert "hang_collectives.py:53" in json.dumps(verdict)  # the line rank 2 waits at (barrier)
+    assert f"ranks 0-3 on {cluster.node}" in " ".join(report["job"]["notes"]), report["job"]
+    assert {r["host"] for r in report["job"]["ranks"]} == {cluster.node}
+    # rankscope's own srun step is not a job of the host, and the Slurm job's ranks were chosen
+    text = json.dumps(report)
+    assert f"slurm:{hung_job}." not in text and "distributed jobs run on this host" not in text
+    assert not report["errors"], report["errors"]
+
+
+def test_unknown_and_finished_jobs_say_what_to_do(cluster: SlurmCluster, tmp_path: Path) -> None:
+    res = _rankscope(cluster, "stacks", "--via", "srun", "--job", "987654", "--brief")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "Slurm does not know job 987654" in res.stderr and "squeue --me" in res.stderr
+    job = cluster.sbatch("sleep 600", log=tmp_path / "sleep.log")
+    wait_for(lambda: cluster.state_of(job) == "RUNNING", 30, f"job {job} running", 0.1)
+    cluster.cancel(job)
+    res = _rankscope(cluster, "stacks", "--via", "srun", "--job", job, "--brief")
+    assert res.returncode == 2, res.stdout
+    assert f"Slurm job {job} is CANCELLED" in res.stderr and "rankscope triage" in res.stderr
+    assert str(tmp_path / "sleep.log") in res.stderr

@@ -106,7 +106,9 @@ class SlurmCluster:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     jobs: list[str] = field(default_factory=list)
 
-    def run(self, *argv: str, timeout: float = 15.0, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, timeout: float = 15.0, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """A Slurm client command against this cluster, output captured as text."""
         return subprocess.run(
             list(argv),
@@ -117,7 +119,9 @@ class SlurmCluster:
             env={**self.env, **(env or {})},
         )
 
-    def sbatch(self, command: str, *, log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> str:
+    def sbatch(
+        self, command: str, *, log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> str:
         """``sbatch --wrap COMMAND``; the job's id (it is cancelled at teardown)."""
         argv = ["sbatch", "--parsable", f"--output={log}", "--wrap", command]
         if cwd is not None:
@@ -136,7 +140,11 @@ class SlurmCluster:
     def cancel(self, job: str, timeout: float = 15.0) -> None:
         """scancel the job and wait until Slurm no longer runs it."""
         self.run("scancel", job)
-        wait_for(lambda: self.state_of(job) not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"), timeout, f"job {job} to end")
+        wait_for(
+            lambda: self.state_of(job) not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"),
+            timeout,
+            f"job {job} to end",
+        )
 
     def logs(self) -> str:
         """The daemons' logs, for a failure message."""
@@ -204,16 +212,26 @@ def slurm_cluster(state: Path, timeout: float = 30.0) -> Iterator[SlurmCluster]:
         _start(
             cluster,
             "munged",
-            [binaries[0], "-F", "--force", f"--socket={munge_socket}", f"--key-file={key}",
-             f"--log-file={state / 'munged.log'}", f"--pid-file={state / 'munged.pid'}",
-             f"--seed-file={state / 'munged.seed'}", "--num-threads=2"],
+            [
+                binaries[0],
+                "-F",
+                "--force",
+                f"--socket={munge_socket}",
+                f"--key-file={key}",
+                f"--log-file={state / 'munged.log'}",
+                f"--pid-file={state / 'munged.pid'}",
+                f"--seed-file={state / 'munged.seed'}",
+                "--num-threads=2",
+            ],
         )
         wait_for(lambda: munge_socket.exists(), timeout, "munged's socket")
         _start(cluster, "slurmctld", [binaries[1], "-D", "-i", "-f", str(conf)])
         _start(cluster, "slurmd", [sys.executable, "-c", SUBREAPER, binaries[2], "-D", "-f", str(conf)])
         deadline = time.monotonic() + timeout
         try:
-            wait_for(lambda: _node_idle(cluster), max(1.0, deadline - time.monotonic()), f"node {node} idle", 0.2)
+            wait_for(
+                lambda: _node_idle(cluster), max(1.0, deadline - time.monotonic()), f"node {node} idle", 0.2
+            )
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{cluster.logs()}") from exc
         yield cluster

@@ -48,7 +48,9 @@ def hung_job(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) ->
 
     def all_ready() -> bool:
         if cluster.state_of(job) not in ("RUNNING", "PENDING", "CONFIGURING"):
-            raise RuntimeError(f"job {job} ended before its ranks were ready:\n{_read(log)}\n{cluster.logs()}")
+            raise RuntimeError(
+                f"job {job} ended before its ranks were ready:\n{_read(log)}\n{cluster.logs()}"
+            )
         return len(list(ready.iterdir())) >= 4
 
     try:

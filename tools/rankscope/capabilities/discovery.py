@@ -122,10 +122,7 @@ def _is_launcher(cmdline: list[str]) -> bool:
 def _is_rankscope(cmdline: list[str]) -> bool:
     """rankscope itself (``rankscope ...``, ``python -m rankscope ...``): never a rank, though a call
     that ``srun --overlap`` started on a node has SLURM_PROCID and SLURM_STEP_ID like one."""
-    head = cmdline[:3]
-    return any(os.path.basename(w) == "rankscope" for w in head[:2]) or any(
-        a == "-m" and b == "rankscope" for a, b in zip(head, head[1:])
-    )
+    return "rankscope" in {os.path.basename(w) for w in cmdline[:2]} or cmdline[1:3] == ["-m", "rankscope"]
 
 
 def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:

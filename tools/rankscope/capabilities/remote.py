@@ -467,12 +467,10 @@ def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[
     env = os.environ if env is None else env
     job = job or env.get("SLURM_JOB_ID")
     if not job:
-        if env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
-            return hosts_from_environment(env)
         raise InvalidInput(
-            "--via srun needs the Slurm job: no --job given and no Slurm allocation in the environment "
-            "(SLURM_JOB_ID is unset).",
-            "Pass --job JOBID (`squeue --me` lists your jobs), or --hosts node1,node2 with --via ssh.",
+            "via srun (--via srun) needs the Slurm job: no job (--job) given and no Slurm allocation in the "
+            "environment (SLURM_JOB_ID is unset).",
+            "Pass job=JOBID (CLI: --job JOBID; `squeue --me` lists your jobs), or hosts with via ssh.",
         )
     if job == env.get("SLURM_JOB_ID") and (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")):
         return hosts_from_environment(env)

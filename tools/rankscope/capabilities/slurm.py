@@ -76,9 +76,12 @@ def _check_state(job: str, record: Mapping[str, str]) -> None:
         )
     reason = record.get("Reason", "")
     raise SlurmJobNotRunning(
-        f"Slurm job {job} is {state}" + (f" (Reason={reason})" if reason and reason != "None" else "")
+        f"Slurm job {job} is {state}"
+        + (f" (Reason={reason})" if reason and reason != "None" else "")
         + ": it has no running ranks now.",
-        fix="Wait until `squeue -j " + job + "` shows it R (running), then collect again"
+        fix="Wait until `squeue -j "
+        + job
+        + "` shows it R (running), then collect again"
         + ("; `scontrol resume " + job + "` resumes it" if state == "SUSPENDED" else "")
         + ".",
     )

@@ -67,10 +67,12 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _rankscope(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess[str]:
+def _rankscope(
+    cluster: SlurmCluster, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The CLI as a user on a login node runs it: rankscope on PATH, SLURM_CONF set, no allocation."""
-    env = {"PATH": f"{BIN}:{cluster.env['PATH']}"}
-    return cluster.run(sys.executable, "-m", "rankscope", *args, timeout=60.0, env=env)
+    path = {"PATH": f"{BIN}:{cluster.env['PATH']}"}
+    return cluster.run(sys.executable, "-m", "rankscope", *args, timeout=60.0, env={**path, **(env or {})})
 
 
 def test_via_srun_names_the_culprit_of_a_hung_sbatch_job(cluster: SlurmCluster, hung_job: str) -> None:
@@ -100,3 +102,13 @@ def test_unknown_and_finished_jobs_say_what_to_do(cluster: SlurmCluster, tmp_pat
     assert res.returncode == 2, res.stdout
     assert f"Slurm job {job} is CANCELLED" in res.stderr and "rankscope triage" in res.stderr
     assert str(tmp_path / "sleep.log") in res.stderr
+
+
+def test_plain_call_beside_the_allocation_collects_its_nodes(cluster: SlurmCluster, hung_job: str) -> None:
+    """An salloc shell on a login node has SLURM_JOB_ID: a plain `rankscope stacks` means that job."""
+    res = _rankscope(cluster, "stacks", "--brief", "--window", "0.5", env={"SLURM_JOB_ID": hung_job})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 2"), (
+        res.stdout
+    )
+    assert "collected via srun" in res.stdout

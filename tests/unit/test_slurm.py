@@ -6,13 +6,14 @@ real daemons are in tests/integration/test_slurm.py."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rankscope.capabilities import discovery
 from rankscope.capabilities.discovery import ProcInfo, build_jobs, of_slurm_job
 from rankscope.capabilities.remote import classify_failure, dump_stacks_remote
-from rankscope.capabilities.slurm import job_nodes, parse_job_records
+from rankscope.capabilities.slurm import allocation_target, job_nodes, parse_job_records
 from rankscope.errors import InvalidInput, SlurmJobNotFound, SlurmJobNotRunning, SlurmJobNotYours
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
 from rankscope.options import DumpOptions, StacksTarget
@@ -187,3 +188,25 @@ def test_rankscope_in_a_step_is_no_rank_and_the_allocation_picks_its_job(
     assert discovery.find_job().ranks[0].pid == 900002  # the call's own allocation, among two jobs
     monkeypatch.delenv("SLURM_JOB_ID")
     assert discovery.find_job(job_id="5").ranks[0].pid == 900002  # a Slurm job id names its ranks here
+
+
+@pytest.mark.parametrize(
+    ("env", "call", "via"),
+    [
+        ({"SLURM_JOB_ID": "5"}, {}, "srun"),  # beside an allocation (salloc on a login node): its nodes
+        ({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu[01-02]"}, {}, "srun"),  # a part of the job here
+        ({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01"}, {}, "ssh"),  # the only node: this host
+        ({}, {}, "ssh"),  # no Slurm
+        ({"SLURM_JOB_ID": "5"}, {"pid": 42}, "ssh"),  # a pid, a job or ranks of this host keep it here
+        ({"SLURM_JOB_ID": "5"}, {"job_id": "torchrun:x"}, "ssh"),
+        ({"SLURM_JOB_ID": "5"}, {"ranks": [0]}, "ssh"),
+    ],
+)
+def test_a_plain_call_in_or_beside_an_allocation_collects_its_nodes(
+    login_node: Path, env: dict[str, str], call: dict[str, Any], via: str
+) -> None:
+    _fake_tool(login_node / "bin", "srun", "exit 0\n")
+    target = allocation_target(StacksTarget(), env=env, host="gpu01.cluster", **call)
+    assert target.via == via and target.remote == (via == "srun")
+    hosts = StacksTarget(hosts=("gpu01",))
+    assert allocation_target(hosts, env={"SLURM_JOB_ID": "5"}, host="login") is hosts

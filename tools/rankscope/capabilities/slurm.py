@@ -11,10 +11,12 @@ runs a command.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import socket
+from collections.abc import Mapping, Sequence
 
 from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.errors import (
@@ -24,6 +26,7 @@ from rankscope.errors import (
     SlurmJobNotRunning,
     SlurmJobNotYours,
 )
+from rankscope.options import StacksTarget
 from rankscope.runtime import subproc
 
 SCONTROL_TIMEOUT = 10.0
@@ -157,4 +160,32 @@ def slurm_job_nodes(job: str, timeout: float = SCONTROL_TIMEOUT) -> list[str]:
     return job_nodes(job.strip(), parse_job_records(res.stdout), os.getuid())
 
 
-__all__ = ["job_nodes", "parse_job_records", "slurm_job_nodes"]
+def allocation_target(
+    target: StacksTarget,
+    *,
+    pid: int | None = None,
+    job_id: str | None = None,
+    ranks: Sequence[int] | None = None,
+    env: Mapping[str, str] | None = None,
+    host: str | None = None,
+) -> StacksTarget:
+    """Where a plain ``rankscope stacks`` (no hosts, via, pid, job or ranks) looks, in or beside a
+    Slurm allocation (SLURM_JOB_ID set): the allocation's nodes through ``srun --overlap`` when they
+    are not just this host, since this host alone would show a part of the job or none of it (an
+    ``salloc`` shell on a login node). On the allocation's only node, or outside Slurm, this host."""
+    env = os.environ if env is None else env
+    plain = not target.remote and pid is None and job_id is None and ranks is None
+    if not plain or not env.get("SLURM_JOB_ID") or shutil.which("srun") is None:
+        return target
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    here = (host or socket.gethostname()).split(".")[0]
+    try:
+        nodes = expand_hostlist(nodelist) if nodelist else []
+    except InvalidInput:
+        return target
+    if [n.split(".")[0] for n in nodes] == [here]:
+        return target
+    return dataclasses.replace(target, via="srun")
+
+
+__all__ = ["allocation_target", "job_nodes", "parse_job_records", "slurm_job_nodes"]

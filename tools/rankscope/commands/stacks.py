@@ -94,6 +94,8 @@ class StacksCommand(Command):
         pid: int | None = args.pid
         options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
         target, job_id = _target(args)
+        if args.from_paths is None and not args.local:
+            target = api.allocation_target(target, pid=pid, job_id=job_id, ranks=args.ranks)
         api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
         if args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend

@@ -15,8 +15,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
 
+from rankscope.mcp_server import build_server
 from tests.jobs import PROGRAMS, free_port, job_env, torchrun_argv, wait_for
 from tests.slurm import SlurmCluster, slurm_cluster
 
@@ -112,3 +116,25 @@ def test_plain_call_beside_the_allocation_collects_its_nodes(cluster: SlurmClust
         res.stdout
     )
     assert "collected via srun" in res.stdout
+
+
+def test_mcp_dump_stacks_via_srun(
+    cluster: SlurmCluster, hung_job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP tool takes the same path: dump_stacks(via="srun", job=ID), and the same errors."""
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", f"{BIN}:{cluster.env['PATH']}")
+
+    async def calls() -> tuple[CallToolResult, CallToolResult]:
+        async with Client(build_server()) as client:
+            found = await client.call_tool("dump_stacks", {"via": "srun", "job": hung_job, "window_s": 0.5})
+            unknown = await client.call_tool("dump_stacks", {"via": "srun", "job": "987654"})
+            return found, unknown
+
+    found, unknown = anyio.run(calls)
+    assert not found.is_error, found.content
+    verdict = (found.structured_content or {})["verdict"]
+    assert verdict["kind"] == "mismatched_collectives" and verdict["suspect_ranks"] == [2]
+    assert unknown.is_error
+    block = unknown.content[0]
+    assert isinstance(block, TextContent) and "Slurm does not know job 987654" in block.text

@@ -13,7 +13,7 @@ import pytest
 from rankscope.capabilities import discovery
 from rankscope.capabilities.discovery import ProcInfo, build_jobs, of_slurm_job
 from rankscope.capabilities.remote import classify_failure, dump_stacks_remote
-from rankscope.capabilities.slurm import allocation_target, job_nodes, parse_job_records
+from rankscope.capabilities.slurm import allocation_target, job_nodes, parse_job_records, slurm_job_id
 from rankscope.errors import InvalidInput, SlurmJobNotFound, SlurmJobNotRunning, SlurmJobNotYours
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
 from rankscope.options import DumpOptions, StacksTarget
@@ -210,3 +210,25 @@ def test_a_plain_call_in_or_beside_an_allocation_collects_its_nodes(
     assert target.via == via and target.remote == (via == "srun")
     hosts = StacksTarget(hosts=("gpu01",))
     assert allocation_target(hosts, env={"SLURM_JOB_ID": "5"}, host="login") is hosts
+
+
+@pytest.mark.parametrize(
+    ("given", "job"),
+    [
+        ("1234", "1234"),
+        (" 1234 ", "1234"),
+        ("1234_7", "1234_7"),
+        ("1234+1", "1234+1"),
+        ("slurm:1234.0", "1234"),
+        ("1234.batch", "1234"),
+    ],
+)
+def test_slurm_job_ids_as_squeue_and_rankscope_print_them(given: str, job: str) -> None:
+    assert slurm_job_id(given) == job
+
+
+@pytest.mark.parametrize("given", ["", "abc", "torchrun:127.0.0.1:29500", "12.34.56", "-1"])
+def test_not_a_slurm_job_id(given: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        slurm_job_id(given)
+    assert "not a Slurm job id" in exc.value.message and "squeue --me" in exc.value.fix

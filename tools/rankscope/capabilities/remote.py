@@ -33,7 +33,7 @@ from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
-from rankscope.capabilities.slurm import slurm_job_nodes
+from rankscope.capabilities.slurm import slurm_job_id, slurm_job_nodes
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Job,
@@ -472,6 +472,7 @@ def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[
             "environment (SLURM_JOB_ID is unset).",
             "Pass job=JOBID (CLI: --job JOBID; `squeue --me` lists your jobs), or hosts with via ssh.",
         )
+    job = slurm_job_id(job)
     if job == env.get("SLURM_JOB_ID") and (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")):
         return hosts_from_environment(env)
     _need("srun", "srun")
@@ -537,6 +538,7 @@ def dump_stacks_remote(
         slurm_job = target.job or os.environ.get("SLURM_JOB_ID")
         if not slurm_job:
             raise InvalidInput("--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`).")
+        slurm_job = slurm_job_id(slurm_job)
         results = _srun_all(slurm_job, host_list, argv_for(None), timeout + options.window + 5.0, redactor)
     else:
         if via in ("ssh", "kubectl"):

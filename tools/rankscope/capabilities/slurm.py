@@ -136,13 +136,25 @@ def _failed(job: str, stderr: str) -> Exception:
     )
 
 
+_JOB_ID = re.compile(r"(?:slurm:)?(\d+(?:_\d+|\+\d+)?)(?:\.(?:\d+|batch|extern))?")
+"""A Slurm job id as squeue prints it (``1234``, an array task ``1234_5``, a component ``1234+0``),
+also as rankscope's job ids and sacct name a step of it (``slurm:1234.0``, ``1234.batch``)."""
+
+
+def slurm_job_id(text: str) -> str:
+    """The job id that ``srun --jobid`` and ``scontrol`` take, from what a user or an agent passes."""
+    m = _JOB_ID.fullmatch(text.strip())
+    if m is None:
+        raise InvalidInput(
+            f"job (--job) {text!r} is not a Slurm job id.",
+            fix="Pass the numeric id `squeue --me` shows in its JOBID column, e.g. job=1234 (CLI: --job 1234).",
+        )
+    return m.group(1)
+
+
 def slurm_job_nodes(job: str, timeout: float = SCONTROL_TIMEOUT) -> list[str]:
     """The nodes of running Slurm job ``job``, asked of the controller (``scontrol show job -o``)."""
-    if not job.strip() or not re.fullmatch(r"\d+(_\d+|\+\d+)?", job.strip()):
-        raise InvalidInput(
-            f"--job {job!r} is not a Slurm job id.",
-            fix="Pass the numeric id `squeue --me` shows in its JOBID column, e.g. --job 1234.",
-        )
+    job = slurm_job_id(job)
     if shutil.which("scontrol") is None:
         raise InvalidInput(
             "--via srun asks Slurm for the job's nodes, and `scontrol` is not on PATH here.",
@@ -150,14 +162,14 @@ def slurm_job_nodes(job: str, timeout: float = SCONTROL_TIMEOUT) -> list[str]:
             "`squeue --me` must answer), or pass the nodes with --hosts and --via ssh.",
         )
     try:
-        res = subproc.run(["scontrol", "show", "job", "-o", job.strip()], min(timeout, SCONTROL_TIMEOUT))
+        res = subproc.run(["scontrol", "show", "job", "-o", job], min(timeout, SCONTROL_TIMEOUT))
     except FileNotFoundError as exc:
         raise _failed(job, str(exc)) from exc
     if res.timed_out:
         raise _failed(job, "scontrol timed out (the controller did not answer)")
     if res.rc != 0:
         raise _failed(job, res.stderr)
-    return job_nodes(job.strip(), parse_job_records(res.stdout), os.getuid())
+    return job_nodes(job, parse_job_records(res.stdout), os.getuid())
 
 
 def allocation_target(
@@ -188,4 +200,4 @@ def allocation_target(
     return dataclasses.replace(target, via="srun")
 
 
-__all__ = ["allocation_target", "job_nodes", "parse_job_records", "slurm_job_nodes"]
+__all__ = ["allocation_target", "job_nodes", "parse_job_records", "slurm_job_id", "slurm_job_nodes"]

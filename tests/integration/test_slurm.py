@@ -79,6 +79,7 @@ def _rankscope(
     return cluster.run(sys.executable, "-m", "rankscope", *args, timeout=60.0, env={**path, **(env or {})})
 
 
+@pytest.mark.slow
 def test_via_srun_names_the_culprit_of_a_hung_sbatch_job(cluster: SlurmCluster, hung_job: str) -> None:
     res = _rankscope(cluster, "stacks", "--via", "srun", "--job", hung_job, "--json", "--window", "0.5")
     assert res.returncode == 0, res.stderr
@@ -108,6 +109,7 @@ def test_unknown_and_finished_jobs_say_what_to_do(cluster: SlurmCluster, tmp_pat
     assert str(tmp_path / "sleep.log") in res.stderr
 
 
+@pytest.mark.slow
 def test_plain_call_beside_the_allocation_collects_its_nodes(cluster: SlurmCluster, hung_job: str) -> None:
     """An salloc shell on a login node has SLURM_JOB_ID: a plain `rankscope stacks` means that job."""
     res = _rankscope(cluster, "stacks", "--brief", "--window", "0.5", env={"SLURM_JOB_ID": hung_job})
@@ -118,6 +120,7 @@ def test_plain_call_beside_the_allocation_collects_its_nodes(cluster: SlurmClust
     assert "collected via srun" in res.stdout
 
 
+@pytest.mark.slow
 def test_mcp_dump_stacks_via_srun(
     cluster: SlurmCluster, hung_job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

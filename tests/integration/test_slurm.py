@@ -1,9 +1,11 @@
-"""`rankscope stacks --via srun` against a real Slurm: a hung 4-rank gloo job submitted with
-``sbatch --wrap "torchrun ..."`` on a one-node cluster (tests/slurm.py), collected from outside the
+"""`rankscope stacks --via srun` against a real Slurm (tests/slurm.py), collected from outside the
 allocation as from a login node (no SLURM_* in the caller's environment).
 
-Other jobs may run on this host beside the Slurm job (other tests, other people's): the answer
-must be about the Slurm job's ranks only, and rankscope's own srun step is never one of them.
+- One node, this machine: a hung 4-rank gloo job submitted with ``sbatch --wrap "torchrun ..."``.
+  Other jobs run on this host beside it (other tests, other people's): the answer must be about
+  the Slurm job's ranks only, and rankscope's own srun step is never one of them.
+- Two namespaced nodes (each slurmd in its own PID and UTS namespace): a 2-node torchrun job
+  started by ``srun`` in the batch script, each node seeing only its own ranks.
 """
 
 from __future__ import annotations
@@ -25,30 +27,45 @@ from tests.jobs import PROGRAMS, free_port, job_env, torchrun_argv, wait_for
 from tests.slurm import SlurmCluster, slurm_cluster
 
 BIN = Path(sys.executable).parent
+NODE_RANK = "--node_rank=SLURM_NODEID"
+"""Replaced by the node's own SLURM_NODEID in the batch script's srun step."""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One node: this machine, under its hostname."""
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def hung_job(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A 4-rank torchrun job under sbatch whose rank 2 calls barrier() while the others all_reduce."""
-    tmp = tmp_path_factory.mktemp("slurmjob")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """node1 and node2, each its own PID and UTS namespace."""
+    with slurm_cluster(tmp_path_factory.mktemp("slurm2"), nodes=2) as running:
+        yield running
+
+
+def _submit(
+    cluster: SlurmCluster, tmp: Path, launcher: list[str], odd: int, nodes: int = 1, srun: bool = False
+) -> Iterator[str]:
+    """Submit ``torchrun LAUNCHER hang_collectives.py --mode mismatch --odd ODD`` (under ``srun``, one
+    agent per node, when ``srun``), yield its id once its 4 ranks are ready, cancel it after."""
     ready, log = tmp / "ready", tmp / "job.log"
     ready.mkdir()
     port = free_port()
     argv = torchrun_argv(
         "hang_collectives.py",
-        "--nproc_per_node=4",
+        *launcher,
         "--master_addr=127.0.0.1",
         f"--master_port={port}",
-        args=["--mode", "mismatch", "--odd", "2"],
+        args=["--mode", "mismatch", "--odd", str(odd)],
     )
+    command = shlex.join(argv)
+    if srun:  # one torchrun agent per node, its node rank the step's SLURM_NODEID
+        command = command.replace(NODE_RANK, '--node_rank="$SLURM_NODEID"')
+        command = "srun --ntasks-per-node=1 sh -c " + shlex.quote(f"exec {command}")
     env = job_env({"RANKSCOPE_TEST_READY": str(ready), "MASTER_PORT": str(port)})
-    job = cluster.sbatch(shlex.join(argv), log=log, env=env, cwd=PROGRAMS)
+    job = cluster.sbatch(command, log=log, env=env, cwd=PROGRAMS, nodes=nodes)
 
     def all_ready() -> bool:
         if cluster.state_of(job) not in ("RUNNING", "PENDING", "CONFIGURING"):
@@ -62,6 +79,19 @@ def hung_job(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) ->
         yield job
     finally:
         cluster.cancel(job)
+
+
+@pytest.fixture(scope="module")
+def hung_job(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 4-rank torchrun job under sbatch whose rank 2 calls barrier() while the others all_reduce."""
+    yield from _submit(cluster, tmp_path_factory.mktemp("slurmjob"), ["--nproc_per_node=4"], odd=2)
+
+
+@pytest.fixture(scope="module")
+def two_node_job(two_nodes: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """2 nodes x 2 ranks; rank 3 (on node2) calls barrier() while the others all_reduce."""
+    launcher = ["--nnodes=2", NODE_RANK, "--nproc_per_node=2"]
+    yield from _submit(two_nodes, tmp_path_factory.mktemp("slurmjob2"), launcher, odd=3, nodes=2, srun=True)
 
 
 def _read(path: Path) -> str:
@@ -88,8 +118,9 @@ def test_via_srun_names_the_culprit_of_a_hung_sbatch_job(cluster: SlurmCluster, 
     assert verdict["kind"] == "mismatched_collectives", verdict
     assert verdict["suspect_ranks"] == [2]
     assert "hang_collectives.py:53" in json.dumps(verdict)  # the line rank 2 waits at (barrier)
-    assert f"ranks 0-3 on {cluster.node}" in " ".join(report["job"]["notes"]), report["job"]
-    assert {r["host"] for r in report["job"]["ranks"]} == {cluster.node}
+    [node] = cluster.nodes
+    assert f"ranks 0-3 on {node}" in " ".join(report["job"]["notes"]), report["job"]
+    assert {r["host"] for r in report["job"]["ranks"]} == {node}
     # rankscope's own srun step is not a job of the host, and the Slurm job's ranks were chosen
     text = json.dumps(report)
     assert f"slurm:{hung_job}." not in text and "distributed jobs run on this host" not in text
@@ -121,23 +152,28 @@ def test_plain_call_beside_the_allocation_collects_its_nodes(cluster: SlurmClust
 
 
 @pytest.mark.slow
-def test_mcp_dump_stacks_via_srun(
-    cluster: SlurmCluster, hung_job: str, monkeypatch: pytest.MonkeyPatch
+def test_mcp_dump_stacks_via_srun_over_two_nodes(
+    two_nodes: SlurmCluster, two_node_job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The MCP tool takes the same path: dump_stacks(via="srun", job=ID), and the same errors."""
-    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-    monkeypatch.setenv("PATH", f"{BIN}:{cluster.env['PATH']}")
+    """dump_stacks(via="srun", job=ID) from the login node: each node answers for its own ranks
+    (ranks 0-1 on node1, 2-3 on node2), one verdict names rank 3 on node2; and the same errors."""
+    monkeypatch.setenv("SLURM_CONF", two_nodes.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", f"{BIN}:{two_nodes.env['PATH']}")
 
     async def calls() -> tuple[CallToolResult, CallToolResult]:
         async with Client(build_server()) as client:
-            found = await client.call_tool("dump_stacks", {"via": "srun", "job": hung_job, "window_s": 0.5})
+            args = {"via": "srun", "job": two_node_job, "window_s": 0.5}
+            found = await client.call_tool("dump_stacks", args)
             unknown = await client.call_tool("dump_stacks", {"via": "srun", "job": "987654"})
             return found, unknown
 
     found, unknown = anyio.run(calls)
     assert not found.is_error, found.content
-    verdict = (found.structured_content or {})["verdict"]
-    assert verdict["kind"] == "mismatched_collectives" and verdict["suspect_ranks"] == [2]
+    report = found.structured_content or {}
+    verdict = report["verdict"]
+    assert verdict["kind"] == "mismatched_collectives" and verdict["suspect_ranks"] == [3], verdict
+    assert "ranks 0-1 on node1; ranks 2-3 on node2" in " ".join(report["job"]["notes"]), report["job"]
+    assert not report.get("errors"), report.get("errors")
     assert unknown.is_error
     block = unknown.content[0]
     assert isinstance(block, TextContent) and "Slurm does not know job 987654" in block.text

@@ -14,7 +14,13 @@ from rankscope.capabilities import discovery
 from rankscope.capabilities.discovery import ProcInfo, build_jobs, of_slurm_job
 from rankscope.capabilities.remote import classify_failure, dump_stacks_remote
 from rankscope.capabilities.slurm import allocation_target, job_nodes, parse_job_records, slurm_job_id
-from rankscope.errors import InvalidInput, SlurmJobNotFound, SlurmJobNotRunning, SlurmJobNotYours
+from rankscope.errors import (
+    InvalidInput,
+    NoJobsFound,
+    SlurmJobNotFound,
+    SlurmJobNotRunning,
+    SlurmJobNotYours,
+)
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, Verdict
 from rankscope.options import DumpOptions, StacksTarget
 
@@ -232,3 +238,16 @@ def test_not_a_slurm_job_id(given: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         slurm_job_id(given)
     assert "not a Slurm job id" in exc.value.message and "squeue --me" in exc.value.fix
+
+
+def test_no_job_here_on_a_slurm_login_node_names_the_srun_call(
+    login_node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discovery, "scan", dict)
+    with pytest.raises(NoJobsFound) as bare:
+        discovery.find_job()
+    assert "--via srun" not in bare.value.fix  # no Slurm here: the fix does not send anyone to it
+    _fake_tool(login_node / "bin", "squeue", "exit 0\n")
+    with pytest.raises(NoJobsFound) as slurm:
+        discovery.find_job()
+    assert slurm.value.fix.startswith("On a Slurm cluster: `rankscope stacks --via srun --job JOBID`")

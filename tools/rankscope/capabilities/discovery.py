@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -575,10 +576,21 @@ def _started_here(jobs: list[Job], here: str) -> Job | None:
     return above[0] if len(above) == 1 else None
 
 
+def _no_job_fix() -> str:
+    """Where a job that is not here runs: on a Slurm cluster (its login node has ``squeue``), on the
+    nodes of a Slurm job, which one call reaches."""
+    if shutil.which("squeue") is None:
+        return NoJobsFound.default_fix
+    return (
+        "On a Slurm cluster: `rankscope stacks --via srun --job JOBID` (MCP: dump_stacks(via=\"srun\", "
+        "job=JOBID); `squeue --me` lists your jobs). " + NoJobsFound.default_fix
+    )
+
+
 def _only_or_here(jobs: list[Job]) -> Job:
     """The only job; or, among several, the one started in the current folder (said in its notes)."""
     if not jobs:
-        raise NoJobsFound("No distributed PyTorch job found on this host.")
+        raise NoJobsFound("No distributed PyTorch job found on this host.", fix=_no_job_fix())
     if len(jobs) == 1:
         return jobs[0]
     try:

@@ -177,3 +177,28 @@ def test_mcp_dump_stacks_via_srun_over_two_nodes(
     assert unknown.is_error
     block = unknown.content[0]
     assert isinstance(block, TextContent) and "Slurm does not know job 987654" in block.text
+
+
+@pytest.mark.slow
+def test_plain_call_inside_the_allocation_collects_every_node(
+    two_nodes: SlurmCluster, two_node_job: str
+) -> None:
+    """On node1, in a step of the job (`srun --overlap`): a plain `rankscope stacks` reaches node2 too."""
+    argv = ["srun", f"--jobid={two_node_job}", "--overlap", "-N1", "-n1", "-w", "node1"]
+    res = two_nodes.run(
+        *argv,
+        sys.executable,
+        "-m",
+        "rankscope",
+        "stacks",
+        "--brief",
+        "--window",
+        "0.5",
+        timeout=60.0,
+        env={"PATH": f"{BIN}:{two_nodes.env['PATH']}"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 3"), (
+        res.stdout
+    )
+    assert "ranks 0-1 on node1; ranks 2-3 on node2" in res.stdout

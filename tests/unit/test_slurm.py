@@ -13,7 +13,14 @@ import pytest
 from rankscope.capabilities import discovery
 from rankscope.capabilities.discovery import ProcInfo, build_jobs, of_slurm_job
 from rankscope.capabilities.remote import classify_failure, dump_stacks_remote
-from rankscope.capabilities.slurm import allocation_target, job_nodes, parse_job_records, slurm_job_id
+from rankscope.capabilities.slurm import (
+    allocation_nodes,
+    allocation_target,
+    job_nodes,
+    parse_job_records,
+    slurm_job_id,
+    srun_env,
+)
 from rankscope.errors import (
     InvalidInput,
     NoJobsFound,
@@ -202,6 +209,8 @@ def test_rankscope_in_a_step_is_no_rank_and_the_allocation_picks_its_job(
         ({"SLURM_JOB_ID": "5"}, {}, "srun"),  # beside an allocation (salloc on a login node): its nodes
         ({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu[01-02]"}, {}, "srun"),  # a part of the job here
         ({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01"}, {}, "ssh"),  # the only node: this host
+        # a step started with `srun --jobid` from outside: the step's node, and the job's
+        ({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_NODELIST": "gpu[01-02]"}, {}, "srun"),
         ({}, {}, "ssh"),  # no Slurm
         ({"SLURM_JOB_ID": "5"}, {"pid": 42}, "ssh"),  # a pid, a job or ranks of this host keep it here
         ({"SLURM_JOB_ID": "5"}, {"job_id": "torchrun:x"}, "ssh"),
@@ -251,3 +260,14 @@ def test_no_job_here_on_a_slurm_login_node_names_the_srun_call(
     with pytest.raises(NoJobsFound) as slurm:
         discovery.find_job()
     assert slurm.value.fix.startswith("On a Slurm cluster: `rankscope stacks --via srun --job JOBID`")
+
+
+def test_allocation_nodes_join_the_jobs_and_the_steps_lists() -> None:
+    env = {"SLURM_JOB_NODELIST": "gpu02", "SLURM_NODELIST": "gpu[01-03]"}
+    assert allocation_nodes(env) == ["gpu02", "gpu01", "gpu03"]
+    assert allocation_nodes({}) == []
+
+
+def test_srun_env_drops_the_allocations_variables_and_keeps_the_cluster() -> None:
+    env = {"PATH": "/bin", "SLURM_CONF": "/etc/x.conf", "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "1"}
+    assert srun_env(env) == {"PATH": "/bin", "SLURM_CONF": "/etc/x.conf"}

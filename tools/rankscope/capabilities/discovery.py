@@ -582,7 +582,7 @@ def _no_job_fix() -> str:
     if shutil.which("squeue") is None:
         return NoJobsFound.default_fix
     return (
-        "On a Slurm cluster: `rankscope stacks --via srun --job JOBID` (MCP: dump_stacks(via=\"srun\", "
+        'On a Slurm cluster: `rankscope stacks --via srun --job JOBID` (MCP: dump_stacks(via="srun", '
         "job=JOBID); `squeue --me` lists your jobs). " + NoJobsFound.default_fix
     )
 

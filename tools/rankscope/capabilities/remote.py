@@ -33,7 +33,7 @@ from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
-from rankscope.capabilities.slurm import slurm_job_id, slurm_job_nodes
+from rankscope.capabilities.slurm import allocation_nodes, slurm_job_id, slurm_job_nodes, srun_env
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Job,
@@ -439,7 +439,7 @@ def _srun_all(
     job: str, hosts: list[str], remote: list[str], timeout: float, redactor: Redactor
 ) -> dict[str, StacksReport | RankError]:
     """One srun step for all nodes; each task's labelled output is its node's report."""
-    res = _run(srun_argv(job, hosts, remote), timeout)
+    res = _run(srun_argv(job, hosts, remote), timeout, srun_env())
     out: dict[str, StacksReport | RankError] = {}
     by_task = split_labelled(res.stdout)
     reports = [parse_report(f"task {t}", text) for t, text in sorted(by_task.items())]
@@ -473,10 +473,18 @@ def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[
             "Pass job=JOBID (CLI: --job JOBID; `squeue --me` lists your jobs), or hosts with via ssh.",
         )
     job = slurm_job_id(job)
-    if job == env.get("SLURM_JOB_ID") and (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")):
-        return hosts_from_environment(env)
+    if job == env.get("SLURM_JOB_ID") and (nodes := _allocation_nodes(env)):
+        return nodes
     _need("srun", "srun")
     return slurm_job_nodes(job)
+
+
+def _allocation_nodes(env: Mapping[str, str]) -> list[str]:
+    """The allocation's nodes from its environment; a hostlist only Slurm can expand is asked of it."""
+    try:
+        return allocation_nodes(env)
+    except InvalidInput:
+        return hosts_from_environment(env)
 
 
 def _host_list(target: StacksTarget, timeout: float) -> list[str]:

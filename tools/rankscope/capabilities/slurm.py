@@ -172,6 +172,31 @@ def slurm_job_nodes(job: str, timeout: float = SCONTROL_TIMEOUT) -> list[str]:
     return job_nodes(job, parse_job_records(res.stdout), os.getuid())
 
 
+SRUN_KEEPS = frozenset({"SLURM_CONF", "SLURM_CLUSTERS"})
+"""The SLURM_* variables rankscope's srun keeps: which cluster to ask."""
+
+
+def srun_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of rankscope's ``srun --jobid``: the caller's, without the SLURM_* variables
+    of an allocation or a step it may run in (a batch script, a step on one node), which srun would
+    read as its own (``--nodes``, CPUs and memory per task, "Only allocated 1 nodes asked for 2");
+    without them srun asks the controller for the job, as from a login node."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in SRUN_KEEPS}
+
+
+def allocation_nodes(env: Mapping[str, str]) -> list[str]:
+    """The allocation's nodes from its environment: SLURM_JOB_NODELIST and SLURM_NODELIST joined, as
+    a step that ``srun --jobid`` started from outside the allocation has the step's nodes in the one
+    and the job's in the other (a batch script and an ``salloc`` shell have the job's in both)."""
+    nodes: list[str] = []
+    for name in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        for node in expand_hostlist(env[name]) if env.get(name) else []:
+            if node not in nodes:
+                nodes.append(node)
+    return nodes
+
+
 def allocation_target(
     target: StacksTarget,
     *,
@@ -189,10 +214,9 @@ def allocation_target(
     plain = not target.remote and pid is None and job_id is None and ranks is None
     if not plain or not env.get("SLURM_JOB_ID") or shutil.which("srun") is None:
         return target
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     here = (host or socket.gethostname()).split(".")[0]
     try:
-        nodes = expand_hostlist(nodelist) if nodelist else []
+        nodes = allocation_nodes(env)
     except InvalidInput:
         return target
     if [n.split(".")[0] for n in nodes] == [here]:
@@ -200,4 +224,12 @@ def allocation_target(
     return dataclasses.replace(target, via="srun")
 
 
-__all__ = ["allocation_target", "job_nodes", "parse_job_records", "slurm_job_id", "slurm_job_nodes"]
+__all__ = [
+    "allocation_nodes",
+    "allocation_target",
+    "job_nodes",
+    "parse_job_records",
+    "slurm_job_id",
+    "slurm_job_nodes",
+    "srun_env",
+]

@@ -100,7 +100,7 @@ def slurm_conf(state: Path, nodes: Sequence[tuple[str, int]], cpus: int, ctld_po
                 f"NodeName={name} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} State=UNKNOWN"
                 for name, port in nodes
             ),
-            f"PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+            f"PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8",
             "",
         ]
     )

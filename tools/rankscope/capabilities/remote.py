@@ -461,8 +461,8 @@ def _srun_all(
 
 
 def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[str]:
-    """The nodes of Slurm job ``job`` (default: the allocation's, SLURM_JOB_ID): the allocation's
-    own SLURM_JOB_NODELIST inside it, else asked of the controller, which also says when the job
+    """The nodes of Slurm job ``job`` (default: the allocation's, SLURM_JOB_ID): from the
+    allocation's environment inside it, else asked of the controller, which also says when the job
     is not running or not the user's (a login node has no allocation in its environment)."""
     env = os.environ if env is None else env
     job = job or env.get("SLURM_JOB_ID")
@@ -518,7 +518,8 @@ def dump_stacks_remote(
     """Capture the stacks of a job's ranks on every host of ``target`` at once and judge them together.
 
     ``target.hosts``: node names (Slurm hostlists already expanded by the target); without them,
-    the Slurm allocation's nodes (SLURM_JOB_NODELIST) or, with ``via="kubectl"``, the running pods
+    with ``via="srun"`` the Slurm job's nodes (``target.job``, default SLURM_JOB_ID, asked of Slurm),
+    with ``via="kubectl"`` the running pods
     of ``target.job``. Each host runs ``rankscope stacks --local --json`` with every option of
     ``options`` (:func:`stacks_argv`). ``pid`` is the pid to inspect on every host, ``pids`` maps
     a host to its own (overriding ``pid`` there).

@@ -156,7 +156,7 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         choices=VIAS,
         default="ssh",
         help="how to reach the hosts: ssh (needs --hosts); srun, kubectl and debug-server find the "
-        "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
+        "job's hosts themselves (the Slurm job's nodes, the pods of --job, MASTER_ADDR:MASTER_PORT) "
         "when --hosts is left out; debug-server takes --hosts MASTER_ADDR:PORT",
     )
     remote.add_argument(

@@ -117,9 +117,13 @@ class SlurmCluster:
     jobs: list[str] = field(default_factory=list)
 
     def run(
-        self, *argv: str, timeout: float = 15.0, env: Mapping[str, str] | None = None
+        self,
+        *argv: str,
+        timeout: float = 15.0,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """A Slurm client command against this cluster, output captured as text."""
+        """A Slurm client command against this cluster (in ``cwd``), output captured as text."""
         return subprocess.run(
             list(argv),
             capture_output=True,
@@ -127,6 +131,7 @@ class SlurmCluster:
             timeout=timeout,
             stdin=subprocess.DEVNULL,
             env={**self.env, **(env or {})},
+            cwd=cwd,
         )
 
     def sbatch(

@@ -102,11 +102,11 @@ def _read(path: Path) -> str:
 
 
 def _rankscope(
-    cluster: SlurmCluster, *args: str, env: dict[str, str] | None = None
+    cluster: SlurmCluster, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The CLI as a user on a login node runs it: rankscope on PATH, SLURM_CONF set, no allocation."""
-    path = {"PATH": f"{BIN}:{cluster.env['PATH']}"}
-    return cluster.run(sys.executable, "-m", "rankscope", *args, timeout=60.0, env={**path, **(env or {})})
+    env = {"PATH": f"{BIN}:{cluster.env['PATH']}"}
+    return cluster.run(sys.executable, "-m", "rankscope", *args, timeout=60.0, env=env, cwd=cwd)
 
 
 @pytest.mark.slow
@@ -141,14 +141,14 @@ def test_unknown_and_finished_jobs_say_what_to_do(cluster: SlurmCluster, tmp_pat
 
 
 @pytest.mark.slow
-def test_plain_call_beside_the_allocation_collects_its_nodes(cluster: SlurmCluster, hung_job: str) -> None:
-    """An salloc shell on a login node has SLURM_JOB_ID: a plain `rankscope stacks` means that job."""
-    res = _rankscope(cluster, "stacks", "--brief", "--window", "0.5", env={"SLURM_JOB_ID": hung_job})
+def test_plain_call_in_the_jobs_folder_on_a_login_node(cluster: SlurmCluster, hung_job: str) -> None:
+    """A plain `rankscope stacks` in the folder the job was submitted from means that Slurm job."""
+    res = _rankscope(cluster, "stacks", "--brief", "--window", "0.5", cwd=PROGRAMS)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 2"), (
         res.stdout
     )
-    assert "collected via srun" in res.stdout
+    assert f"collected via srun (Slurm job {hung_job})" in res.stdout
 
 
 @pytest.mark.slow

@@ -18,8 +18,10 @@ from rankscope.capabilities.slurm import (
     allocation_target,
     job_nodes,
     parse_job_records,
+    parse_workdirs,
     slurm_job_id,
     srun_env,
+    started_in,
 )
 from rankscope.errors import (
     InvalidInput,
@@ -271,3 +273,25 @@ def test_allocation_nodes_join_the_jobs_and_the_steps_lists() -> None:
 def test_srun_env_drops_the_allocations_variables_and_keeps_the_cluster() -> None:
     env = {"PATH": "/bin", "SLURM_CONF": "/etc/x.conf", "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "1"}
     assert srun_env(env) == {"PATH": "/bin", "SLURM_CONF": "/etc/x.conf"}
+
+
+def test_the_slurm_job_started_in_this_folder() -> None:
+    rows = parse_workdirs("77|/home/a/bert\n78|/home/a/gpt/\n79|/home/a\nbad line\n80|/\n")
+    assert rows == [("77", "/home/a/bert"), ("78", "/home/a/gpt/"), ("79", "/home/a"), ("80", "/")]
+    assert started_in(rows, "/home/a/bert", "/home/a") == "77"
+    assert started_in(rows, "/home/a/gpt/logs", "/home/a") == "78"  # a folder under the job's
+    assert started_in(rows, "/home/a/other", "/home/a") is None  # the home folder and / are too broad
+    assert started_in([*rows, ("81", "/home/a/bert")], "/home/a/bert", "/home/a") is None  # two: no pick
+
+
+def test_a_plain_call_on_a_login_node_takes_the_job_of_its_folder(login_node: Path) -> None:
+    _fake_tool(login_node / "bin", "srun", "exit 0\n")
+    _fake_tool(login_node / "bin", "squeue", f'echo "$@" > {login_node}/squeue\necho "77|/home/a/bert"\n')
+    target = allocation_target(StacksTarget(), env={}, cwd="/home/a/bert")
+    assert (target.via, target.job) == ("srun", "77")
+    assert (login_node / "squeue").read_text().split() == ["--me", "-h", "-t", "RUNNING", "-o", "%i|%Z"]
+    assert allocation_target(StacksTarget(), env={}, cwd="/home/a/gpt") == StacksTarget()
+    _fake_tool(
+        login_node / "bin", "squeue", "echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1\n"
+    )
+    assert allocation_target(StacksTarget(), env={}, cwd="/home/a/bert") == StacksTarget()  # Slurm down: here

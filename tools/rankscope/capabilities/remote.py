@@ -542,12 +542,14 @@ def dump_stacks_remote(
         return remote
 
     results: dict[str, StacksReport | RankError]
+    how: str = via
     if via == "srun":
         _need("srun", "srun")
         slurm_job = target.job or os.environ.get("SLURM_JOB_ID")
         if not slurm_job:
             raise InvalidInput("--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`).")
         slurm_job = slurm_job_id(slurm_job)
+        how = f"srun (Slurm job {slurm_job})"
         results = _srun_all(slurm_job, host_list, argv_for(None), timeout + options.window + 5.0, redactor)
     else:
         if via in ("ssh", "kubectl"):
@@ -562,7 +564,7 @@ def dump_stacks_remote(
             }
             results = {h: f.result() for h, f in futures.items()}
 
-    return _judge_hosts(results, host_list, f"collected via {via} in {time.monotonic() - started:.1f}s")
+    return _judge_hosts(results, host_list, f"collected via {how} in {time.monotonic() - started:.1f}s")
 
 
 def _judge_hosts(

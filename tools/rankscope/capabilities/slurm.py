@@ -197,6 +197,53 @@ def allocation_nodes(env: Mapping[str, str]) -> list[str]:
     return nodes
 
 
+SQUEUE_TIMEOUT = 3.0
+"""Seconds the folder's Slurm job may take to find: a plain call must stay quick where Slurm is slow."""
+
+
+def parse_workdirs(text: str) -> list[tuple[str, str]]:
+    """``squeue -o '%i|%Z'`` output: (job id, its working directory) per line."""
+    rows = [line.strip().split("|", 1) for line in text.splitlines() if "|" in line]
+    return [(job.strip(), folder.strip()) for job, folder in rows if job.strip() and folder.strip()]
+
+
+def started_in(rows: Sequence[tuple[str, str]], folder: str, home: str = "") -> str | None:
+    """The one job started in ``folder`` (or in a folder above it, "/" and the home folder aside),
+    as rankscope picks a job of this host by its folder; None when none or several are."""
+
+    def norm(path: str) -> str:
+        return path.rstrip("/") or "/"
+
+    folder = norm(folder)
+    exact = {job for job, cwd in rows if norm(cwd) == folder}
+    if exact:
+        return exact.pop() if len(exact) == 1 else None
+    broad = {"/", norm(home)} if home else {"/"}
+    above = {job for job, cwd in rows if norm(cwd) not in broad and folder.startswith(norm(cwd) + "/")}
+    return above.pop() if len(above) == 1 else None
+
+
+def job_started_in(folder: str) -> str | None:
+    """The user's running Slurm job started in ``folder`` (its WorkDir), asked of squeue; None when
+    Slurm does not answer quickly or no single job fits."""
+    if shutil.which("squeue") is None:
+        return None
+    try:
+        res = subproc.run(["squeue", "--me", "-h", "-t", "RUNNING", "-o", "%i|%Z"], SQUEUE_TIMEOUT)
+    except FileNotFoundError:
+        return None
+    if res.timed_out or res.rc != 0:
+        return None
+    return started_in(parse_workdirs(res.stdout), folder, os.path.expanduser("~"))
+
+
+def _here() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
 def allocation_target(
     target: StacksTarget,
     *,
@@ -205,15 +252,22 @@ def allocation_target(
     ranks: Sequence[int] | None = None,
     env: Mapping[str, str] | None = None,
     host: str | None = None,
+    cwd: str | None = None,
 ) -> StacksTarget:
-    """Where a plain ``rankscope stacks`` (no hosts, via, pid, job or ranks) looks, in or beside a
-    Slurm allocation (SLURM_JOB_ID set): the allocation's nodes through ``srun --overlap`` when they
-    are not just this host, since this host alone would show a part of the job or none of it (an
-    ``salloc`` shell on a login node). On the allocation's only node, or outside Slurm, this host."""
+    """Where a plain ``rankscope stacks`` (no hosts, via, pid, job or ranks) looks on a Slurm cluster.
+
+    In or beside an allocation (SLURM_JOB_ID set): the allocation's nodes through ``srun --overlap``
+    when they are not just this host, since this host alone would show a part of the job or none of
+    it (an ``salloc`` shell on a login node). Elsewhere (a login node), the one running job of the
+    user that was started in the current folder, as on one host. Otherwise this host."""
     env = os.environ if env is None else env
     plain = not target.remote and pid is None and job_id is None and ranks is None
-    if not plain or not env.get("SLURM_JOB_ID") or shutil.which("srun") is None:
+    if not plain or shutil.which("srun") is None:
         return target
+    if not env.get("SLURM_JOB_ID"):
+        folder = cwd if cwd is not None else _here()
+        job = job_started_in(folder) if folder else None
+        return dataclasses.replace(target, via="srun", job=job) if job else target
     here = (host or socket.gethostname()).split(".")[0]
     try:
         nodes = allocation_nodes(env)
@@ -228,8 +282,11 @@ __all__ = [
     "allocation_nodes",
     "allocation_target",
     "job_nodes",
+    "job_started_in",
     "parse_job_records",
+    "parse_workdirs",
     "slurm_job_id",
     "slurm_job_nodes",
     "srun_env",
+    "started_in",
 ]

@@ -5,8 +5,13 @@ A login node has no SLURM_JOB_NODELIST: the job's nodes, its state and its owner
 controller, or another user's is refused here, with what to do, before any ``srun`` step is
 tried: ``srun --overlap --jobid`` into such a job fails with a message that says less.
 
-Parsing is pure (:func:`parse_job_records`, :func:`job_nodes`); only :func:`slurm_job_nodes`
-runs a command.
+A plain ``rankscope stacks`` on a Slurm cluster means a Slurm job too (:func:`allocation_target`):
+the allocation it runs in or beside, or on a login node the running job submitted from the
+current folder. rankscope's own ``srun`` runs without the caller's allocation variables
+(:func:`srun_env`), which srun would take for its own.
+
+Parsing is pure (:func:`parse_job_records`, :func:`job_nodes`, :func:`parse_workdirs`,
+:func:`started_in`); :func:`slurm_job_nodes` and :func:`job_started_in` run scontrol and squeue.
 """
 
 from __future__ import annotations

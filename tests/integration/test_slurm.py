@@ -148,7 +148,7 @@ def test_plain_call_in_the_jobs_folder_on_a_login_node(cluster: SlurmCluster, hu
     assert res.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 2"), (
         res.stdout
     )
-    assert f"collected via srun (Slurm job {hung_job})" in res.stdout
+    assert "collected via srun" in res.stdout
 
 
 @pytest.mark.slow

@@ -15,11 +15,11 @@ from rankscope.capabilities.discovery import ProcInfo, build_jobs, of_slurm_job
 from rankscope.capabilities.remote import classify_failure, dump_stacks_remote
 from rankscope.capabilities.slurm import (
     allocation_nodes,
-    allocation_target,
     job_nodes,
     parse_job_records,
     parse_workdirs,
     slurm_job_id,
+    slurm_target,
     srun_env,
     started_in,
 )
@@ -223,10 +223,10 @@ def test_a_plain_call_in_or_beside_an_allocation_collects_its_nodes(
     login_node: Path, env: dict[str, str], call: dict[str, Any], via: str
 ) -> None:
     _fake_tool(login_node / "bin", "srun", "exit 0\n")
-    target = allocation_target(StacksTarget(), env=env, host="gpu01.cluster", **call)
+    target = slurm_target(StacksTarget(), env=env, host="gpu01.cluster", **call)
     assert target.via == via and target.remote == (via == "srun")
     hosts = StacksTarget(hosts=("gpu01",))
-    assert allocation_target(hosts, env={"SLURM_JOB_ID": "5"}, host="login") is hosts
+    assert slurm_target(hosts, env={"SLURM_JOB_ID": "5"}, host="login") is hosts
 
 
 @pytest.mark.parametrize(
@@ -287,11 +287,11 @@ def test_the_slurm_job_started_in_this_folder() -> None:
 def test_a_plain_call_on_a_login_node_takes_the_job_of_its_folder(login_node: Path) -> None:
     _fake_tool(login_node / "bin", "srun", "exit 0\n")
     _fake_tool(login_node / "bin", "squeue", f'echo "$@" > {login_node}/squeue\necho "77|/home/a/bert"\n')
-    target = allocation_target(StacksTarget(), env={}, cwd="/home/a/bert")
+    target = slurm_target(StacksTarget(), env={}, cwd="/home/a/bert")
     assert (target.via, target.job) == ("srun", "77")
     assert (login_node / "squeue").read_text().split() == ["--me", "-h", "-t", "RUNNING", "-o", "%i|%Z"]
-    assert allocation_target(StacksTarget(), env={}, cwd="/home/a/gpt") == StacksTarget()
+    assert slurm_target(StacksTarget(), env={}, cwd="/home/a/gpt") == StacksTarget()
     _fake_tool(
         login_node / "bin", "squeue", "echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1\n"
     )
-    assert allocation_target(StacksTarget(), env={}, cwd="/home/a/bert") == StacksTarget()  # Slurm down: here
+    assert slurm_target(StacksTarget(), env={}, cwd="/home/a/bert") == StacksTarget()  # Slurm down: here

@@ -33,7 +33,6 @@ from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
-from rankscope.capabilities.slurm import allocation_nodes, slurm_job_id, slurm_job_nodes, srun_env
 from rankscope.errors import InvalidInput
 from rankscope.models.core import (
     Job,
@@ -368,6 +367,10 @@ def account_for_unseen(report: StacksReport, failed: Sequence[RankError]) -> Sta
 
 
 def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> subproc.Completed:
+    if env is None and argv[:1] == ["srun"]:
+        from rankscope.capabilities.slurm import srun_env
+
+        env = srun_env()  # never the caller's allocation: srun would take it for its own
     try:
         res = subproc.run(argv, timeout, env)
     except FileNotFoundError as exc:
@@ -439,7 +442,7 @@ def _srun_all(
     job: str, hosts: list[str], remote: list[str], timeout: float, redactor: Redactor
 ) -> dict[str, StacksReport | RankError]:
     """One srun step for all nodes; each task's labelled output is its node's report."""
-    res = _run(srun_argv(job, hosts, remote), timeout, srun_env())
+    res = _run(srun_argv(job, hosts, remote), timeout)
     out: dict[str, StacksReport | RankError] = {}
     by_task = split_labelled(res.stdout)
     reports = [parse_report(f"task {t}", text) for t, text in sorted(by_task.items())]
@@ -472,6 +475,8 @@ def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[
             "environment (SLURM_JOB_ID is unset).",
             "Pass job=JOBID (CLI: --job JOBID; `squeue --me` lists your jobs), or hosts with via ssh.",
         )
+    from rankscope.capabilities.slurm import slurm_job_id, slurm_job_nodes
+
     job = slurm_job_id(job)
     if job == env.get("SLURM_JOB_ID") and (nodes := _allocation_nodes(env)):
         return nodes
@@ -481,6 +486,8 @@ def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[
 
 def _allocation_nodes(env: Mapping[str, str]) -> list[str]:
     """The allocation's nodes from its environment; a hostlist only Slurm can expand is asked of it."""
+    from rankscope.capabilities.slurm import allocation_nodes
+
     try:
         return allocation_nodes(env)
     except InvalidInput:
@@ -518,8 +525,7 @@ def dump_stacks_remote(
     """Capture the stacks of a job's ranks on every host of ``target`` at once and judge them together.
 
     ``target.hosts``: node names (Slurm hostlists already expanded by the target); without them,
-    with ``via="srun"`` the Slurm job's nodes (``target.job``, default SLURM_JOB_ID, asked of Slurm),
-    with ``via="kubectl"`` the running pods
+    the Slurm allocation's nodes (SLURM_JOB_NODELIST) or, with ``via="kubectl"``, the running pods
     of ``target.job``. Each host runs ``rankscope stacks --local --json`` with every option of
     ``options`` (:func:`stacks_argv`). ``pid`` is the pid to inspect on every host, ``pids`` maps
     a host to its own (overriding ``pid`` there).
@@ -542,14 +548,11 @@ def dump_stacks_remote(
         return remote
 
     results: dict[str, StacksReport | RankError]
-    how: str = via
     if via == "srun":
         _need("srun", "srun")
         slurm_job = target.job or os.environ.get("SLURM_JOB_ID")
         if not slurm_job:
             raise InvalidInput("--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`).")
-        slurm_job = slurm_job_id(slurm_job)
-        how = f"srun (Slurm job {slurm_job})"
         results = _srun_all(slurm_job, host_list, argv_for(None), timeout + options.window + 5.0, redactor)
     else:
         if via in ("ssh", "kubectl"):
@@ -564,7 +567,7 @@ def dump_stacks_remote(
             }
             results = {h: f.result() for h, f in futures.items()}
 
-    return _judge_hosts(results, host_list, f"collected via {how} in {time.monotonic() - started:.1f}s")
+    return _judge_hosts(results, host_list, f"collected via {via} in {time.monotonic() - started:.1f}s")
 
 
 def _judge_hosts(

@@ -5,7 +5,7 @@ A login node has no SLURM_JOB_NODELIST: the job's nodes, its state and its owner
 controller, or another user's is refused here, with what to do, before any ``srun`` step is
 tried: ``srun --overlap --jobid`` into such a job fails with a message that says less.
 
-A plain ``rankscope stacks`` on a Slurm cluster means a Slurm job too (:func:`allocation_target`):
+A plain ``rankscope stacks`` on a Slurm cluster means a Slurm job too (:func:`slurm_target`):
 the allocation it runs in or beside, or on a login node the running job submitted from the
 current folder. rankscope's own ``srun`` runs without the caller's allocation variables
 (:func:`srun_env`), which srun would take for its own.
@@ -249,7 +249,7 @@ def _here() -> str:
         return ""
 
 
-def allocation_target(
+def slurm_target(
     target: StacksTarget,
     *,
     pid: int | None = None,
@@ -259,12 +259,16 @@ def allocation_target(
     host: str | None = None,
     cwd: str | None = None,
 ) -> StacksTarget:
-    """Where a plain ``rankscope stacks`` (no hosts, via, pid, job or ranks) looks on a Slurm cluster.
+    """Where a ``rankscope stacks`` call looks on a Slurm cluster; ``--via srun``'s job as srun
+    takes it (``slurm:1234.0``, rankscope's name for a step's ranks, is job 1234).
 
-    In or beside an allocation (SLURM_JOB_ID set): the allocation's nodes through ``srun --overlap``
-    when they are not just this host, since this host alone would show a part of the job or none of
-    it (an ``salloc`` shell on a login node). Elsewhere (a login node), the one running job of the
-    user that was started in the current folder, as on one host. Otherwise this host."""
+    A plain call (no hosts, via, pid, job or ranks) in or beside an allocation (SLURM_JOB_ID set):
+    the allocation's nodes through ``srun --overlap`` when they are not just this host, since this
+    host alone would show a part of the job or none of it (an ``salloc`` shell on a login node).
+    Elsewhere (a login node), the one running job of the user that was started in the current
+    folder, as on one host. Otherwise this host."""
+    if target.via == "srun" and target.job:
+        return dataclasses.replace(target, job=slurm_job_id(target.job))
     env = os.environ if env is None else env
     plain = not target.remote and pid is None and job_id is None and ranks is None
     if not plain or shutil.which("srun") is None:
@@ -285,13 +289,13 @@ def allocation_target(
 
 __all__ = [
     "allocation_nodes",
-    "allocation_target",
     "job_nodes",
     "job_started_in",
     "parse_job_records",
     "parse_workdirs",
     "slurm_job_id",
     "slurm_job_nodes",
+    "slurm_target",
     "srun_env",
     "started_in",
 ]

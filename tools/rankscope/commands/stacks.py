@@ -94,8 +94,6 @@ class StacksCommand(Command):
         pid: int | None = args.pid
         options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
         target, job_id = _target(args)
-        if args.from_paths is None and not args.local:
-            target = api.allocation_target(target, pid=pid, job_id=job_id, ranks=args.ranks)
         api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
         if args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend
@@ -123,7 +121,11 @@ def _target(args: argparse.Namespace) -> tuple[StacksTarget, str | None]:
         rankscope_cmd=args.rankscope_cmd,
     )
     if where.remote:
-        return dataclasses.replace(where, job=args.job), None
+        return api.slurm_target(dataclasses.replace(where, job=args.job)), None
+    if args.from_paths is None:  # a plain call on a Slurm cluster: a Slurm job's nodes, or this host
+        slurm = api.slurm_target(where, pid=args.pid, job_id=args.job, ranks=args.ranks)
+        if slurm.remote:
+            return slurm, None
     return where, args.job
 
 

@@ -118,7 +118,7 @@ async def dump_stacks(
         hosts=None if hosts is None else tuple(hosts), via=via, job=job, namespace=namespace
     )
     if from_paths is None:
-        target = api.allocation_target(target, pid=pid, job_id=job_id, ranks=ranks)
+        target = api.slurm_target(target, pid=pid, job_id=job_id, ranks=ranks)
     api.check_stacks_call(pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths)
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")

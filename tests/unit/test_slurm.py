@@ -295,3 +295,10 @@ def test_a_plain_call_on_a_login_node_takes_the_job_of_its_folder(login_node: Pa
         login_node / "bin", "squeue", "echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1\n"
     )
     assert slurm_target(StacksTarget(), env={}, cwd="/home/a/bert") == StacksTarget()  # Slurm down: here
+
+
+def test_via_srun_takes_the_job_as_srun_does() -> None:
+    target = slurm_target(StacksTarget(via="srun", job="slurm:1234.0"))
+    assert (target.via, target.job) == ("srun", "1234")
+    with pytest.raises(InvalidInput):
+        slurm_target(StacksTarget(via="srun", job="torchrun:127.0.0.1:29500"))

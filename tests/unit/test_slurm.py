@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rankscope.capabilities import discovery
+from rankscope.capabilities import discovery, slurm
 from rankscope.capabilities.discovery import ProcInfo, build_jobs, of_slurm_job
 from rankscope.capabilities.remote import classify_failure, dump_stacks_remote
 from rankscope.capabilities.slurm import (
@@ -284,17 +284,24 @@ def test_the_slurm_job_started_in_this_folder() -> None:
     assert started_in([*rows, ("81", "/home/a/bert")], "/home/a/bert", "/home/a") is None  # two: no pick
 
 
-def test_a_plain_call_on_a_login_node_takes_the_job_of_its_folder(login_node: Path) -> None:
+def test_a_plain_call_on_a_login_node_takes_the_job_of_its_folder(
+    login_node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_tool(login_node / "bin", "srun", "exit 0\n")
     _fake_tool(login_node / "bin", "squeue", f'echo "$@" > {login_node}/squeue\necho "77|/home/a/bert"\n')
-    target = slurm_target(StacksTarget(), env={}, cwd="/home/a/bert")
+    conf = {"SLURM_CONF": "/etc/cluster/slurm.conf"}
+    target = slurm_target(StacksTarget(), env=conf, cwd="/home/a/bert")
     assert (target.via, target.job) == ("srun", "77")
     assert (login_node / "squeue").read_text().split() == ["--me", "-h", "-t", "RUNNING", "-o", "%i|%Z"]
-    assert slurm_target(StacksTarget(), env={}, cwd="/home/a/gpt") == StacksTarget()
+    assert slurm_target(StacksTarget(), env=conf, cwd="/home/a/gpt") == StacksTarget()
+    (login_node / "squeue").unlink()
+    monkeypatch.setattr(slurm, "CONF_FILES", ())  # Slurm installed, no cluster named: squeue is not asked
+    assert slurm_target(StacksTarget(), env={}, cwd="/home/a/bert") == StacksTarget()
+    assert not (login_node / "squeue").exists()
     _fake_tool(
         login_node / "bin", "squeue", "echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1\n"
     )
-    assert slurm_target(StacksTarget(), env={}, cwd="/home/a/bert") == StacksTarget()  # Slurm down: here
+    assert slurm_target(StacksTarget(), env=conf, cwd="/home/a/bert") == StacksTarget()  # Slurm down: here
 
 
 def test_via_srun_takes_the_job_as_srun_does() -> None:

@@ -228,10 +228,22 @@ def started_in(rows: Sequence[tuple[str, str]], folder: str, home: str = "") -> 
     return above.pop() if len(above) == 1 else None
 
 
-def job_started_in(folder: str) -> str | None:
-    """The user's running Slurm job started in ``folder`` (its WorkDir), asked of squeue; None when
-    Slurm does not answer quickly or no single job fits."""
+CONF_FILES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf")
+"""Where a configured Slurm client finds its cluster, SLURM_CONF aside."""
+
+
+def slurm_configured(env: Mapping[str, str]) -> bool:
+    """Whether this machine's Slurm client names a cluster: a plain call asks squeue only then, as an
+    installed but unconfigured Slurm may spend seconds on a DNS lookup before it fails."""
     if shutil.which("squeue") is None:
+        return False
+    return bool(env.get("SLURM_CONF")) or any(os.path.exists(path) for path in CONF_FILES)
+
+
+def job_started_in(folder: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The user's running Slurm job started in ``folder`` (its WorkDir), asked of squeue; None when
+    Slurm is not configured here, does not answer quickly, or no single job fits."""
+    if not slurm_configured(os.environ if env is None else env):
         return None
     try:
         res = subproc.run(["squeue", "--me", "-h", "-t", "RUNNING", "-o", "%i|%Z"], SQUEUE_TIMEOUT)
@@ -275,7 +287,7 @@ def slurm_target(
         return target
     if not env.get("SLURM_JOB_ID"):
         folder = cwd if cwd is not None else _here()
-        job = job_started_in(folder) if folder else None
+        job = job_started_in(folder, env) if folder else None
         return dataclasses.replace(target, via="srun", job=job) if job else target
     here = (host or socket.gethostname()).split(".")[0]
     try:
@@ -293,6 +305,7 @@ __all__ = [
     "job_started_in",
     "parse_job_records",
     "parse_workdirs",
+    "slurm_configured",
     "slurm_job_id",
     "slurm_job_nodes",
     "slurm_target",

@@ -199,6 +199,7 @@ def test_rankscope_in_a_step_is_no_rank_and_the_allocation_picks_its_job(
     assert [j.ranks[0].pid for j in of_slurm_job(jobs, procs, "5")] == [900002]
     assert of_slurm_job(jobs, procs, None) == [] and of_slurm_job(jobs, procs, "6") == []
     monkeypatch.setattr(discovery, "scan", lambda: procs)
+    monkeypatch.setattr(discovery, "read_environ", lambda pid: procs[pid].env if pid in procs else None)
     monkeypatch.setenv("SLURM_JOB_ID", "5")
     assert discovery.find_job().ranks[0].pid == 900002  # the call's own allocation, among two jobs
     monkeypatch.delenv("SLURM_JOB_ID")

@@ -564,9 +564,24 @@ def job_cwd(job: Job) -> str | None:
     return None
 
 
+def _of_own_allocation(jobs: list[Job]) -> list[Job]:
+    """The jobs whose ranks run in the Slurm job this call runs in (its SLURM_JOB_ID): a call made
+    in an allocation (``srun --overlap --jobid N`` on a node) means that job, not another one."""
+    own = os.environ.get("SLURM_JOB_ID")
+    if not own:
+        return []
+    return [
+        j for j in jobs if any((read_environ(r.pid) or {}).get("SLURM_JOB_ID") == own for r in j.ranks[:1])
+    ]
+
+
 def _started_here(jobs: list[Job], here: str) -> Job | None:
-    """The one job started in ``here`` (or in a folder above it, "/" and the home folder aside):
-    rankscope run from a job's folder means that job. None when no job or several match."""
+    """The one job of this call's own Slurm job, else the one started in ``here`` (or in a folder
+    above it, "/" and the home folder aside): rankscope run from a job's folder means that job.
+    None when no job or several match."""
+    mine = _of_own_allocation(jobs)
+    if len(mine) == 1:
+        return mine[0]
     cwds = [(j, job_cwd(j)) for j in jobs]
     exact = [j for j, cwd in cwds if cwd == here]
     if exact:
@@ -588,11 +603,13 @@ def _no_job_fix() -> str:
 
 
 def _only_or_here(jobs: list[Job]) -> Job:
-    """The only job; or, among several, the one started in the current folder (said in its notes)."""
+    """The only job; or, among several, the one of this call's Slurm job, else the one started in the
+    current folder (said in its notes)."""
     if not jobs:
         raise NoJobsFound("No distributed PyTorch job found on this host.", fix=_no_job_fix())
-    if len(jobs) == 1:
-        return jobs[0]
+    mine = _of_own_allocation(jobs)
+    if len(jobs) == 1 or len(mine) == 1:
+        return (mine or jobs)[0]
     try:
         here = os.getcwd()
     except OSError:
@@ -651,7 +668,7 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
         of_slurm = of_slurm_job(jobs, procs, job_id)
         return of_slurm[0] if len(of_slurm) == 1 else select_job(jobs, job_id)
     if pid is None:
-        return _only_or_here(of_slurm_job(jobs, procs, os.environ.get("SLURM_JOB_ID")) or jobs)
+        return _only_or_here(jobs)
     if pid not in procs:
         raise ProcessNotFound(f"No process with pid {pid} on this host (it may have exited).")
     job = _job_of(pid, jobs, procs)

@@ -156,9 +156,11 @@ def test_mcp_dump_stacks_via_srun_over_two_nodes(
     two_nodes: SlurmCluster, two_node_job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """dump_stacks(via="srun", job=ID) from the login node: each node answers for its own ranks
-    (ranks 0-1 on node1, 2-3 on node2), one verdict names rank 3 on node2; and the same errors."""
+    (ranks 0-1 on node1, 2-3 on node2), one verdict names rank 3 on node2; and the same errors.
+    rankscope is not on the PATH the steps get: they run the server's own interpreter."""
     monkeypatch.setenv("SLURM_CONF", two_nodes.env["SLURM_CONF"])
-    monkeypatch.setenv("PATH", f"{BIN}:{two_nodes.env['PATH']}")
+    path = [d for d in two_nodes.env["PATH"].split(":") if d and not Path(d, "rankscope").exists()]
+    monkeypatch.setenv("PATH", ":".join(path))
 
     async def calls() -> tuple[CallToolResult, CallToolResult]:
         async with Client(build_server()) as client:

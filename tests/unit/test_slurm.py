@@ -5,6 +5,8 @@ real daemons are in tests/integration/test_slurm.py."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +312,14 @@ def test_via_srun_takes_the_job_as_srun_does() -> None:
     assert (target.via, target.job) == ("srun", "1234")
     with pytest.raises(InvalidInput):
         slurm_target(StacksTarget(via="srun", job="torchrun:127.0.0.1:29500"))
+
+
+def test_srun_steps_run_this_rankscope_where_none_is_on_the_path(login_node: Path) -> None:
+    """srun's steps get the caller's PATH: without rankscope on it, this interpreter's -m rankscope."""
+    found = slurm_target(StacksTarget(via="srun", job="5"), env={"PATH": str(login_node / "bin")})
+    assert shlex.split(found.rankscope_cmd) == [sys.executable, "-m", "rankscope"]
+    _fake_tool(login_node / "bin", "rankscope", "exit 0\n")
+    on_path = slurm_target(StacksTarget(via="srun", job="5"), env={"PATH": str(login_node / "bin")})
+    assert on_path.rankscope_cmd == "rankscope"
+    given = StacksTarget(via="srun", job="5", rankscope_cmd="/opt/rs/bin/rankscope")
+    assert slurm_target(given, env={"PATH": "/nowhere"}).rankscope_cmd == "/opt/rs/bin/rankscope"

@@ -19,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import shutil
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 
 from rankscope.analysis.hostlist import expand_hostlist
@@ -278,17 +280,20 @@ def slurm_target(
     the allocation's nodes through ``srun --overlap`` when they are not just this host, since this
     host alone would show a part of the job or none of it (an ``salloc`` shell on a login node).
     Elsewhere (a login node), the one running job of the user that was started in the current
-    folder, as on one host. Otherwise this host."""
-    if target.via == "srun" and target.job:
-        return dataclasses.replace(target, job=slurm_job_id(target.job))
+    folder, as on one host. Otherwise this host.
+
+    srun's steps get this process's PATH: where ``rankscope`` is not on it, they run this
+    rankscope (``python -m rankscope`` with this interpreter), on a cluster's shared filesystem."""
     env = os.environ if env is None else env
+    if target.via == "srun" and target.job:
+        return _own_rankscope(dataclasses.replace(target, job=slurm_job_id(target.job)), env)
     plain = not target.remote and pid is None and job_id is None and ranks is None
     if not plain or shutil.which("srun") is None:
-        return target
+        return _own_rankscope(target, env)
     if not env.get("SLURM_JOB_ID"):
         folder = cwd if cwd is not None else _here()
         job = job_started_in(folder, env) if folder else None
-        return dataclasses.replace(target, via="srun", job=job) if job else target
+        return _own_rankscope(dataclasses.replace(target, via="srun", job=job), env) if job else target
     here = (host or socket.gethostname()).split(".")[0]
     try:
         nodes = allocation_nodes(env)
@@ -296,7 +301,17 @@ def slurm_target(
         return target
     if [n.split(".")[0] for n in nodes] == [here]:
         return target
-    return dataclasses.replace(target, via="srun")
+    return _own_rankscope(dataclasses.replace(target, via="srun"), env)
+
+
+def _own_rankscope(target: StacksTarget, env: Mapping[str, str]) -> StacksTarget:
+    """``--via srun`` with the default command where ``rankscope`` is not on the PATH the steps get:
+    this interpreter's ``-m rankscope``."""
+    if target.via != "srun" or target.rankscope_cmd != "rankscope":
+        return target
+    if shutil.which("rankscope", path=env.get("PATH", os.defpath)) is not None:
+        return target
+    return dataclasses.replace(target, rankscope_cmd=shlex.join([sys.executable, "-m", "rankscope"]))
 
 
 __all__ = [

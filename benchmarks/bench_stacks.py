@@ -6,7 +6,7 @@ One real 8-rank gloo job (tests/programs/hang_collectives.py --mode mismatch --o
 ranks in all_reduce, one in barrier) is started once; for 1, 2, 4 and 8 of its ranks, in the
 same run and alternating:
 
-* ``rankscope stacks --pid LAUNCHER --rank ... --json`` (a fresh process: interpreter start,
+* ``rankscope stacks --pid LAUNCHER --only-rank ... --json`` (a fresh process: interpreter start,
   discovery, concurrent py-spy, analysis, JSON);
 * ``py-spy dump --json --pid`` over the same ranks one after another;
 
@@ -141,7 +141,7 @@ def bench_live(repeats: int, native_repeats: int) -> tuple[list[Row], list[Pair]
                 flag = ["--native"] if native else []
                 ours = [RANKSCOPE, "stacks", "--pid", str(job.pid), "--json", "--window", "0", *flag]
                 for r in range(n):
-                    ours += ["--rank", str(r)]
+                    ours += ["--only-rank", str(r)]
                 seq = [[pyspy, "dump", "--json", *flag, "--pid", str(pids[r])] for r in range(n)]
                 a: list[tuple[float, float]] = []
                 b: list[tuple[float, float]] = []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.jobs import JobFactory
+from tests.nodes import Nodes, nodes_up
 
 
 @pytest.fixture
@@ -21,6 +22,17 @@ def jobs(tmp_path: Path) -> Iterator[JobFactory]:
         yield factory
     finally:
         factory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    """Two hosts that really are apart (tests/nodes.py: node1, node2, each its own PID and UTS
+    namespace and sshd), shared by a module's tests and stopped, with all they run, at its end."""
+    up = nodes_up(tmp_path_factory.mktemp("nodes"), 2)
+    try:
+        yield up
+    finally:
+        up.down()
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +49,10 @@ def pyspy_works() -> str:
         child.wait(timeout=5)
     assert out.returncode == 0, f"py-spy cannot attach here (ptrace not allowed?): {out.stderr}"
     return exe
+
+
+@pytest.fixture(autouse=True)
+def _own_capture_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test keeps its stacks captures (``--last``) apart: other tests and other users' runs on
+    the host write theirs too, and a test must read back only its own."""
+    monkeypatch.setenv("RANKSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("rankscope-cache")))

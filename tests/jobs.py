@@ -159,10 +159,17 @@ class JobFactory:
         return job
 
     def start(
-        self, argv: list[str], nproc: int, port: int, env: dict[str, str] | None = None, tag: str = "custom"
+        self,
+        argv: list[str],
+        nproc: int,
+        port: int,
+        env: dict[str, str] | None = None,
+        tag: str = "custom",
+        cwd: Path | None = None,
     ) -> RunningJob:
-        """Start any command line (e.g. a custom torchrun invocation) as a reaped job."""
-        return self._start(argv, nproc, port, env, tag)
+        """Start any command line (e.g. a custom torchrun invocation) as a reaped job, in ``cwd``
+        (default: tests/programs)."""
+        return self._start(argv, nproc, port, env, tag, cwd)
 
     def torchrun(
         self, program: str, nproc: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None
@@ -186,8 +193,10 @@ class JobFactory:
         port: int,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> RunningJob:
-        """One agent of a two-node torchrun job on this host (both agents share ``port``)."""
+        """One agent of a two-node torchrun job on this host (both agents share ``port``), started in
+        ``cwd`` (default: tests/programs)."""
         argv = torchrun_argv(
             program,
             "--nnodes=2",
@@ -197,7 +206,7 @@ class JobFactory:
             f"--master_port={port}",
             args=args,
         )
-        return self._start(argv, nproc, port, env, f"node{node_rank}")
+        return self._start(argv, nproc, port, env, f"node{node_rank}", cwd)
 
     def python(
         self,

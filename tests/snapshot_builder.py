@@ -36,6 +36,40 @@ def user_frames(filename: str, line: int, name: str) -> list[dict[str, Any]]:
     return [ALLOC_FRAME, TORCH_FRAME, {"filename": filename, "line": line, "name": name}, STDLIB_FRAME]
 
 
+def _native(name: str, filename: str = "??") -> dict[str, Any]:
+    return {"name": name, "filename": filename, "line": 0}
+
+
+NATIVE_TOP = [
+    _native("torch::unwind::unwind()"),
+    _native("torch::CapturedTraceback::gather(bool, bool, bool)"),
+    _native("torch::cuda::(anonymous namespace)::gather_with_cpp()", "memory_snapshot.cpp"),
+    _native(
+        "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
+        "CUDACachingAllocator.cpp",
+    ),
+    _native("at::detail::empty_strided_cuda(c10::ArrayRef<long>, c10::ArrayRef<long>, c10::ScalarType)"),
+    _native("PyObject_Vectorcall"),
+]
+"""The C++ frames a real snapshot puts first (symbolized as on the H200 capture)."""
+NATIVE_INTERPRETER = [
+    _native("_PyEval_EvalFrameDefault"),
+    _native("PyEval_EvalCode"),
+    _native("Py_RunMain"),
+    _native("__libc_start_main"),
+    _native("_start"),
+]
+"""The interpreter's frames, which a real snapshot puts after the innermost Python frame."""
+
+
+def real_frames(*python: tuple[str, int, str]) -> list[dict[str, Any]]:
+    """A stack in the layout of a real CUDA snapshot (``_record_memory_history(stacks='all')``):
+    native frames first, the innermost Python frame, the interpreter's native frames, then the rest of
+    the Python frames, innermost first. ``python`` is (filename, line, function), innermost first."""
+    py = [{"name": name, "filename": filename, "line": line} for filename, line, name in python]
+    return [*NATIVE_TOP, *py[:1], *NATIVE_INTERPRETER, *py[1:]]
+
+
 @dataclass
 class _Seg:
     address: int
@@ -63,6 +97,8 @@ class SnapshotBuilder:
             "size": kw.pop("size"),
             "stream": 0,
             "time_us": self.time_us,
+            "compile_context": "N/A",
+            "user_metadata": "",
         }
         entry.update(kw)
         entry.setdefault("frames", [])
@@ -117,6 +153,11 @@ class SnapshotBuilder:
                 self._event("free_completed", addr=addr, size=size)
                 return
         raise KeyError(addr)
+
+    def release_cached(self) -> None:
+        """Free every wholly unused segment, as the caching allocator does before it raises OOM."""
+        for seg in [s for s in self.segments if not s.blocks]:
+            self.free_segment(seg)
 
     def oom(self, size: int, device_free: int, frames: list[dict[str, Any]] | None = None) -> None:
         self._event("oom", device_free=device_free, size=size, frames=frames or [])
@@ -187,9 +228,111 @@ class SnapshotBuilder:
                 "max_split_size": -1,
                 "garbage_collection_threshold": 0.0,
             },
+            "external_annotations": [],
         }
 
     def dump(self, path: Path, device: int = 0) -> Path:
         with open(path, "wb") as fh:
             pickle.dump(self.build(device), fh)
         return path
+
+
+# ---------------------------------------------------------------- a dead OOM job
+
+LM_DIR = "/workspace/lm"
+LOGITS = 2 * 4096 * 128_000 * 2  # 1.95 GiB: one step's bf16 logits (batch 2, sequence 4096, vocab 128000)
+ACTIVATION = 11 * GiB  # each of four blocks' saved activations
+CAPACITY = 79.15 * GiB
+
+
+def _lm_stacks() -> dict[str, list[dict[str, Any]]]:
+    """The stacks of the LM job's allocations, each built once (a snapshot's frames repeat)."""
+    m, t = f"{LM_DIR}/model.py", f"{LM_DIR}/train.py"
+    torch_mod = (
+        "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+        1786,
+        "_call_impl",
+    )
+    linear = ("/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "forward")
+    autograd = (
+        "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/graph.py",
+        841,
+        "_engine_run_backward",
+    )
+    main = (t, 99, "<module>")
+    return {
+        "params": real_frames((m, 39, "__init__"), (t, 59, "main"), main),
+        "optim": real_frames(
+            ("/opt/torch/.venv/lib/python3.12/site-packages/torch/optim/adamw.py", 181, "_init_group"),
+            (t, 80, "main"),
+            main,
+        ),
+        "tokens": real_frames((t, 75, "main"), main),
+        "act": real_frames(
+            linear,
+            torch_mod,
+            (m, 17, "forward"),
+            torch_mod,
+            (m, 44, "forward"),
+            torch_mod,
+            (t, 77, "main"),
+            main,
+        ),
+        "logits": real_frames(linear, torch_mod, (m, 48, "forward"), torch_mod, (t, 77, "main"), main),
+        "grad": real_frames(autograd, (t, 79, "main"), main),
+    }
+
+
+def lm_step(b: SnapshotBuilder, stacks: dict[str, list[dict[str, Any]]], keep: bool) -> int | None:
+    """One training step of the LM; returns the logits' address when this step keeps them."""
+    tokens = b.alloc(64 * 1024, stacks["tokens"])
+    acts = [b.alloc(ACTIVATION, stacks["act"]) for _ in range(4)]
+    logits = b.alloc(LOGITS, stacks["logits"])
+    b.free(acts.pop())  # backward through the last block first
+    grad = b.alloc(LOGITS, stacks["grad"])
+    b.free(grad)
+    for a in reversed(acts):
+        b.free(a)
+    b.free(tokens)
+    if keep:
+        return logits
+    b.free(logits)
+    return None
+
+
+def write_leak_job(folder: Path) -> list[Path]:
+    """The snapshots of a 4-rank LM whose rank 3 keeps a view of every 10th step's logits.
+
+    Every rank at step 50 (``snapshot-rankN-step50.pickle``), and rank 3 at its OOM in step 101's
+    forward, allocating the logits (``snapshot-rank3-oom.pickle``): the traces run from the start of the job, as with
+    ``_record_memory_history(max_entries=100000)``.
+    """
+    stacks = _lm_stacks()
+    written: list[Path] = []
+    for rank in range(4):
+        b = SnapshotBuilder()
+        b.alloc(4 * GiB, stacks["params"])
+        for step in range(51):
+            lm_step(b, stacks, keep=rank == 3 and step % 10 == 0)
+            if step == 0:
+                b.alloc(8 * GiB, stacks["optim"])
+        written.append(b.dump(folder / f"snapshot-rank{rank}-step50.pickle"))
+        if rank != 3:
+            continue
+        for step in range(51, 101):
+            lm_step(b, stacks, keep=step % 10 == 0)
+        b.alloc(64 * 1024, stacks["tokens"])
+        for _ in range(4):
+            b.alloc(ACTIVATION, stacks["act"])
+        b.release_cached()
+        reserved = sum(s.size for s in b.segments)
+        b.oom(LOGITS, device_free=int(CAPACITY - reserved - 480 * MiB), frames=stacks["logits"])
+        written.append(b.dump(folder / "snapshot-rank3-oom.pickle"))
+    return written
+
+
+if __name__ == "__main__":  # regenerates tests/data/postmortem/oom_leak's snapshots
+    import sys
+
+    for p in write_leak_job(Path(sys.argv[1])):
+        print(p, p.stat().st_size)

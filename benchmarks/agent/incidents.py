@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 INCIDENTS = HERE / "incidents"
@@ -31,6 +32,16 @@ class Incident:
     @property
     def live(self) -> bool:
         return (self.folder / "job.json").is_file()
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.folder / "job.json").read_text(encoding="utf-8"))
+        return data
+
+    @property
+    def multinode(self) -> bool:
+        """Jobs over several nodes on this machine, the agent on a login node (multinode.py)."""
+        return self.live and "nodes" in self.spec
 
     def description(self, workdir: Path) -> str:
         return (self.folder / "incident.md").read_text(encoding="utf-8").replace("{workdir}", str(workdir))
@@ -69,6 +80,11 @@ def set_up(
     ``train.py`` so its file name says nothing; its pid is written beside ``workdir``, not in it.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    if incident.multinode:
+        import multinode
+
+        multinode.set_up(incident.spec, JOBS, workdir)
+        return None
     if not incident.live:
         shutil.copytree(incident.folder / "leftovers", workdir / "leftovers", dirs_exist_ok=True)
         return None
@@ -98,11 +114,15 @@ def pid_file(workdir: Path) -> Path:
 def stop(workdir: Path) -> None:
     """End a live incident's job by its process tree, started by :func:`set_up`.
 
-    Not by its process group: torchrun starts each worker in a session of its own, so a signal
+    A multi-node incident's jobs and nodes are stopped by :func:`multinode.stop`. Not by its
+    process group: torchrun starts each worker in a session of its own, so a signal
     to the launcher's group leaves the ranks running, orphaned.
     """
+    import multinode
+
     from rankscope.runtime.proctree import reap_tree
 
+    multinode.stop(workdir)
     path = pid_file(workdir)
     if not path.is_file():
         return

@@ -5,6 +5,7 @@
     python benchmarks/agent/setup_incident.py stop --workdir DIR
 
 ``start`` copies a dead job's leftovers into DIR, or starts a live job there (torchrun, gloo, CPU),
+or, for a multi-node incident, brings its nodes up and starts its jobs over them (multinode.py),
 then prints the prompt for the chosen arm: the incident's description and the tools of that arm,
 nothing else (never the truth, never this repository). See PROTOCOL.md.
 """
@@ -75,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# set up {incident.name} in {workdir}" + (f" (launcher pid {pid})" if pid else ""), file=sys.stderr
     )
+    if incident.multinode:
+        from multinode import state_dir
+
+        state = state_dir(workdir)
+        print(
+            f"# run every command of the agent as: AGENT_WRAP={state / 'login'} "
+            f"ARM_PATH={state / ('arm-' + args.arm)} {Path(__file__).parent / 'agentrun.sh'} TRANSCRIPT 'CMD'",
+            file=sys.stderr,
+        )
     print(f"# when done: python {Path(__file__).name} stop --workdir {workdir}", file=sys.stderr)
     print(incident.description(workdir).rstrip())
     print()

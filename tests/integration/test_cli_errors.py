@@ -32,7 +32,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 
 def assert_clean_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
-    """A clean error: 2 for a call that must change (usage), 1 for a runtime failure."""
+    """A clean error: 2, no answer (bad input, nothing to read, or rankscope could not read it)."""
     assert code == exit_code, err
     assert "Traceback" not in err
     assert "error:" in err and "Fix:" in err
@@ -62,9 +62,9 @@ def test_invalid_pid_and_timeout() -> None:
 
 
 def test_cli_and_mcp_refuse_a_rank_filter_on_several_hosts_alike() -> None:
-    """One check for both faces: the CLI no longer drops --rank when --hosts is given."""
-    code, out, err = run_cli("stacks", "--hosts", "node1,node2", "--rank", "3")
-    assert_clean_error(code, err, "ranks (--rank) selects ranks on this host only")
+    """One check for both faces: the CLI no longer drops --only-rank when --hosts is given."""
+    code, out, err = run_cli("stacks", "--hosts", "node1,node2", "--only-rank", "3")
+    assert_clean_error(code, err, "ranks (--only-rank) selects ranks on this host only")
     assert out == ""
 
 
@@ -87,11 +87,11 @@ def test_pyspy_missing(fake_job: RunningJob, monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.delenv("RANKSCOPE_PYSPY", raising=False)
     code, _, err = run_cli("stacks", "--pid", str(fake_job.pid))
-    assert_clean_error(code, err, "py-spy was not found", "pip install py-spy", exit_code=1)
+    assert_clean_error(code, err, "py-spy was not found", "pip install py-spy")
 
 
 def test_unknown_rank_filter(fake_job: RunningJob, pyspy_works: str) -> None:
-    code, _, err = run_cli("stacks", "--pid", str(fake_job.pid), "--rank", "7")
+    code, _, err = run_cli("stacks", "--pid", str(fake_job.pid), "--only-rank", "7")
     assert_clean_error(code, err, "ranks [7]")
 
 
@@ -134,7 +134,7 @@ def test_permission_denied_real_cli_subprocess(fake_job: RunningJob) -> None:
         timeout=120,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
     )
-    assert out.returncode == 1, out.stdout + out.stderr  # a runtime failure, not a usage error
+    assert out.returncode == 2, out.stdout + out.stderr  # no answer: rankscope could not read the job
     assert "Traceback" not in out.stderr
     assert "permission denied" in out.stderr.lower()
     assert "CAP_SYS_PTRACE" in out.stderr and "ptrace_scope" in out.stderr

@@ -114,6 +114,7 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "locals",
         "nonblocking",
         "full_ranks",
+        "last",
         "ranks",
         "hosts",
         "via",
@@ -211,18 +212,18 @@ def test_prompts_for_the_main_procedures() -> None:
         (
             "dump_stacks",
             {"full_ranks": [-2]},
-            "full_ranks must be a list of rank numbers (0 and up), got [-2]. Fix:",
+            "full_ranks (--show-rank) must be a list of rank numbers (0 and up), got [-2]. Fix:",
         ),
         ("dump_stacks", {"hosts": []}, "hosts (--hosts) is empty. Fix: Leave it out for this host"),
         (
             "dump_stacks",
             {"ranks": [-1]},
-            "ranks (--rank) must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
+            "ranks (--only-rank) must be a non-empty list of rank numbers (0 and up), got [-1]. Fix:",
         ),
         (
             "dump_stacks",
             {"ranks": [0], "via": "srun"},
-            "ranks (--rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
+            "ranks (--only-rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
             "namespace. Fix:",
         ),
         (
@@ -288,10 +289,11 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
         assert not listed.is_error, listed.content
         brief = await c.call_tool("list_jobs", {"pid": job.pid})
         assert not brief.is_error, brief.content
-        (short,) = (brief.structured_content or {})["jobs"]
-        assert len(short["ranks"]) == 1 and any(
-            "2 rank process(es) here: ranks 0-1" in n for n in short["notes"]
-        )
+        (short,) = (brief.structured_content or {})["jobs"]  # every rank, as the plain view lists them
+        assert [(r["rank"], r["local_rank"], r["rank_source"]) for r in short["ranks"]] == [
+            (0, 0, "env:RANK"),
+            (1, 1, "env:RANK"),
+        ]
         seen: list[tuple[float, float | None, str | None]] = []
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -305,11 +307,15 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
                 res = await c.call_tool("dump_stacks", {"pid": job.pid}, progress_callback=on_progress)
                 assert not res.is_error, res.content
                 report = res.structured_content or {}
+        # the hint followed literally: more of the same capture, never a new verdict
+        again = await c.call_tool("dump_stacks", {"last": True, "full_ranks": [1]})
+        assert not again.is_error, again.content
         full = await c.call_tool("dump_stacks", {"pid": ranks[0], "full_ranks": [1]})
         assert not full.is_error, full.content
         only = await c.call_tool("dump_stacks", {"pid": job.pid, "ranks": [1], "full_ranks": [1]})
         assert not only.is_error, only.content
         return {
+            "again": again.structured_content,
             "only": only.structured_content,
             "listed": listed.structured_content,
             "report": report,
@@ -346,10 +352,19 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     frames = [f["function"] for t in full["stacks"][0]["threads"] for f in t["frames"]]
     assert "wait_for_config_reload" in frames
 
+    again = out["again"]
+    assert again["verdict"] == report["verdict"] and [s["rank"] for s in again["stacks"]] == [1]
+    assert again["stacks"][0]["threads"]
+
     only = out["only"]  # ranks=[1]: rank 1 alone was captured, and the answer says so
     assert [s["rank"] for s in only["stacks"]] == [1]
     assert {r for g in only["groups"] for r in g["ranks"]} == {1}
     assert any("only ranks [1] were captured" in n for n in only["job"]["notes"])
+    assert "this verdict covers only ranks 1" in only["verdict"]["summary"]
+    assert (
+        "the last capture of every rank said divergent_ranks, suspects: rank(s) 1"
+        in only["verdict"]["summary"]
+    )
     frames = [f["function"] for t in only["stacks"][0]["threads"] for f in t["frames"]]
     assert "wait_for_config_reload" in frames
 

@@ -15,6 +15,7 @@ import pytest
 
 from rankscope.capabilities.memory import SnapshotUnreadable, load_snapshot
 from tests.jobs import run_cli
+from tests.paths import DATA
 from tests.unit.test_memory_snapshots import fragmented
 
 
@@ -53,3 +54,13 @@ def test_cli_json_matches_the_library(tmp_path: Path) -> None:
         and "oom_fragmentation" in text.stdout
         and "fix: Set PYTORCH_CUDA_ALLOC_CONF" in text.stdout
     )
+
+
+def test_triage_brief_of_a_dead_oom_folder_names_the_leak() -> None:
+    """The skill's first call for a dead job reads the snapshots in its folder."""
+    out = run_cli("triage", "--brief", str(DATA / "postmortem" / "oom_leak"), timeout=60)
+    assert "Traceback" not in out.stderr, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("verdict: From the memory snapshots: Leak on rank 3")
+    assert "model.py:48 in forward <- /workspace/lm/train.py:77 in main" in first and "every 10th" in first
+    assert "next 1: Fix: Stop keeping every 10th tensor" in out.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,12 +17,13 @@ pytestmark = pytest.mark.slow
 READY_S = 180.0
 
 
-def _two_agents(jobs: JobFactory, odd: int) -> tuple[RunningJob, RunningJob]:
-    """A 4-rank job as two agents of 2 ranks (--nnodes=2 on one host); rank ``odd`` skips an all_reduce."""
+def _two_agents(jobs: JobFactory, odd: int, cwd: Path | None = None) -> tuple[RunningJob, RunningJob]:
+    """A 4-rank job as two agents of 2 ranks (--nnodes=2 on one host), both started in ``cwd``;
+    rank ``odd`` skips an all_reduce."""
     port = free_port()
     args = ["--mode", "mismatch", "--odd", str(odd)]
-    node0 = jobs.torchrun_node("hang_collectives.py", 0, 2, port, args=args)
-    node1 = jobs.torchrun_node("hang_collectives.py", 1, 2, port, args=args)
+    node0 = jobs.torchrun_node("hang_collectives.py", 0, 2, port, args=args, cwd=cwd)
+    node1 = jobs.torchrun_node("hang_collectives.py", 1, 2, port, args=args, cwd=cwd)
     node0.wait_ready(["rank0", "rank1"], timeout=READY_S)
     node1.wait_ready(["rank2", "rank3"], timeout=READY_S)
     return node0, node1
@@ -39,8 +41,13 @@ def _settled(pid: int | None, want: list[int], job_id: str | None = None) -> obj
     return box[0]
 
 
-def test_two_agents_of_one_job_are_one_job(jobs: JobFactory, pyspy_works: str) -> None:
-    node0, node1 = _two_agents(jobs, odd=3)
+def test_two_agents_of_one_job_are_one_job(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    node0, node1 = _two_agents(jobs, odd=3, cwd=folder)
+    monkeypatch.chdir(folder)  # no pid: the job started here, whatever else runs on the host
     listed = [j for j in list_jobs().jobs if node0.pid in j.launcher_pids]
     assert len(listed) == 1
     job = listed[0]

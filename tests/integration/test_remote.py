@@ -1,10 +1,9 @@
-"""Cross-host collection: a real sshd on 127.0.0.1, a gloo job over two "nodes", and command syntax.
+"""Cross-host collection over real sshds on 127.0.0.1: why a host cannot answer, and the fix.
 
 Two sshd instances run on loopback with throwaway keys: on ``good`` the remote
 PATH holds rankscope (sshd's ``SetEnv``), on ``bare`` it does not, which is
-exactly a node without rankscope. The two nodes of the job are addressed as
-127.0.0.1 and localhost; each remote call is pointed at its own node's
-torchrun pid so it sees only that node's ranks.
+exactly a node without rankscope on its PATH. Hosts that really are apart, each
+seeing only its own ranks, are in tests/integration/test_nodes.py.
 
 The tests here start processes; the pure ones are in tests/unit/test_remote.py.
 """
@@ -24,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from rankscope import api
 from rankscope.capabilities.remote import dump_stacks_remote
 from rankscope.options import DumpOptions, StacksTarget
 from rankscope.runtime.proctree import reap_tree
-from tests.jobs import JobFactory, RunningJob, free_port, wait_for
+from tests.jobs import JobFactory, free_port, wait_for
 
 BIN = Path(sys.executable).parent
 
@@ -125,19 +123,6 @@ def sshds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sshd, Sshd
             reap_tree(p, grace=2.0)
 
 
-def _node(jobs: JobFactory, node_rank: int, port: int) -> RunningJob:
-    return jobs.torchrun_node("two_node.py", node_rank, 2, port)
-
-
-@pytest.fixture
-def two_nodes(jobs: JobFactory) -> tuple[RunningJob, RunningJob]:
-    port = free_port()
-    node0, node1 = _node(jobs, 0, port), _node(jobs, 1, port)
-    node0.wait_ready(["rank0", "rank1"], timeout=90)
-    node1.wait_ready(["rank2", "rank3"], timeout=90)
-    return node0, node1
-
-
 def _fake_rankscope(tmp: Path, sleep: float) -> Path:
     script = tmp / "fake-rankscope"
     script.write_text(f"#!/bin/sh\nsleep {sleep}\necho '{{}}'\n")
@@ -145,47 +130,37 @@ def _fake_rankscope(tmp: Path, sleep: float) -> Path:
     return script
 
 
-@pytest.mark.slow
-def test_two_nodes_over_ssh_name_the_culprit_on_the_other_node(
-    sshds: tuple[Sshd, Sshd], two_nodes: tuple[RunningJob, RunningJob], pyspy_works: str
-) -> None:
+def test_each_host_that_cannot_answer_says_why(sshds: tuple[Sshd, Sshd]) -> None:
+    """A port where nothing listens, a user without a key, a node without rankscope on its PATH (the
+    collecting rankscope's own path answers there), a rankscope command that does not exist. No
+    job is needed: each host is pointed at the sshd's own pid, which is no job, so the answer
+    does not depend on the other jobs of this machine. Hosts apart are tests/integration/test_nodes.py."""
     good, bare = sshds
-    node0, node1 = two_nodes
-    h0, h1 = good.host("127.0.0.1"), good.host("localhost")
     dead = f"ssh://{USER}@127.0.0.1:{free_port()}"  # nothing listens there
     nobody = good.host("127.0.0.1", user="nobody")  # no key for this user
     no_rankscope = bare.host("localhost")
-
-    # Both agents run on this one machine: the pid of node 0's agent selects the whole job.
-    alone = api.dump_stacks_remote(
-        StacksTarget(hosts=(h0,)), DumpOptions(timeout=60), pids={h0: node0.pid}, ssh_options=good.options()
-    )
-    assert sorted(r.rank for r in alone.job.ranks) == [0, 1, 2, 3]
-    assert alone.job.missing_ranks == []
-    assert alone.verdict.suspect_ranks == [3]
-
+    not_a_job = int((Path(bare.key).parent / "bare" / "sshd.pid").read_text())
     report = dump_stacks_remote(
-        StacksTarget(hosts=(h0, h1, dead, nobody, no_rankscope), via="ssh", rankscope_cmd="rankscope"),
-        DumpOptions(timeout=60),
-        pids={h0: node0.pid, h1: node1.pid, no_rankscope: node1.pid},
+        StacksTarget(hosts=(dead, nobody, no_rankscope), via="ssh"),
+        DumpOptions(timeout=30, window=0),
+        pid=not_a_job,
         ssh_options=good.options(),
     )
-
-    assert report.job.world_size == 4
-    assert sorted(r.rank for r in report.job.ranks if r.rank is not None) == [0, 1, 2, 3]
-    hosts = {r.rank: r.host for r in report.job.ranks}
-    assert hosts == {0: h0, 1: h0, 2: h0, 3: h0}  # both "hosts" are this machine: the first report is kept
-    assert report.job.missing_ranks == []
-    assert report.verdict.kind == "divergent_ranks", report.verdict
-    assert report.verdict.suspect_ranks == [3]
-    culprit = next(s for s in report.stacks if s.rank == 3)
-    assert culprit.host == h0 and culprit.call_site is not None and culprit.call_site.function == "load_batch"
-
     kinds = {e.host: e for e in report.errors if e.rank is None}
     assert kinds[dead].kind == "unreachable" and "ssh -o BatchMode=yes" in kinds[dead].fix
     assert kinds[nobody].kind == "auth_failed" and "ssh-agent" in kinds[nobody].fix
-    assert kinds[no_rankscope].kind == "not_installed" and "pip install rankscope" in kinds[no_rankscope].fix
+    # not on its PATH: found at the collecting rankscope's path, which answered (no job at that pid)
+    assert kinds[no_rankscope].kind == "failed" and "not a Python process" in kinds[no_rankscope].message
+    assert any(n.startswith(f"rankscope not on the PATH of {no_rankscope}: ran ") for n in report.job.notes)
     assert any("could not collect from" in e for e in report.verdict.evidence)
+
+    missing = dump_stacks_remote(
+        StacksTarget(hosts=(good.host("127.0.0.1"),), rankscope_cmd="/nonexistent/rankscope"),
+        DumpOptions(timeout=30, window=0),
+        ssh_options=good.options(),
+    )
+    [err] = missing.errors
+    assert err.kind == "not_installed" and "pip install rankscope" in err.fix
 
 
 def test_timeout_is_reported_and_reaped(tmp_path: Path) -> None:

@@ -87,7 +87,8 @@ def test_srun_without_hosts_takes_the_allocation_and_rankscope_cmd(
     ]
     report = json.loads(out)
     assert report["job"]["ranks"][0] == {**report["job"]["ranks"][0], "rank": 0, "host": "n1"}
-    assert "ranks 0-1 on n1; ranks 2-3 on n2" in " ".join(report["job"]["notes"])  # bounded: the rest counted
+    notes = " ".join(report["job"]["notes"])  # bounded: the rest counted, each host's pids with its ranks
+    assert "ranks 0-1 on n1 (pids " in notes and "; ranks 2-3 on n2 (pids " in notes
 
 
 def test_srun_hosts_keep_commas_inside_brackets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

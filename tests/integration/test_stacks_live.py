@@ -120,11 +120,11 @@ def test_mismatched_collectives_torchrun(jobs: JobFactory, pyspy_works: str) -> 
         "== ranks 0-1 (2): all_reduce at" in out
         and "verdict: mismatched_collectives (suspects: rank 2)" in out
     )
-    code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--rank", "2")
+    code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--show-rank", "2")
     data = json.loads(out)
     assert code == 0 and [s["rank"] for s in data["stacks"]] == [2] and data["stacks"][0]["threads"]
     assert len(out) <= 8_000 and next(iter(data)) == "verdict"  # bounded and compact by default
-    code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--full", "--rank", "2")
+    code, out, _ = run_cli("stacks", "--pid", str(job.pid), "--json", "--full", "--show-rank", "2")
     data = json.loads(out)
     assert {"world_size", "ranks", "missing_ranks"} <= set(data["job"]) and {
         "kind",

@@ -1,7 +1,7 @@
 """Real failures under torchrun on CPU/gloo, for log triage tests.
 
 ``python failmodes.py MODE`` where MODE is one of: timeout, exit_early,
-unused_params, dl_worker_kill, sigkill, odd_shape, ok. Rank 1 is the culprit in each
+unused_params, dl_worker_kill, sigkill, odd_shape, odd_op, ok. Rank 1 is the culprit in each
 (odd_shape: rank ``$ODD_RANK``, default 2, under TORCH_DISTRIBUTED_DEBUG=DETAIL).
 """
 
@@ -95,6 +95,19 @@ def odd_shape() -> None:
     rank, _ = _init()
     odd = int(os.environ.get("ODD_RANK", "2"))
     dist.all_reduce(torch.ones(8 if rank == odd else 4))
+
+
+def odd_op() -> None:
+    """Five all_reduces agree; at the sixth collective (sequence number 5) rank ``$ODD_RANK`` calls a
+    barrier while the others all-reduce: under DETAIL each side reports the other's checker."""
+    rank, _ = _init()
+    odd = int(os.environ.get("ODD_RANK", "2"))
+    for _ in range(5):
+        dist.all_reduce(torch.ones(4))
+    if rank == odd:
+        dist.barrier()
+    else:
+        dist.all_reduce(torch.ones(4))
 
 
 def ok() -> None:

@@ -14,7 +14,7 @@ from mcp import Client
 
 from rankscope.capabilities.consistency import compare_dir
 from rankscope.cli import main
-from rankscope.errors import InvalidInput
+from rankscope.errors import InvalidInput, NothingToRead
 from rankscope.mcp_server import build_server
 from tests.paths import DATA as DATA_ROOT
 
@@ -63,9 +63,10 @@ def test_mismatched_key_sets(tmp_path: Path) -> None:
 
 
 def test_empty_dir_and_not_a_dir(tmp_path: Path) -> None:
-    report = compare_dir(str(tmp_path))
-    assert not report.consistent and report.summary == "nothing to compare"
-    assert "no fingerprints-rank<R>.json" in report.problems[0]
+    """An empty folder is nothing to read (exit 2), not an inconsistency found (exit 1)."""
+    with pytest.raises(NothingToRead, match=r"no fingerprints-rank<R>\.json") as caught:
+        compare_dir(str(tmp_path))
+    assert caught.value.exit_code == 2 and str(tmp_path) in caught.value.message
     with pytest.raises(InvalidInput):
         compare_dir(str(tmp_path / "missing"))
 

@@ -249,3 +249,73 @@ def test_a_rank_with_more_batches_is_still_in_the_loop_the_others_left() -> None
     assert v.next_steps[0].action.startswith(
         "Fix: give every rank the same number of batches for the loop at train.py:2"
     )
+
+
+# a data-dependent skip above the all_reduce, then a barrier every 10 steps, in one loop body
+SKIP = """\
+def main():
+    for step in range(100):
+        x = model(batch)
+        if torch.isnan(x).any():
+            continue
+        dist.all_reduce(x)
+        if step % 10 == 0:
+            dist.barrier()
+"""
+
+
+def _in_main(rank: int, op: str, line: int, step: int) -> RankStack:
+    frames = [frame(op, 3000, C10D), frame("main", line)]
+    return RankStack(
+        rank=rank,
+        pid=10 + rank,
+        host="h",
+        threads=[ThreadStack(thread_id=1, is_main=True, frames=frames)],
+        counters={"train.py:main:step": step},
+    )
+
+
+def test_a_skip_inside_the_same_loop_body_is_named() -> None:
+    """Rank 1 took the `continue` once: it waits at the barrier (line 8) of the same iteration in which
+    the others wait in the all_reduce (line 6). The guarded continue above their line is named."""
+    source = src(SKIP)
+    left = loop_left([frame("main", 8)], [frame("main", 6)], source)
+    assert left is not None and left.same_body and left.loop.line == 2 and not left.suspect_inside
+    assert left.exit is not None and left.exit.line == 5 and left.exit.guard is not None
+    assert left.exit.guard.condition == "torch.isnan(x).any()"
+    # the others ahead of the suspect: not this story; no guarded exit above: nothing to name
+    assert loop_left([frame("main", 6)], [frame("main", 8)], source) is None
+    assert (
+        loop_left(
+            [frame("main", 8)],
+            [frame("main", 6)],
+            src(SKIP.replace("            continue\n", "            pass\n")),
+        )
+        is None
+    )
+
+    stacks = [_in_main(r, "barrier" if r == 1 else "all_reduce", 8 if r == 1 else 6, 10) for r in range(4)]
+    v = analyze(Job(job_id="j", world_size=4, backend="gloo"), stacks, [], source=source).verdict
+    assert v.kind == "mismatched_collectives" and v.suspect_ranks == [1], v
+    assert (
+        "rank 1 is at a later collective of the same body of the loop at train.py:2 `for step in range(100)` than "
+        "ranks 0,2-3 (at step=10): rank 1 issued fewer collectives earlier in that body; `torch.isnan(x).any()` "
+        "(train.py:4) sends some ranks to the `continue` at train.py:5"
+    ) in v.summary, v.summary
+    assert v.next_steps[0].action.startswith(
+        "Fix: all_reduce the flag first, so every rank takes the `continue`"
+    )
+
+
+def test_a_skip_inside_the_same_loop_body_on_a_real_capture() -> None:
+    """tests/programs/hang_skip_body.py on 4 gloo ranks: rank 1 took the `continue` at step 5."""
+    job, stacks, raw = load_capture("skip_in_body")
+    source = {(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1])): t for k, t in raw["sources"].items()}
+    v = analyze(job, stacks, [], source=source).verdict
+    assert v.suspect_ranks == [1] and v.confidence == "high", v
+    assert "rank 1 issued fewer collectives earlier in that body; `torch.isnan(x).any()`" in v.summary, (
+        v.summary
+    )
+    assert v.next_steps[0].action.startswith(
+        "Fix: all_reduce the flag first, so every rank takes the `continue`"
+    )

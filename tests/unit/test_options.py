@@ -112,12 +112,15 @@ class _Runs:
 
 
 def _remote_command(via: str, argv: list[str]) -> list[str]:
-    """The ``rankscope stacks ...`` command inside one ssh/srun/kubectl command line."""
+    """The ``rankscope stacks ...`` command inside one ssh/srun/kubectl command line (inside the
+    ``sh -c SCRIPT rankscope ARGS`` that looks for rankscope on the host, when it is not given)."""
     if via == "ssh":
-        return shlex.split(argv[argv.index("--") + 1])
-    if via == "kubectl":
-        return argv[argv.index("--") + 1 :]
-    return argv[argv.index("--kill-on-bad-exit=0") + 1 :]
+        command = shlex.split(argv[argv.index("--") + 1])
+    elif via == "kubectl":
+        command = argv[argv.index("--") + 1 :]
+    else:
+        command = argv[argv.index("--kill-on-bad-exit=0") + 1 :]
+    return ["rankscope", *command[4:]] if command[:2] == ["sh", "-c"] else command
 
 
 @pytest.fixture

@@ -112,6 +112,7 @@ def test_captured_gloo_runs() -> None:
         "mismatch": ("collective_mismatch", [1, 0]),  # 2 ranks name each other: either may be odd
         "detail_4": ("collective_mismatch", [2]),  # every other rank names rank 2
         "detail_8": ("collective_mismatch", [2]),
+        "detail_odd_op": ("collective_mismatch", [2]),  # its own BARRIER against the others' ALLREDUCE
         "port": ("address_in_use", []),
         "rdzv": ("rendezvous_failure", []),
     }
@@ -121,6 +122,44 @@ def test_captured_gloo_runs() -> None:
         assert r.suspect_ranks == suspects, (name, r.suspect_ranks, r.evidence)
     port = triage_logs([str(LOGS / "torchrun_gloo_port.log")])
     assert port.findings[0].facts["port"] == 29777 and "rendezvous_failure" not in port.kinds
+
+
+DETAIL_TAIL = (
+    "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)), but Rank {other} is running collective: "
+    "CollectiveFingerPrint(SequenceNumber={oseq}OpType={oop}).Collectives differ in the following aspects: "
+)
+
+
+def _detail(rank: int, seq: int, op: str, other: int, oseq: int, oop: str) -> str:
+    """A DETAIL mismatch line as gloo writes it (ProcessGroupWrapper: no comma after a checker's sequence number)."""
+    own = (
+        f"SequenceNumber={seq}OpType={op})"
+        if op == "BARRIER"
+        else f"SequenceNumber={seq}, OpType={op}, TensorShape=[4], TensorDtypes=Float, "
+    )
+    return (
+        f"[rank{rank}]: RuntimeError: Detected mismatch between collectives on ranks. Rank {rank} is running "
+        f"collective: CollectiveFingerPrint({own}" + DETAIL_TAIL.format(other=other, oseq=oseq, oop=oop)
+    )
+
+
+def test_detail_names_the_rank_whose_own_collective_differs() -> None:
+    """Ranks 0, 1, 3 each name rank 2 through DETAIL's checker (sequence number 0, REDUCE) and rank 2
+    names rank 0 (GATHER): the reports' own fingerprints decide (rank 2's BARRIER at 5 against the
+    others' ALLREDUCE at 5), and torchrun's first observed failure (rank 0 here) does not override."""
+    sc = LogScanner()
+    lines = [_detail(r, 5, "ALLREDUCE", 2, 0, "REDUCE") for r in (0, 1, 3)]
+    lines.append(_detail(2, 5, "BARRIER", 0, 0, "GATHER"))
+    lines.append("  time      : 2026-01-01_00:00:00\n  host      : vm\n  rank      : 0 (local_rank: 0)")
+    for n, line in enumerate(lines, 1):
+        sc.feed(line, n, "a.log")
+    c = conclude(sc.findings(), sc.failures(), sc.seen_ranks)
+    assert c.suspect_ranks == [2], c.evidence
+    assert any("rank 2: its own collective (BARRIER at sequence number 5) differs" in e for e in c.evidence)
+    # rank 2's report alone names rank 0 only through the checker: that names no one
+    alone = LogScanner()
+    alone.feed(lines[3], 1, "a.log")
+    assert conclude(alone.findings(), alone.failures(), alone.seen_ranks).suspect_ranks != [0]
 
 
 def test_binary_and_garbage_input(tmp_path: Path) -> None:

@@ -26,7 +26,11 @@ LOGS = DATA / "logs"
 def _cases() -> list[str]:
     """Every log file and log folder under tests/data/logs, and the torchrun logs of the other captures."""
     logs = sorted(p for p in LOGS.rglob("*") if p.name != "README.md")
-    others = [DATA / "nccl_uneven" / "torchrun.log", *sorted((DATA / "postmortem").glob("*/torchrun.log"))]
+    others = [
+        DATA / "nccl_uneven" / "torchrun.log",
+        *sorted((DATA / "postmortem").glob("*/torchrun.log")),
+        DATA / "crash_at_exit" / "torchrun.log",
+    ]
     return [str(p.relative_to(ROOT)) for p in [LOGS, *logs, *others]]
 
 

@@ -35,14 +35,24 @@ from rankscope.analysis.hang.verdict_rules import (
 )
 from rankscope.analysis.hang.verdict_texts import SAY, STEPS, Step
 from rankscope.analysis.recorder.flight import NATIVE_STACK_STEP
-from rankscope.models.core import GroupLocals, NextStep, RankError, RankStack, Verdict, WaitKind
+from rankscope.models.core import (
+    Frame,
+    GroupLocals,
+    NextStep,
+    RankError,
+    RankStack,
+    ThreadStack,
+    Verdict,
+    WaitKind,
+)
 from rankscope.models.flight import FlightReport, FrMismatch
 from rankscope.models.ras import RasFinding
-from tests.verdict_builders import counters, facts_of, rank, ranks, source
+from tests.verdict_builders import JOB_FILE, counters, facts_of, rank, ranks, source
 
 rule_flight_recorder = verdict_nccl.rule_flight_recorder
 rule_ras = verdict_nccl.rule_ras
 rule_nccl_rank_elsewhere = verdict_nccl.rule_nccl_rank_elsewhere
+rule_nccl_library_call = verdict_nccl.rule_nccl_library_call
 rule_gpu_idle = verdict_nccl.rule_gpu_idle
 rule_nccl_lone_collective = verdict_nccl.rule_nccl_lone_collective
 rule_nccl_cannot_tell = verdict_nccl.rule_nccl_cannot_tell
@@ -230,6 +240,36 @@ def test_rule_nccl_rank_elsewhere_names_the_rank_that_waits_for_neither() -> Non
         "medium",
     )
     assert rule_nccl_rank_elsewhere(facts_of(ranks(4, wait="gpu"), backend="nccl")) is None
+
+
+def test_rule_nccl_library_call_names_the_rank_alone_inside_a_collective_library_call() -> None:
+    """Rank 0's CPU waits inside ZeRO's consolidate_state_dict (at a GPU wait, no c10d frame); the others
+    went on and wait for the GPU: rank 0 made the call alone. High with the rank condition above it."""
+    zero = "/venv/lib/python3.11/site-packages/torch/distributed/optim/zero_redundancy_optimizer.py"
+    frames = [
+        Frame(function="_broadcast_object", file=zero, line=112),
+        Frame(function="ZeroRedundancyOptimizer.consolidate_state_dict", file=zero, line=564),
+        Frame(function="main", file=JOB_FILE, line=21),
+    ]
+    inside = rank(0, line=21)
+    inside = inside.model_copy(update={"threads": [ThreadStack(thread_id=1, is_main=True, frames=frames)]})
+    stacks = [inside, *(rank(r, line=12, wait="gpu") for r in (1, 2, 3))]
+    lines = source({20: "    if rank == 0:", 21: "        optim.consolidate_state_dict(to=0)"})
+    ruling = rule_nccl_library_call(facts_of(stacks, backend="nccl", lines=lines))
+    assert shape(ruling) == ("mismatched_collectives", [0], "high")
+    assert ruling is not None and ruling.summary.startswith(
+        "rank 0 alone called ZeroRedundancyOptimizer.consolidate_state_dict (train.py:21: "
+    )
+    assert shape(rule_nccl_library_call(facts_of(stacks, backend="nccl"))) == (
+        "mismatched_collectives",
+        [0],
+        "medium",
+    )
+    on_gloo = [inside, *(rank(r, "all_reduce", line=12) for r in (1, 2, 3))]
+    assert (
+        rule_nccl_library_call(facts_of(on_gloo, backend="gloo", lines=lines)) is None
+    )  # the gloo rules decide
+    assert rule_nccl_library_call(facts_of(ranks(4, wait="gpu"), backend="nccl")) is None
 
 
 def test_rule_gpu_idle_names_the_idle_gpus() -> None:

@@ -17,6 +17,7 @@ EXPORTS: dict[str, str] = {
     "list_jobs": "rankscope.capabilities.discovery",
     "find_job": "rankscope.capabilities.discovery",
     "dump_stacks": "rankscope.capabilities.stacks",
+    "look_here": "rankscope.capabilities.stacks",
     "run_job": "rankscope.capabilities.launch",
     "run_all_ranks": "rankscope.capabilities.launch",
     # environment and logs
@@ -35,6 +36,10 @@ EXPORTS: dict[str, str] = {
     "slurm_target": "rankscope.capabilities.slurm",
     "analyze_flight_recorder": "rankscope.capabilities.recorder.flight",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
+    # the last capture again: more of the same answer (--last, last=true)
+    "save_capture": "rankscope.capabilities.last_capture",
+    "last_capture": "rankscope.capabilities.last_capture",
+    "with_whole_suspects": "rankscope.capabilities.last_capture",
     # memory
     "inspect_memory": "rankscope.capabilities.memory",
     "memory_budget": "rankscope.capabilities.memory",
@@ -72,6 +77,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.envinfo import collect_env as collect_env
     from rankscope.capabilities.install import install_skill as install_skill
     from rankscope.capabilities.install import mcp_config as mcp_config
+    from rankscope.capabilities.last_capture import last_capture as last_capture
+    from rankscope.capabilities.last_capture import save_capture as save_capture
+    from rankscope.capabilities.last_capture import with_whole_suspects as with_whole_suspects
     from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
     from rankscope.capabilities.launch import run_job as run_job
     from rankscope.capabilities.memory import inspect_memory as inspect_memory
@@ -88,6 +96,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.skill import read_skill as read_skill
     from rankscope.capabilities.slurm import slurm_target as slurm_target
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
+    from rankscope.capabilities.stacks import look_here as look_here
     from rankscope.capabilities.triage import triage_logs as triage_logs
     from rankscope.options import DumpOptions as DumpOptions
     from rankscope.options import StacksTarget as StacksTarget

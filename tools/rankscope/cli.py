@@ -4,10 +4,10 @@ Each subcommand lives in ``rankscope.commands.<module>`` as a ``Command``
 subclass. The CLI only parses, calls the library through the command, and
 turns ``RankscopeError`` into a message with its fix and its exit code.
 
-Exit codes: 0 the command ran (a diagnosis was made, whatever it found); 1 the diagnosis
-or the runtime failed (no job found, py-spy failed, a timeout, permission denied); 2 a
-usage error (a bad flag, argument, file or pid: fix the call and retry); 130 interrupted.
-``rankscope run`` passes on the job's own exit code (see commands/run.py).
+Exit codes: one table, ``errors.EXIT_CODES``, printed under every --help: 0 answered; 1 the
+answer is a failure (a crash, tensors that differ); 2 no answer: bad input or nothing to read
+(every ``RankscopeError``); 3 hung; 130 interrupted. ``rankscope run`` passes on the job's own
+exit code (see commands/run.py).
 
 Start-up is part of every answer (``rankscope stacks`` is often a few py-spy
 dumps of 10 ms each), so the CLI imports only the module of the subcommand it
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rankscope import __version__
-from rankscope.errors import RankscopeError
+from rankscope.errors import RankscopeError, exit_codes_text
 
 if TYPE_CHECKING:  # argparse and the command base load only when a parser is built (not for `mcp`)
     import argparse
@@ -67,13 +67,29 @@ def _load_commands(modules: Sequence[str] = COMMAND_MODULES) -> list[Command]:
     return commands
 
 
+def _formatter() -> type[argparse.HelpFormatter]:
+    """argparse's formatter, which keeps the exit-code table's lines as they are written."""
+    import argparse
+
+    class Formatter(argparse.HelpFormatter):
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if text.startswith("exit codes:"):
+                return "".join(indent + line for line in text.splitlines(keepends=True))
+            return super()._fill_text(text, width, indent)
+
+    return Formatter
+
+
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     """The parser and the command table: every command, or just ``only`` (a command name)."""
     import argparse
 
+    formatter, epilog = _formatter(), exit_codes_text()
     parser = argparse.ArgumentParser(
         prog="rankscope",
         description="Debug distributed PyTorch jobs from the outside: which rank, which line, what to do.",
+        epilog=epilog,
+        formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"rankscope {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -83,7 +99,13 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     for cmd in _load_commands(modules):
         if only is not None and cmd.name != only:
             continue
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
+        p = sub.add_parser(
+            cmd.name,
+            help=cmd.help,
+            description=cmd.description or cmd.help,
+            epilog=epilog,
+            formatter_class=formatter,
+        )
         cmd.add_arguments(p)
         table[cmd.name] = cmd
     return parser, table
@@ -106,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # cannot take the MCP server down.
         from rankscope.mcp_server import serve
 
-        serve()
-        return 0
+        return serve()
     parser, table = build_parser(_invoked_command(words))
     args = parser.parse_args(words)
     logging.basicConfig(

@@ -7,16 +7,18 @@ the reader is an engineer or an agent in the middle of an incident.
 
 from __future__ import annotations
 
+import textwrap
+
 
 class RankscopeError(Exception):
     """Base of every error rankscope reports to a user.
 
-    ``fix`` is the concrete next action. ``exit_code`` is what the CLI returns: 1 when the
-    diagnosis or the runtime failed, 2 (usage errors, :class:`UsageError`) when the call itself
-    must change.
+    ``fix`` is the concrete next action. ``exit_code`` is what the CLI returns: 2, "no answer: bad
+    input or nothing to read" (see :data:`EXIT_CODES`), whether the call must change or rankscope
+    could not read what it names; 1 and 3 are answers (a failure found, a hang), never errors.
     """
 
-    exit_code: int = 1
+    exit_code: int = 2
     default_fix: str = ""
 
     def __init__(self, message: str, fix: str | None = None) -> None:
@@ -34,10 +36,39 @@ class RankscopeError(Exception):
         return self.message
 
 
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "answered (stacks, triage, fr, env: whatever the verdict; read it)"),
+    (
+        1,
+        "answered, and the answer is a failure: a rank crashed (run), tensors differ (compare), "
+        "placements have gaps (placements), a repro did not behave as expected (repro --verify)",
+    ),
+    (
+        2,
+        "no answer: bad input or nothing to read (a bad flag or argument, an empty folder, no job, "
+        "an unreadable file, no permission); the message names the input and the fix",
+    ),
+    (3, "hung (run: stacks taken, the job reaped)"),
+)
+"""The one exit-code table: the CLI's --help epilog and skill/tools.md say the same."""
+
+
+def exit_codes_text() -> str:
+    """The table as --help prints it."""
+    rows = (textwrap.fill(m, 90, initial_indent=f"  {c}  ", subsequent_indent="     ") for c, m in EXIT_CODES)
+    return "exit codes:\n" + "\n".join(rows)
+
+
 class UsageError(RankscopeError):
     """The call must change (an argument, a file, a pid): the CLI exits 2, as for a bad flag."""
 
     exit_code = 2
+
+
+class NothingToRead(UsageError):
+    """The input exists but holds nothing rankscope can read (an empty folder, no saved capture)."""
+
+    default_fix = "Point the command at the files the job wrote; `rankscope <command> --help` says which."
 
 
 class InvalidInput(UsageError):
@@ -142,7 +173,10 @@ class ProbeTimeout(RankscopeError):
 class LocalEditsFound(UsageError):
     """install-skill would overwrite files someone changed."""
 
-    default_fix = "Keep your edits elsewhere and re-run with --force (MCP/API: force=True) to overwrite them."
+    default_fix = (
+        "Copy your edits elsewhere, then re-run the same command with --force (`rankscope install-skill --force "
+        "...`; API: force=True) to overwrite them."
+    )
 
 
 class SnapshotUnreadable(InvalidInput):

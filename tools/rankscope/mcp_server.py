@@ -8,12 +8,18 @@ protocol.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import sys
-from typing import Any
+from collections.abc import AsyncIterator
+from io import TextIOWrapper
+from typing import Any, cast
 
+import anyio
+import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
@@ -68,9 +74,63 @@ class RankscopeServer(MCPServer):
             schema = tool.parameters if tool is not None else {}
             raise ToolError(argument_error(name, cause, schema)) from cause
 
+    async def serve_lines(self, lines: CheckedLines) -> None:
+        """Serve MCP on stdout, reading requests from ``lines`` (stdin, each line checked first)."""
+        stdin = cast("anyio.AsyncFile[str]", lines)
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+            low = self._lowlevel_server
+            await low.run(read_stream, write_stream, low.create_initialization_options())
 
-def build_server() -> MCPServer:
-    server: MCPServer = RankscopeServer(name="rankscope", version=__version__, instructions=INSTRUCTIONS)
+
+class CheckedLines:
+    """stdin's lines, each checked as a JSON-RPC message before the server reads it.
+
+    The SDK drops a line that is not one without a word and exits 0 at the end of the input, so a
+    client that writes the wrong thing (a shell's ``echo``, a log line, a second protocol) learns
+    nothing. Each such line is answered on stderr with the JSON-RPC error it is (-32700 parse
+    error, -32600 invalid request) and counted, and ``rankscope mcp`` exits 2 when any was seen.
+    """
+
+    def __init__(self, lines: anyio.AsyncFile[str]) -> None:
+        self._lines = lines
+        self.bad = 0
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._checked()
+
+    async def _checked(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            if not line.strip():
+                continue
+            try:
+                mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except ValueError as exc:
+                self.bad += 1
+                sys.stderr.write(json.dumps(rejection(line, exc)) + "\n")
+                sys.stderr.flush()
+                continue
+            yield line
+
+
+def rejection(line: str, exc: ValueError) -> dict[str, Any]:
+    """The JSON-RPC error a line that is no message gets: what it was, and what to send instead."""
+    try:
+        json.loads(line)
+    except ValueError:
+        code, kind = -32700, "Parse error: the line is not JSON"
+    else:
+        code, kind = -32600, "Invalid request: JSON, but not a JSON-RPC 2.0 message"
+    shown = line.strip()[:80]
+    message = (
+        f"{kind} ({shown!r}). rankscope mcp speaks MCP over stdio, one JSON-RPC message per line: "
+        "register it with an MCP client (`rankscope mcp-config --client ...`); from a shell, use the CLI "
+        "(`rankscope --help`)."
+    )
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def build_server() -> RankscopeServer:
+    server = RankscopeServer(name="rankscope", version=__version__, instructions=INSTRUCTIONS)
     for name in TOOL_MODULES:
         importlib.import_module(f"rankscope.mcp_tools.{name}").register(server)
     save_schema_cache()  # output schemas derived on this start, for the next one
@@ -103,8 +163,13 @@ def with_server_prepared(cfg: McpConfig) -> McpConfig:
     return cfg.model_copy(update={"notes": [*cfg.notes, note]})
 
 
-def serve() -> None:
+def serve() -> int:
+    """Serve until stdin ends: 0, or 2 when a line was no JSON-RPC message (each one logged)."""
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="rankscope-mcp: %(levelname)s %(message)s"
     )
-    build_server().run("stdio")
+    server = build_server()
+    text = TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    lines = CheckedLines(anyio.wrap_file(text))
+    anyio.run(server.serve_lines, lines)
+    return 2 if lines.bad else 0

@@ -214,6 +214,21 @@ def _joined(hosts: str | Sequence[str]) -> str:
     return hosts if isinstance(hosts, str) else ",".join(hosts)
 
 
+def host_pid(value: int | str) -> tuple[str | None, int]:
+    """A pid, or ``HOST:PID``: a launcher or rank on another host (whose job every host then
+    inspects). Both faces read it here, the CLI's text and the MCP's number or text alike."""
+    if isinstance(value, int):
+        return None, value
+    host, _, number = value.strip().rpartition(":")
+    try:
+        return (host or None), int(number)
+    except ValueError:
+        raise InvalidInput(
+            f"pid (--pid) must be a process id or HOST:PID, got {value!r}.",
+            fix="Pass a pid from `rankscope ps` (MCP: list_jobs), or HOST:PID for one on another host.",
+        ) from None
+
+
 def check_pid(pid: int | None) -> None:
     """A pid, when given, is a positive process id."""
     if pid is not None and pid <= 0:

@@ -2,7 +2,7 @@
 
 Each option type checks its own values when it is built (:mod:`rankscope.options`); what is
 left here is how the arguments of one call fit together. Both faces call these before the
-façade, so ``rankscope stacks --hosts X --rank 3`` and ``dump_stacks(hosts=[X], ranks=[3])``
+façade, so ``rankscope stacks --hosts X --only-rank 3`` and ``dump_stacks(hosts=[X], ranks=[3])``
 fail the same way, with an error that names the argument in both spellings and says what to
 pass instead (tests/unit/test_faces_agree.py runs the same bad calls through both).
 """
@@ -22,9 +22,17 @@ def check_stacks_call(
     target: StacksTarget = LOCAL,
     full_ranks: Sequence[int] | None = None,
     from_paths: Sequence[str] | None = None,
+    last: bool = False,
 ) -> None:
-    """The arguments of one stacks capture (local, on several hosts, or from saved files) fit together."""
+    """The arguments of one stacks capture (local, on several hosts, from saved files, or the last
+    capture again) fit together."""
     check_pid(pid)
+    if last and (pid is not None or ranks is not None or target.remote or from_paths is not None):
+        raise InvalidInput(
+            "last (--last) answers again from the last capture; it cannot be combined with pid, ranks, hosts, "
+            "via, job, namespace or from_paths, which ask for a new one.",
+            fix="Keep only last=true with full_ranks (CLI: --last --show-rank N), or drop last to capture again.",
+        )
     if from_paths is not None:
         if not from_paths:
             raise InvalidInput(
@@ -36,11 +44,11 @@ def check_stacks_call(
                 "or namespace, which select a live job.",
                 fix="Leave the live-job arguments out, or drop --from to inspect the running job.",
             )
-    check_ranks("ranks (--rank)", ranks)
-    check_ranks("full_ranks", full_ranks, allow_empty=True)
+    check_ranks("ranks (--only-rank)", ranks)
+    check_ranks("full_ranks (--show-rank)", full_ranks, allow_empty=True)
     if target.remote and ranks is not None:
         raise InvalidInput(
-            "ranks (--rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
+            "ranks (--only-rank) selects ranks on this host only; it cannot be combined with hosts, via, job or "
             "namespace.",
             fix="Leave the rank filter out to capture every node, then read the suspects' stacks from the answer "
             "(MCP: full_ranks=[...]).",

@@ -81,6 +81,18 @@ CASES: dict[str, tuple[str, str, int, list[str], bool, bool]] = {
     "ddp_skip_backward": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], False, False),
     "ddp_skip_backward_native": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], True, False),
     "ddp_skip_backward_locals": ("torchrun", "hang_ddp.py", 2, ["--odd", "1"], False, True),
+    "libcall_zero": ("torchrun", "hang_libcall.py", 4, ["--mode", "zero"], False, False),
+    "libcall_fsdp2": ("torchrun", "hang_libcall.py", 4, ["--mode", "fsdp2"], False, False),
+    "libcall_dcp": ("torchrun", "hang_libcall.py", 4, ["--mode", "dcp"], False, False),
+    "libcall_zero_backward": (
+        "torchrun",
+        "hang_libcall.py",
+        4,
+        ["--mode", "zero", "--no-tail"],
+        False,
+        False,
+    ),
+    "skip_in_body": ("torchrun", "hang_skip_body.py", 4, ["--odd", "1"], False, False),
     "spawn_mismatch": ("python", "hang_spawn.py", 2, ["--nproc", "2", "--odd", "1"], False, True),
     "env_partial_world": ("python", "hang_envlaunch.py", 2, ["--world", "3", "--started", "2"], False, False),
 }
@@ -94,6 +106,28 @@ def _blocked(stack: list[dict[str, Any]]) -> bool:
             py = [f for f in frames if f.get("module") is None]
             return bool(py) and "tests/programs" not in py[0].get("filename", "")
     return False
+
+
+LOOK_BACK = 15
+"""Lines read above each frame of the job's own code (the conditions and loops around a call)."""
+
+
+def sources(raw: list[dict[str, Any]]) -> dict[str, str]:
+    """The source lines the analysis reads, by ``file:line``: each frame of torch.compile's
+    generated code (its cache is temporary), and the lines above each frame of the test programs
+    (the rank conditions and loops around a call)."""
+    out: dict[str, str] = {}
+    for thread in raw:
+        for f in thread.get("frames") or []:
+            name, line = f.get("filename", ""), f.get("line")
+            if not line:
+                continue
+            first = line if "/torchinductor_" in name else max(1, line - LOOK_BACK)
+            if "/torchinductor_" in name or "tests/programs/" in name:
+                for n in range(first, line + 1):
+                    if text := linecache.getline(name, n):
+                        out[f"{name}:{n}"] = text.rstrip("\n")
+    return {k: v for k, v in out.items() if v.strip()}
 
 
 def capture(case: str) -> None:
@@ -126,11 +160,7 @@ def capture(case: str) -> None:
             if state not in ("stopped", "tracing_stop", "zombie"):
                 raw = pyspy.dump_raw(r.pid, DumpOptions(native=native, locals=locals_, timeout=60))
             out["ranks"].append({"rank": r.rank, "pid": r.pid, "host": r.host, "state": state, "pyspy": raw})
-            for thread in raw or []:
-                for f in thread.get("frames") or []:
-                    if "/torchinductor_" in f.get("filename", "") and f.get("line"):
-                        line = linecache.getline(f["filename"], f["line"])
-                        out.setdefault("sources", {})[f"{f['filename']}:{f['line']}"] = line
+            out.setdefault("sources", {}).update(sources(raw or []))
         (HERE / f"{case}.json").write_text(json.dumps(out, indent=1) + "\n")
         print(f"{case}: {len(job.ranks)} ranks captured")
     finally:

@@ -94,6 +94,8 @@ def _reason(ref: Fingerprint, other: Fingerprint) -> str:
         return "dtype"
     if (ref.nan or ref.inf) != (other.nan or other.inf):
         return "nonfinite"
+    if ref.kind == "grad":  # after the gradient sync every rank holds the same average
+        return "not_averaged"
     return "values"
 
 
@@ -238,10 +240,17 @@ def compare_fingerprints(
         partial=tally.partial,
         problems=all_problems,
         notes=list(dict.fromkeys(n for r in ranks for n in per_rank[r].notes)),
+        consistent_modules=_consistent_modules(names, tally.divergent),
     )
     report.summary = summarize(report)
     report.next_steps = next_steps(report)
     return report
+
+
+def _consistent_modules(names: Sequence[str], divergent: Sequence[DivergentTensor]) -> list[str]:
+    """The top-level modules none of whose tensors differ, in module order: what can be ruled out."""
+    odd = {d.name.split(".", 1)[0] for d in divergent}
+    return [m for m in dict.fromkeys(n.split(".", 1)[0] for n in names) if m not in odd]
 
 
 def summarize(report: ConsistencyReport) -> str:
@@ -269,6 +278,9 @@ def summarize(report: ConsistencyReport) -> str:
             f"{len(report.divergent)} of {report.compared} compared tensors differ ({_label(odd)}); "
             f"first in module order: {report.first_divergent}"
         )
+        grads = sum(1 for d in report.divergent if d.reason == "not_averaged")
+        if grads:
+            parts.append(f"the gradients of {grads} parameters were not averaged across ranks")
     if report.nonfinite:
         bad = sorted({n.rank for n in report.nonfinite})
         parts.append(f"NaN/Inf in {len({n.name for n in report.nonfinite})} tensor(s) on {_label(bad)}")
@@ -300,7 +312,18 @@ def next_steps(report: ConsistencyReport) -> list[NextStep]:
                 skill_section=f"{pb}#unused-parameters",
             )
         )
-    unexplained = [d for d in report.divergent if d.reason not in ("nonfinite", "no_grad")]
+    not_averaged = [d for d in report.divergent if d.reason == "not_averaged"]
+    if not_averaged:
+        steps.append(
+            NextStep(
+                action=f"The gradients of {len(not_averaged)} parameters ({not_averaged[0].name} first) were not "
+                "averaged across ranks: the gradient sync does not cover them. Look for an averager or DDP/FSDP "
+                "wrapper built before these parameters were unfrozen, added or replaced (its parameter list is "
+                "captured once), or a no_sync() that never ends.",
+                skill_section=f"{pb}#gradients-not-averaged",
+            )
+        )
+    unexplained = [d for d in report.divergent if d.reason not in ("nonfinite", "no_grad", "not_averaged")]
     if unexplained:
         kinds = {d.name.rsplit(".", 1)[-1] for d in unexplained}
         if kinds & {"running_mean", "running_var", "num_batches_tracked"} and len(kinds) <= 3:

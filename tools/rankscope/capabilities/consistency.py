@@ -19,9 +19,8 @@ from pydantic import ValidationError
 
 from rankscope.analysis.consistency import compare_fingerprints
 from rankscope.analysis.redact import redact_text
-from rankscope.errors import InvalidInput, TorchMissing
+from rankscope.errors import InvalidInput, NothingToRead, TorchMissing
 from rankscope.models.consistency import ConsistencyReport, RankFingerprints
-from rankscope.models.core import NextStep
 
 _FP_FILE = re.compile(r"^fingerprints-rank(\d+)\.json$")
 _SD_FILE = re.compile(r"(?:rank|shard|_|-)[_-]?(\d+)\.(?:pt|pth|bin|ckpt)$", re.IGNORECASE)
@@ -91,20 +90,13 @@ def compare_dir(path: str, *, atol: float = 0.0, rtol: float = 0.0) -> Consisten
         )
     per_rank = fp_ranks or sd_ranks
     if not per_rank:
-        report = ConsistencyReport(
-            consistent=False,
-            problems=problems
-            or [f"{path} holds no fingerprints-rank<R>.json and no per-rank torch.save files"],
-            summary="nothing to compare",
-            next_steps=[
-                NextStep(
-                    action="Write one file per rank from the job: rankscope.probe.dump(model, DIR) or "
-                    "torch.save(model.state_dict(), f'DIR/model_rank{rank}.pt'), then run rankscope compare DIR.",
-                    skill_section="skill/wrong-results.md#offline",
-                )
-            ],
+        why = "; ".join(problems[:3]) or "no fingerprints-rank<R>.json and no per-rank torch.save files"
+        raise NothingToRead(
+            f"nothing to compare under {path}: {why}",
+            fix="Write one file per rank from the job: rankscope.probe.dump(model, DIR) or "
+            "torch.save(model.state_dict(), f'DIR/model_rank{rank}.pt'), then run `rankscope compare DIR` "
+            "(skill/wrong-results.md#offline).",
         )
-        return report
     if sd_ranks and not fp_ranks:
         for r in per_rank.values():
             r.world_size = max(per_rank) + 1

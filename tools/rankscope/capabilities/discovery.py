@@ -32,6 +32,7 @@ from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Backend, Job, JobList, LauncherKind, MissingRank, ProcState, RankProcess
+from rankscope.models.look import ChosenBy, JobChoice
 from rankscope.options import check_pid
 from rankscope.runtime import procfs
 from rankscope.runtime.procfs import proc_state, read_cmdline, read_environ, read_stat
@@ -169,6 +170,11 @@ def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:
 
 def _hostname() -> str:
     return socket.gethostname()
+
+
+def this_host() -> str:
+    """This host's name, as the ranks found here are named."""
+    return _hostname()
 
 
 def scan() -> dict[int, ProcInfo]:
@@ -688,4 +694,42 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     )
 
 
-__all__ = ["find_job", "list_jobs", "proc_state", "read_environ", "scan"]
+def pick_job(
+    pid: int | None, job_id: str | None, here: str | None
+) -> tuple[Job | None, ChosenBy | None, list[JobChoice]]:
+    """The job one host of a multi-host call inspects, and how it was picked: by ``pid`` or
+    ``job_id`` (as :func:`find_job`), else the one started in ``here`` (the folder the call was
+    made from, on the collecting host; by default this process's, as srun's steps start there),
+    else the only job here. Several jobs and none picked:
+    no job, and every job as a choice, so the collecting host lists them once for all hosts."""
+    if pid is not None:
+        return find_job(pid, None), "pid", []
+    jobs = build_jobs(scan(), _hostname())
+    if not jobs:
+        raise NoJobsFound("No distributed PyTorch job found on this host.")
+    if job_id is not None:
+        return select_job(jobs, job_id), "job_id", []
+    if here is None:  # srun starts a host's step in the caller's folder
+        try:
+            here = os.getcwd()
+        except OSError:
+            here = None
+    chosen = _started_here(jobs, here) if here else None
+    if chosen is not None:
+        return chosen, "folder", []
+    if len(jobs) == 1:
+        return jobs[0], "only", []
+    choices = [
+        JobChoice(
+            job_id=j.job_id,
+            world_size=j.world_size,
+            ranks=sorted(r.rank for r in j.ranks if r.rank is not None),
+            launcher_pids=j.launcher_pids or ([j.launcher_pid] if j.launcher_pid else []),
+            cwd=job_cwd(j),
+        )
+        for j in jobs
+    ]
+    return None, None, choices
+
+
+__all__ = ["find_job", "list_jobs", "pick_job", "proc_state", "read_environ", "scan", "this_host"]

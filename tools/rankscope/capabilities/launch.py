@@ -391,7 +391,8 @@ def _validate(
     if not path.is_file():
         raise InvalidInput(
             f"script {script!r} is not a file (looked at {path}).",
-            fix="Pass the path of the training script, absolute or relative to the working directory.",
+            fix="Pass the path of the training script, absolute or relative to the working directory: "
+            "`rankscope run --nproc N -- path/to/train.py ARGS`.",
         )
     if cwd is not None and not Path(cwd).is_dir():
         raise InvalidInput(

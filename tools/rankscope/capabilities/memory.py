@@ -94,7 +94,9 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
             data = _PlainUnpickler(io.BufferedReader(fh, buffer_size=1 << 20)).load()
     except FileNotFoundError as exc:
         raise InvalidInput(
-            f"no such snapshot file: {p}", fix="Check the path; pass a file or a directory of them."
+            f"no such snapshot file: {p}",
+            fix="Pass a snapshot file that exists, or its folder: `rankscope memory DIR`, DIR being where "
+            "rankscope.probe.record_oom_snapshots(DIR) or torch.cuda.memory._dump_snapshot(path) wrote them.",
         ) from exc
     except pickle.UnpicklingError as exc:
         raise SnapshotUnreadable(f"{p}: {exc}") from exc
@@ -123,7 +125,11 @@ def snapshot_files(paths: list[str]) -> list[tuple[Path, int | None]]:
         elif p.is_file():
             out.append((p, am.rank_from_filename(p.name)))
         else:
-            raise InvalidInput(f"no such file or directory: {p}", fix="Check the path.")
+            raise InvalidInput(
+                f"no such file or folder: {p} (a memory snapshot or its folder)",
+                fix="Pass a snapshot file that exists, or its folder: `rankscope memory DIR`, DIR being where "
+                "rankscope.probe.record_oom_snapshots(DIR) or torch.cuda.memory._dump_snapshot(path) wrote them.",
+            )
     if len(out) > MAX_SNAPSHOTS:
         raise InvalidInput(
             f"{len(out)} snapshot files given", fix=f"Pass at most {MAX_SNAPSHOTS} (pick a few ranks)."
@@ -168,8 +174,10 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
     for site in s.top_sites:
         site.site = red.text(site.site)
         site.stack = [red.text(x) for x in site.stack]
+        site.script = red.text(site.script) if site.script else site.script
     for leak in s.leak_suspects:
         leak.site = red.text(leak.site)
+        leak.script = red.text(leak.script) if leak.script else leak.script
     for oom in s.ooms:
         oom.site = red.text(oom.site) if oom.site else oom.site
     if s.allocator_settings:
@@ -178,9 +186,13 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
     return s
 
 
-def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
-    """Snapshot files (or directories of per-rank files) to a bounded report."""
-    files = snapshot_files(paths)
+def read_snapshots(
+    files: list[tuple[Path, int | None]], *, top: int = 10, raise_lone: bool = True
+) -> tuple[list[SnapshotSummary], list[RankError]]:
+    """Each file's summary (redacted), and an error for each file that is not a readable snapshot.
+
+    A lone file's error is raised (``raise_lone``): there is nothing else to answer with.
+    """
     block_extra, frame_filter = _torch_helpers()
     red = Redactor()
     summaries: list[SnapshotSummary] = []
@@ -194,7 +206,7 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
             try:
                 data = load_snapshot(path)
             except RankscopeError as exc:
-                if len(files) == 1:
+                if raise_lone and len(files) == 1:
                     raise
                 errors.append(RankError(rank=rank, kind="failed", message=exc.message, fix=exc.fix))
                 continue
@@ -203,7 +215,15 @@ def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
             )
             del data
         summaries.append(_redact_summary(summary, red))
-    findings = [f for s in summaries for f in am.snapshot_findings(s)]
+    return summaries, errors
+
+
+def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
+    """Snapshot files (or directories of per-rank files) to a bounded report, its one memory finding first."""
+    summaries, errors = read_snapshots(snapshot_files(paths), top=top)
+    lead = am.diagnose(summaries)
+    findings = [lead] if lead is not None else []
+    findings.extend(f for s in summaries for f in am.snapshot_findings(s))
     findings.extend(am.compare_snapshots(summaries))
     next_steps = [
         NextStep(
@@ -406,7 +426,9 @@ def _load_placement(placement: Any) -> tuple[Any, str]:
             return json.loads(path.read_text()), str(path)
         except json.JSONDecodeError as exc:
             raise InvalidInput(
-                f"{path} is not JSON: {exc}", fix="Pass the JSON a placement report writes."
+                f"{path} is not JSON: {exc}",
+                fix="Pass a placement report: `rankscope placements CHECKPOINT --json --full > plan.json` (or "
+                "rankscope.probe.dump(model, DIR, kind='placements')), then `rankscope memory budget plan.json`.",
             ) from exc
     raise InvalidInput(
         f"cannot read a placement from {type(placement).__name__}", fix="Pass a path, JSON text or a report."
@@ -427,6 +449,13 @@ def memory_budget(
     data, source = _load_placement(placement)
     try:
         inp = am.budget_input_from_data(data, world_size)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{source} is no placement report: {exc}",
+            fix="Pass a placement report: `rankscope placements CHECKPOINT --json --full > plan.json` (or "
+            "rankscope.probe.dump(model, DIR, kind='placements')), then `rankscope memory budget plan.json`.",
+        ) from exc
+    try:
         gpu = am.parse_size(gpu_memory) if gpu_memory is not None else None
         return am.compute_budget(
             inp,
@@ -440,5 +469,6 @@ def memory_budget(
         )
     except ValueError as exc:
         raise InvalidInput(
-            str(exc), fix="See `rankscope memory --help` (budget options) for the accepted values."
+            f"{exc} (budget of {source})",
+            fix="`rankscope memory budget --help` lists the accepted values of each option.",
         ) from exc

@@ -39,8 +39,8 @@ def inspect_placements(path: str) -> PlacementsReport:
     if not files:
         raise InvalidInput(
             f"{path} holds neither a DCP checkpoint (.metadata) nor placements-rank<R>.json files",
-            fix="Point at the checkpoint directory passed to torch.distributed.checkpoint.save, or at the directory "
-            "given to rankscope.probe.dump(model, dir, kind='placements').",
+            fix="`rankscope placements DIR` with the checkpoint directory passed to torch.distributed.checkpoint.save, "
+            "or the directory given to rankscope.probe.dump(model, dir, kind='placements').",
         )
     return _from_reports(p, files)
 

@@ -1,4 +1,5 @@
-"""Watch a live job for a moment: py-spy's sampler on every rank between two dumps, CPU time at both ends.
+"""Watch a live job for a moment: py-spy's sampler on every rank between two dumps, CPU time and the
+main thread's I/O counters at both ends, its kernel wait (state, wchan) read during the window.
 
 The first dump is the capture itself (taken with locals, integers kept, when a window is
 asked); then every rank is sampled without pausing it (``py-spy record --nonblocking``) while
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from rankscope.analysis.hang.counters import int_locals
 from rankscope.analysis.hang.frames import NO_PTRACE_STATES
 from rankscope.analysis.hang.progress import RankWatch, parse_record
+from rankscope.analysis.hang.progress_signals import own_reprs
 from rankscope.models.core import Frame, RankProcess, ThreadStack
 from rankscope.runtime import procfs, pyspy
 
@@ -29,6 +31,13 @@ log = logging.getLogger("rankscope.capabilities.progress_watch")
 
 SAMPLE_RATE = 50
 """Samples per second per rank while the job is watched."""
+
+KERNEL_LOOKS = 40
+"""Reads of each rank's kernel wait (state, wchan) over a window, at most: the cost stays bounded
+however long the window."""
+
+KERNEL_EVERY_S = 0.05
+"""The shortest pause between two reads of the ranks' kernel waits."""
 
 
 def main_frames(threads: list[ThreadStack] | None) -> list[Frame]:
@@ -47,16 +56,40 @@ class Window:
     samplers: dict[int, tuple[subprocess.Popen[bytes], str]] = field(default_factory=dict)
     folder: str = ""
     first: dict[int, tuple[list[Frame], dict[str, int]]] = field(default_factory=dict)
+    io: dict[int, dict[str, int] | None] = field(default_factory=dict)
+    kernel: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    reprs: dict[int, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def open(cls, pids: list[int], exe: str) -> Window:
-        """Note the time and each rank's CPU time, just before the first dump."""
-        return cls(exe=exe, cpu={pid: procfs.cpu_seconds(pid) for pid in pids})
+        """Note the time and each rank's CPU time and I/O counters, just before the first dump."""
+        return cls(
+            exe=exe,
+            cpu={pid: procfs.cpu_seconds(pid) for pid in pids},
+            io={pid: procfs.io_counters(pid) for pid in pids},
+        )
 
     def first_look(self, pid: int, threads: list[ThreadStack] | None) -> None:
-        """The capture's own dump of ``pid`` (locals not yet dropped): its main thread and counters."""
+        """The capture's own dump of ``pid`` (locals not yet dropped): its main thread, counters, and
+        its own frames' locals (in memory: whether they move, what a loop waits on)."""
         frames = main_frames(threads)
         self.first[pid] = (_strip(frames), int_locals(frames))
+        self.reprs[pid] = own_reprs(frames)
+
+    def _kernel_looks(self, until: float) -> None:
+        """Until ``until`` (monotonic), read where each rank's main thread is in the kernel, at most
+        :data:`KERNEL_LOOKS` times: a rank that sleeps in a file write is not one that sleeps in a timer."""
+        pids = [p.pid for p in self.procs if p.pid in self.first]
+        interval = max(KERNEL_EVERY_S, (until - time.monotonic()) / KERNEL_LOOKS)
+        while True:
+            for pid in pids:
+                seen = procfs.kernel_wait(pid)
+                if seen is not None:
+                    self.kernel.setdefault(pid, []).append(seen)
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(interval, left) if pids else left)
 
     def sample(self, procs: list[RankProcess], states: dict[int, str]) -> None:
         """Start a sampler on every rank of ``procs`` (as the capture numbered them: mp.spawn ranks
@@ -89,9 +122,7 @@ class Window:
     ) -> tuple[list[RankWatch], dict[int, list[ThreadStack]]]:
         """Wait until ``until`` (monotonic), stop the samplers, take the last look; the watches and
         the last dumps (with locals, for the counters pass)."""
-        delay = until - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        self._kernel_looks(until)
         samples = self.stop()
         last = last_look(sorted(self.first))
         wall = time.monotonic() - self.started
@@ -110,14 +141,25 @@ class Window:
         wall: float,
     ) -> RankWatch:
         frames, counters = self.first[proc.pid]
-        watch = RankWatch(rank=proc.rank or 0, looks=[frames], counters=[counters], samples=samples)
+        watch = RankWatch(
+            rank=proc.rank or 0,
+            looks=[frames],
+            counters=[counters],
+            samples=samples,
+            kernel=self.kernel.get(proc.pid, []),
+            reprs=[self.reprs.get(proc.pid, {})],
+        )
         if last is not None:
             end = main_frames(last)
             watch.looks.append(_strip(end))
             watch.counters.append(int_locals(end))
+            watch.reprs.append(own_reprs(end))
         before, after = self.cpu.get(proc.pid), procfs.cpu_seconds(proc.pid)
         if before is not None and after is not None:
             watch.cpu_s = max(0.0, after - before)
+        io_before, io_after = self.io.get(proc.pid), procfs.io_counters(proc.pid)
+        if io_before is not None and io_after is not None:
+            watch.io = [io_before, io_after]
         watch.wall_s = wall
         return watch
 

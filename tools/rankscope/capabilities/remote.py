@@ -19,21 +19,24 @@ start processes.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from rankscope.analysis.hostlist import expand_hostlist
-from rankscope.analysis.ranges import ranks_phrase
+from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
-from rankscope.errors import InvalidInput
+from rankscope.errors import InvalidInput, NoJobsFound, NotADistributedJob
 from rankscope.models.core import (
     Job,
     NextStep,
@@ -42,6 +45,8 @@ from rankscope.models.core import (
     RankStack,
     StacksReport,
 )
+from rankscope.models.flight import FlightReport
+from rankscope.models.look import HostLook, JobChoice
 from rankscope.options import DEFAULTS, LOCAL, DumpOptions, StacksTarget, option_flags
 from rankscope.runtime import subproc
 
@@ -89,19 +94,75 @@ def kubectl_get_pods_argv(job: str, namespace: str | None) -> list[str]:
     return [*argv, "-l", pod_selector(job), "-o", "json"]
 
 
+@dataclass(frozen=True)
+class Pick:
+    """Which job a host inspects: its ``pid``, the job ``job_id``, or the one started in ``here``
+    (the folder the call was made from; a host with one job takes it)."""
+
+    pid: int | None = None
+    job_id: str | None = None
+    here: str | None = None
+
+    def flags(self) -> list[str]:
+        if self.pid is not None:
+            return ["--pid", str(self.pid)]
+        if self.job_id is not None:
+            return ["--job", self.job_id]
+        return ["--here", self.here] if self.here else []
+
+
 def stacks_argv(
-    options: DumpOptions, *, rankscope_cmd: str = "rankscope", pid: int | None = None
+    options: DumpOptions,
+    *,
+    rankscope_cmd: str = "rankscope",
+    pid: int | None = None,
+    pick: Pick | None = None,
 ) -> list[str]:
-    """The command each host runs: ``rankscope stacks --local --json [--pid PID] [flags]``.
+    """The command each host runs: ``rankscope stacks --local --json [--pid PID | --job ID | --here DIR] [flags]``.
 
     Every option is forwarded (:func:`rankscope.options.option_flags`, one flag per field), the
     timeout a share of ours (:meth:`DumpOptions.for_remote_host`) so the host answers before the
     caller gives up on it.
     """
     argv = [*shlex.split(rankscope_cmd), "stacks", "--local", "--json"]
-    if pid is not None:
-        argv += ["--pid", str(pid)]
+    argv += (pick or Pick(pid=pid)).flags()
     return argv + option_flags(options.for_remote_host())
+
+
+FOUND = "rankscope-cmd: "
+"""The line :func:`find_rankscope_argv` prints on stderr, naming the rankscope that answered."""
+
+
+def own_command() -> list[str]:
+    """How this rankscope runs: its own absolute path, or this interpreter with ``-m rankscope``
+    (on a cluster the filesystem is shared, so the same path usually works on every node)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "rankscope" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    return [sys.executable, "-m", "rankscope"]
+
+
+def find_rankscope_argv(args: Sequence[str], own: Sequence[str]) -> list[str]:
+    """``sh -c SCRIPT`` that runs ``rankscope ARGS`` on a host with the first rankscope it finds:
+    on the PATH, at ``own`` (the collecting rankscope's path), else the interpreter of a rank of
+    the job there (a process with RANK or LOCAL_RANK set): its ``argv[0]`` when absolute (a
+    virtual environment's python, which /proc/PID/exe resolves past), then ``/proc/PID/exe``,
+    with ``-m rankscope``. It names the one that answered on stderr (:data:`FOUND`); none: 127."""
+    own_q = shlex.join(own)
+    script = (
+        f'if command -v rankscope >/dev/null 2>&1; then echo "{FOUND}rankscope" >&2; exec rankscope "$@"; fi; '
+        f'if [ -x {shlex.quote(own[0])} ]; then echo "{FOUND}"{shlex.quote(own_q)} >&2; exec {own_q} "$@"; fi; '
+        'tried=""; for p in /proc/[0-9]*; do '
+        "tr '\\0' '\\n' 2>/dev/null < $p/environ | grep -q -e '^RANK=' -e '^LOCAL_RANK=' || continue; "
+        "a=$(tr '\\0' '\\n' 2>/dev/null < $p/cmdline | head -n 1); x=$(readlink $p/exe 2>/dev/null); "
+        'for c in "$a" "$x"; do '
+        'case "$c" in /*) ;; *) continue;; esac; case " $tried " in *" $c "*) continue;; esac; tried="$tried $c"; '
+        '"$c" -c "import rankscope" >/dev/null 2>&1 || continue; '
+        f'echo "{FOUND}$c -m rankscope" >&2; exec "$c" -m rankscope "$@"; done; done; '
+        "echo \"rankscope: command not found (not on PATH, not at the collecting host's path, "
+        "not importable by the job's python)\" >&2; exit 127"
+    )
+    return ["sh", "-c", script, "rankscope", *args]
 
 
 def ssh_argv(
@@ -281,8 +342,95 @@ def parse_report(host: str, stdout: str) -> StacksReport | RankError:
         )
 
 
+def parse_look(host: str, stdout: str) -> HostLook | RankError:
+    """A host's ``--local --json`` output as its evidence, or the error that says why it is not.
+    A rankscope that still answers with a whole report (a verdict) is read as its evidence."""
+    text = stdout.strip()
+    start = text.find("{")
+    try:
+        raw = json.loads(text[start:]) if start >= 0 else None
+    except ValueError:
+        raw = None
+    if isinstance(raw, dict) and "verdict" in raw:
+        rep = parse_report(host, stdout)
+        if isinstance(rep, RankError):
+            return rep
+        return HostLook(host=host, job=rep.job, stacks=rep.stacks, errors=rep.errors, progress=rep.progress)
+    if start < 0:
+        return RankError(
+            host=host,
+            kind="failed",
+            message=f"{host}: rankscope printed no JSON report",
+            fix="Check that the rankscope on the host is the same version (`rankscope --version`).",
+        )
+    if not isinstance(raw, dict):
+        return _unreadable(host, "not JSON")
+    try:
+        return HostLook.model_validate(raw)
+    except ValidationError as exc:
+        return _unreadable(host, str(exc).splitlines()[0] if str(exc) else "invalid evidence")
+
+
+def _unreadable(host: str, why: str) -> RankError:
+    return RankError(
+        host=host,
+        kind="failed",
+        message=f"{host}: unreadable report ({why})",
+        fix="Install the same rankscope version on every host.",
+    )
+
+
+def jobs_on_hosts(looks: Mapping[str, HostLook]) -> list[str]:
+    """Every job the hosts saw (their one job or their choices), once each: id, world size, its
+    ranks host by host, launchers and the folder it was started in."""
+    seen: dict[str, list[tuple[str, JobChoice]]] = {}
+    for host, look in looks.items():
+        choices = list(look.choices)
+        if look.job is not None:
+            job = look.job
+            choices.append(
+                JobChoice(
+                    job_id=job.job_id,
+                    world_size=job.world_size,
+                    ranks=sorted(r.rank for r in job.ranks if r.rank is not None),
+                )
+            )
+        for c in choices:
+            seen.setdefault(c.job_id, []).append((host, c))
+    lines = []
+    for job_id, where in seen.items():
+        world = next((c.world_size for _, c in where if c.world_size), None)
+        ranks = ", ".join(f"{rank_ranges(c.ranks) or '?'} on {h}" for h, c in where)
+        cwd = next((c.cwd for _, c in where if c.cwd), None)
+        lines.append(
+            f"{job_id} (world size {world or '?'}, ranks {ranks}"
+            + (f", started in {cwd}" if cwd else "")
+            + ")"
+        )
+    return lines
+
+
+def one_job(looks: Mapping[str, HostLook]) -> str | None:
+    """The job every host should inspect when the hosts picked differently or some could not pick:
+    the one job the hosts found started in the caller's folder, else the one job any host picked
+    alone when every host that could not pick runs it too; None when that says nothing."""
+    picked = {h: lk.job.job_id for h, lk in looks.items() if lk.job is not None}
+    unsure = [lk for lk in looks.values() if lk.job is None and lk.choices]
+    if len(set(picked.values())) <= 1 and not unsure:
+        return None
+    by_folder = {lk.job.job_id for lk in looks.values() if lk.job is not None and lk.chosen_by == "folder"}
+    if len(by_folder) == 1:
+        return by_folder.pop()
+    ids = set(picked.values())
+    if len(ids) == 1:
+        only = next(iter(ids))
+        if all(any(c.job_id == only for c in lk.choices) for lk in unsure):
+            return only
+    return None
+
+
 def merge_reports(
-    reports: Mapping[str, StacksReport], host_errors: Sequence[RankError], hosts: Sequence[str]
+    reports: Mapping[str, StacksReport | HostLook], host_errors: Sequence[RankError], hosts: Sequence[str]
 ) -> tuple[Job, list[RankStack], list[RankError], list[str]]:
     """One job from per-host reports: ranks from all hosts, named by the host alias that answered."""
     ranks: list[RankProcess] = []
@@ -295,7 +443,7 @@ def merge_reports(
     exited: set[int] = set()
     for host in hosts:
         rep = reports.get(host)
-        if rep is None:
+        if rep is None or rep.job is None:
             continue
         job = rep.job
         first = first or job
@@ -428,32 +576,82 @@ def pods_of_job(job: str, namespace: str | None, timeout: float) -> list[str]:
     return pods
 
 
-def _one_host(
-    host: str, argv: list[str], via: str, timeout: float, env: Mapping[str, str] | None, redactor: Redactor
-) -> StacksReport | RankError:
-    res = _run(argv, timeout, env)
-    stderr = redactor.text(res.stderr)
-    if res.timed_out or res.rc != 0:
-        return classify_failure(host, via, res.rc, stderr, timed_out=res.timed_out, timeout=timeout)
-    return parse_report(host, res.stdout)
+@dataclass
+class _FanOut:
+    """How one multi-host call asks its hosts: the engine (ssh, srun, kubectl, local), the command,
+    and, where rankscope is not given (``--rankscope-cmd``), over ssh the search for one on each host
+    (:func:`find_rankscope_argv`); ``found`` keeps the rankscope each host answered with."""
+
+    target: StacksTarget
+    options: DumpOptions
+    ssh_options: Sequence[str]
+    redactor: Redactor = dataclasses.field(default_factory=Redactor)
+    found: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def timeout(self) -> float:
+        return self.options.timeout + self.options.window
+
+    def remote(self, pick: Pick) -> list[str]:
+        argv = stacks_argv(self.options, rankscope_cmd=self.target.rankscope_cmd, pick=pick)
+        if self.target.rankscope_cmd == "rankscope" and self.target.via == "ssh":
+            return find_rankscope_argv(argv[1:], own_command())
+        return argv
+
+    def ask(self, hosts: Sequence[str], pick_for: Callable[[str], Pick]) -> dict[str, HostLook | RankError]:
+        """Each host's evidence (or the error that says why there is none), all hosts at once."""
+        via = self.target.via
+        if not hosts:
+            return {}
+        if via == "srun":
+            slurm_job = self.target.job or os.environ.get("SLURM_JOB_ID")
+            if not slurm_job:
+                raise InvalidInput(
+                    "--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`)."
+                )
+            remote = self.remote(pick_for(hosts[0]))
+            return _srun_all(slurm_job, list(hosts), remote, self.timeout + 5.0, self.redactor)
+        with ThreadPoolExecutor(max_workers=min(64, len(hosts))) as pool:
+            futures = {h: pool.submit(self._one_host, h, pick_for(h)) for h in hosts}
+            return {h: f.result() for h, f in futures.items()}
+
+    def _one_host(self, host: str, pick: Pick) -> HostLook | RankError:
+        via, remote = self.target.via, self.remote(pick)
+        env: Mapping[str, str] | None = None
+        if via == "ssh":
+            argv = ssh_argv(host, remote, timeout=self.options.timeout, ssh_options=self.ssh_options)
+        elif via == "kubectl":
+            argv = kubectl_exec_argv(host, remote, self.target.namespace)
+        else:
+            argv, env = remote, {**os.environ, "RANKSCOPE_HOSTNAME": host}
+        res = _run(argv, self.timeout, env)
+        stderr = self.redactor.text(res.stderr)
+        found = re.search(rf"^{FOUND}(.+)$", stderr, re.MULTILINE)
+        if found and found.group(1) != "rankscope":
+            self.found[host] = found.group(1)
+        if res.timed_out or res.rc != 0:
+            return classify_failure(host, via, res.rc, stderr, timed_out=res.timed_out, timeout=self.timeout)
+        return parse_look(host, res.stdout)
 
 
 def _srun_all(
     job: str, hosts: list[str], remote: list[str], timeout: float, redactor: Redactor
-) -> dict[str, StacksReport | RankError]:
+) -> dict[str, HostLook | RankError]:
     """One srun step for all nodes; each task's labelled output is its node's report."""
     res = _run(srun_argv(job, hosts, remote), timeout)
-    out: dict[str, StacksReport | RankError] = {}
+    out: dict[str, HostLook | RankError] = {}
     by_task = split_labelled(res.stdout)
-    reports = [parse_report(f"task {t}", text) for t, text in sorted(by_task.items())]
-    for rep in reports:
-        if isinstance(rep, StacksReport):
+    looks = [parse_look(f"task {t}", text) for t, text in sorted(by_task.items())]
+    for look in looks:
+        if isinstance(look, HostLook):
             # the report names its node; map it back onto the hostlist entry
-            names = {r.host for r in rep.job.ranks} | set(rep.job.hosts)
+            names = {look.host} | (
+                {r.host for r in look.job.ranks} | set(look.job.hosts) if look.job else set()
+            )
             host = next((h for h in hosts if h in names or any(n.split(".")[0] == h for n in names)), None)
             if host is None:
                 host = next((h for h in hosts if h not in out), f"node{len(out)}")
-            out[host] = rep
+            out[host] = look
     stderr = redactor.text(res.stderr)
     for host in hosts:
         if host not in out:
@@ -521,70 +719,159 @@ def dump_stacks_remote(
     pid: int | None = None,
     pids: Mapping[str, int] | None = None,
     ssh_options: Sequence[str] = (),
+    job_id: str | None = None,
 ) -> StacksReport:
     """Capture the stacks of a job's ranks on every host of ``target`` at once and judge them together.
 
     ``target.hosts``: node names (Slurm hostlists already expanded by the target); without them,
     the Slurm allocation's nodes (SLURM_JOB_NODELIST) or, with ``via="kubectl"``, the running pods
     of ``target.job``. Each host runs ``rankscope stacks --local --json`` with every option of
-    ``options`` (:func:`stacks_argv`). ``pid`` is the pid to inspect on every host, ``pids`` maps
-    a host to its own (overriding ``pid`` there).
+    ``options`` (:func:`stacks_argv`) and returns its evidence; the hosts' evidence is merged
+    and judged once (:func:`judge_looks`). Which job: ``pid`` on every host, ``pids`` a host's own
+    (the job it finds there is then asked of the other hosts by id), ``job_id`` (with ssh,
+    ``target.job`` too) on every host, else the job started in the current folder, else each
+    host's only job; several jobs and no choice: one error that lists them, for all hosts.
     """
     if target.via == "debug-server":
         return dump_stacks_debug_server(target, options)
-    via, timeout = target.via, options.timeout
-    host_list = _host_list(target, timeout)
-    redactor = Redactor()
+    host_list = _host_list(target, options.timeout)
+    if target.via in ("ssh", "kubectl", "srun"):
+        _need(target.via, target.via)
     started = time.monotonic()
+    fan = _FanOut(target, options, ssh_options)
+    chosen = job_id or (target.job if target.via in ("ssh", "local") else None)
+    # srun starts its steps in the caller's folder already; a pod has folders of its own
+    here = _cwd() if target.via in ("ssh", "local") else None
 
-    def argv_for(host: str | None) -> list[str]:
-        remote = stacks_argv(
-            options, rankscope_cmd=target.rankscope_cmd, pid=(pids or {}).get(host or "", pid)
-        )
-        if via == "ssh" and host is not None:
-            return ssh_argv(host, remote, timeout=timeout, ssh_options=ssh_options)
-        if via == "kubectl" and host is not None:
-            return kubectl_exec_argv(host, remote, target.namespace)
-        return remote
+    def pick_for(host: str) -> Pick:
+        own = (pids or {}).get(host, pid)
+        if own is not None:
+            return Pick(pid=own)
+        return Pick(job_id=chosen) if chosen else Pick(here=here)
 
-    results: dict[str, StacksReport | RankError]
-    if via == "srun":
-        _need("srun", "srun")
-        slurm_job = target.job or os.environ.get("SLURM_JOB_ID")
-        if not slurm_job:
-            raise InvalidInput("--via srun needs the Slurm job id", "Pass --job JOBID (see `squeue --me`).")
-        results = _srun_all(slurm_job, host_list, argv_for(None), timeout + options.window + 5.0, redactor)
+    first = [h for h in host_list if h in (pids or {})] if pids and not chosen and pid is None else []
+    if first and len(first) < len(host_list):
+        # a launcher's pid on some hosts: its job, by id, on the others
+        results = fan.ask(first, pick_for)
+        ids = {r.job.job_id for r in results.values() if isinstance(r, HostLook) and r.job is not None}
+        chosen = ids.pop() if len(ids) == 1 else None
+        results.update(fan.ask([h for h in host_list if h not in results], pick_for))
     else:
-        if via in ("ssh", "kubectl"):
-            _need(via, via)
-        env_for: Callable[[str], Mapping[str, str] | None] = (
-            (lambda h: {**os.environ, "RANKSCOPE_HOSTNAME": h}) if via == "local" else (lambda h: None)
+        results = fan.ask(host_list, pick_for)
+    if not chosen and pid is None and not pids:
+        results = _one_job_everywhere(fan, results, host_list)
+    note = f"collected via {target.via} in {time.monotonic() - started:.1f}s"
+    found = {h: fan.found[h] for h in host_list if h in fan.found}
+    return judge_looks(results, host_list, [*_found_notes(found), note])
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _one_job_everywhere(
+    fan: _FanOut, results: dict[str, HostLook | RankError], host_list: list[str]
+) -> dict[str, HostLook | RankError]:
+    """The hosts picked their job themselves: where they disagree, or some run several, ask again
+    by the id of the job :func:`one_job` settles on; when none, list every job once for all hosts."""
+    looks = {h: r for h, r in results.items() if isinstance(r, HostLook) and r.absent is None}
+    agreed = {lk.job.job_id for lk in looks.values() if lk.job is not None}
+    if len(agreed) <= 1 and all(lk.job is not None for lk in looks.values()):
+        return results
+    job_id = one_job(looks)
+    if job_id is None:
+        lines = jobs_on_hosts(looks)
+        raise NotADistributedJob(
+            f"{len(lines)} distributed jobs run on {', '.join(looks)}: {'; '.join(lines)}.",
+            fix="Pass --job JOB_ID (MCP: job_id=) to inspect one on every host, or --pid HOST:PID with its "
+            "launcher, or run rankscope from the folder the job was started in.",
         )
-        with ThreadPoolExecutor(max_workers=min(64, len(host_list))) as pool:
-            futures = {
-                h: pool.submit(_one_host, h, argv_for(h), via, timeout + options.window, env_for(h), redactor)
-                for h in host_list
-            }
-            results = {h: f.result() for h, f in futures.items()}
-
-    return _judge_hosts(results, host_list, f"collected via {via} in {time.monotonic() - started:.1f}s")
+    again = [h for h, lk in looks.items() if lk.job is None or lk.job.job_id != job_id]
+    return {**results, **fan.ask(again, lambda h: Pick(job_id=job_id))}
 
 
-def _judge_hosts(
-    results: Mapping[str, StacksReport | RankError], host_list: list[str], note: str
+def _found_notes(found: Mapping[str, str]) -> list[str]:
+    """Which rankscope answered on the hosts where it was not on the PATH."""
+    by_cmd: dict[str, list[str]] = {}
+    for host, cmd in found.items():
+        by_cmd.setdefault(cmd, []).append(host)
+    return [f"rankscope not on the PATH of {', '.join(h)}: ran {cmd}" for cmd, h in by_cmd.items()]
+
+
+def _source(stacks: list[RankStack], looks: Mapping[str, HostLook]) -> dict[tuple[str, int], str]:
+    """The source lines the merged ranks' frames need: read here where the files are (a shared
+    path), and each host's own lines, which win (they are the files its ranks run)."""
+    from rankscope.capabilities.stacks import source_lines
+
+    source = source_lines(stacks)
+    for look in looks.values():
+        source.update({(s.file, s.line): s.text for s in look.source})
+    return source
+
+
+def _flight(looks: Mapping[str, HostLook], world: int | None) -> tuple[FlightReport | None, list[str]]:
+    """The recorder evidence across hosts: the dumps every host read, read again here and analysed
+    together where their paths are on this host too (a shared folder, as TORCH_FR_DUMP_TEMP_FILE
+    usually is); else the host's analysis that covers most ranks (said when several hosts had one)."""
+    from rankscope.analysis.recorder.flight import analyze as analyze_flight
+    from rankscope.capabilities.recorder.flight import read_dumps
+
+    have = sorted(
+        ((h, lk.flight) for h, lk in looks.items() if lk.flight is not None), key=lambda x: -len(x[1].ranks)
+    )
+    if not have:
+        return None, []
+    host, best = have[0]
+    if len(have) == 1:
+        return best, []
+    paths = sorted({d.path for _, f in have for d in f.dumps if os.path.isfile(d.path)})
+    dumps, errors = read_dumps(paths) if paths else ([], [])
+    if dumps:
+        merged = analyze_flight(dumps, errors, world_size=world)
+        if len(merged.ranks) > len(best.ranks):
+            return merged, [f"flight recorder: the dumps of {len(have)} hosts analysed together"]
+    return best, [f"flight recorder: the dumps read on {host} analysed ({len(have)} hosts had some)"]
+
+
+def judge_looks(
+    results: Mapping[str, HostLook | StacksReport | RankError], host_list: list[str], notes: Sequence[str]
 ) -> StacksReport:
-    """One verdict from every host's report (and each failed host's error)."""
-    reports = {h: r for h, r in results.items() if isinstance(r, StacksReport)}
-    failed = [r for r in results.values() if isinstance(r, RankError)]
-    merged_job, stacks, errors, _ = merge_reports(reports, failed, host_list)
-    merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, note]})
+    """One verdict from every host's evidence (and each failed host's error): one merge, then the
+    same analysis as on one host, with the source lines, the recorder, RAS and the progress window."""
     from rankscope.analysis.hang.progress import merge_progress
     from rankscope.analysis.hang.stacks import analyze
 
+    looks = {
+        h: (
+            r
+            if isinstance(r, HostLook)
+            else HostLook(host=h, job=r.job, stacks=r.stacks, errors=r.errors, progress=r.progress)
+        )
+        for h, r in results.items()
+        if not isinstance(r, RankError)
+    }
+    failed = [r for r in results.values() if isinstance(r, RankError)]
+    absent = [h for h in host_list if h in looks and looks[h].absent is not None]
+    if not failed and absent and len(absent) == len(looks):
+        raise NoJobsFound(
+            f"No rank of a distributed PyTorch job on {', '.join(absent)}: {looks[absent[0]].absent}"
+        )
+    merged_job, stacks, errors, _ = merge_reports(looks, failed, host_list)
+    flight, said = _flight(looks, merged_job.world_size)
+    if absent:
+        said.append(f"no rank of the job on {', '.join(absent)}")
+    merged_job = merged_job.model_copy(update={"notes": [*merged_job.notes, *said, *notes]})
     progress = merge_progress(
-        [r.progress for r in reports.values() if r.progress is not None], merged_job.backend
+        [lk.progress for lk in looks.values() if lk.progress is not None], merged_job.backend
     )
-    return account_for_unseen(analyze(merged_job, stacks, errors, progress=progress), failed)
+    ras = next((lk.ras for lk in looks.values() if lk.ras is not None), None)
+    report = analyze(
+        merged_job, stacks, errors, flight, source=_source(stacks, looks), ras=ras, progress=progress
+    )
+    return account_for_unseen(report, failed)
 
 
 __all__ = [
@@ -592,9 +879,11 @@ __all__ = [
     "dump_stacks_remote",
     "expand_hostlist",
     "hosts_from_environment",
+    "judge_looks",
     "kubectl_exec_argv",
     "kubectl_get_pods_argv",
     "merge_reports",
+    "parse_look",
     "parse_report",
     "pods_from_json",
     "split_labelled",

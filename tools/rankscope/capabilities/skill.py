@@ -40,6 +40,8 @@ def read_skill(ref: str = "") -> SkillSection:
             ref="", title="rankscope skill: every section", sections=[s.ref for s in all_sections()]
         )
     name, anchor = parse_ref(ref)
+    if not name and anchor:
+        return _any_playbook(anchor)
     if name == ROOT:
         return SkillSection(ref=ROOT, title="SKILL.md", text=skill_md().read_text(encoding="utf-8"))
     files = playbook_files()
@@ -59,6 +61,21 @@ def read_skill(ref: str = "") -> SkillSection:
         f"no section #{anchor} in skill/{name}.md",
         fix=f"Its sections: {', '.join(s.anchor for s in sections)}; `rankscope skill {name}` lists them.",
     )
+
+
+def _any_playbook(anchor: str) -> SkillSection:
+    """``#oom``, SKILL.md's shorthand for a section of skill/tools.md: that section, else the one
+    section of that name in any playbook."""
+    found = sorted(
+        (s for s in all_sections() if s.anchor == anchor), key=lambda s: s.ref.split("#")[0] != "tools"
+    )
+    if not found:
+        raise InvalidInput(
+            f"no section #{anchor} in any playbook of the skill",
+            fix="Run `rankscope skill` for the index of every section, then pass one as PLAYBOOK#SECTION "
+            "(e.g. `rankscope skill tools#oom`).",
+        )
+    return SkillSection(ref=found[0].ref, title=found[0].title, text=found[0].text)
 
 
 __all__ = ["all_sections", "playbook_files", "read_skill"]

@@ -46,7 +46,8 @@ from rankscope.capabilities.recorder.pickup import (
     pick_up,
     recorder_plan,
 )
-from rankscope.errors import DUMP_FIXES, InvalidInput, PermissionDenied
+from rankscope.capabilities.workers import follow_workers
+from rankscope.errors import DUMP_FIXES, InvalidInput, NoJobsFound, PermissionDenied, ProcessNotFound
 from rankscope.models.core import (
     Job,
     LocalVar,
@@ -58,6 +59,7 @@ from rankscope.models.core import (
     ThreadStack,
 )
 from rankscope.models.flight import FlightReport
+from rankscope.models.look import HostLook, SourceLine
 from rankscope.models.progress import Progress, RankMotion
 from rankscope.models.ras import RasFinding
 from rankscope.options import DEFAULTS, DumpOptions
@@ -518,7 +520,7 @@ def _check_ranks(job: Job, ranks: list[int] | None) -> None:
     if unknown and len(unknown) == len(ranks):
         raise InvalidInput(
             f"ranks {unknown} are not among the ranks found here ({sorted(k for k in known if k is not None)}).",
-            fix="Pass --rank with a rank listed by `rankscope ps`.",
+            fix="Pass --only-rank (MCP: ranks) with a rank listed by `rankscope ps`.",
         )
 
 
@@ -580,6 +582,55 @@ def dump_stacks(
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid, job_id)
     _check_ranks(job, ranks)
+    analysis, stacks, last = _look(job, options, ranks, exe)
+    return _decide(analysis, stacks, exe, last=last)
+
+
+def look_here(
+    pid: int | None = None,
+    options: DumpOptions = DEFAULTS,
+    *,
+    job_id: str | None = None,
+    here: str | None = None,
+) -> HostLook:
+    """This host's evidence for a multi-host call (``stacks --local``): the same capture as
+    :func:`dump_stacks` (the window, the stacks, the recorder, RAS, the source lines the frames
+    need) and the counters read, but no verdict: the collecting host judges every host's ranks
+    together. The job is picked by ``pid`` or ``job_id``, else the one started in ``here`` (the
+    caller's folder), else the only one; several and none picked: the jobs, as choices."""
+    exe = pyspy.check_pyspy()
+    try:
+        job, chosen_by, choices = discovery.pick_job(pid, job_id, here)
+    except (NoJobsFound, ProcessNotFound) as exc:
+        if pid is not None:
+            raise  # the pid was named on this host: it must be here
+        # no rank of it here: the collecting host counts its ranks on the others
+        return HostLook(host=discovery.this_host(), absent=exc.message)
+    if job is None:
+        return HostLook(host=discovery.this_host(), choices=choices)
+    analysis, stacks, last = _look(job, options, None, exe)
+    moving = analysis.progress is not None and analysis.progress.motion == "moving"
+    if options.counters and not options.locals and not moving:
+        stacks, analysis = _locals_pass(stacks, analysis, exe, None, last)
+    source = analysis.source  # the frames' lines, and every place the window saw
+    return HostLook(
+        host=discovery.this_host(),
+        job=analysis.job,
+        chosen_by=chosen_by,
+        stacks=stacks,
+        errors=analysis.errors,
+        progress=analysis.progress,
+        flight=analysis.flight,
+        ras=analysis.ras,
+        source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(source.items())],
+    )
+
+
+def _look(
+    job: Job, options: DumpOptions, ranks: list[int] | None, exe: str
+) -> tuple[_Analysis, list[RankStack], dict[int, list[ThreadStack]] | None]:
+    """Watch ``job`` for the options' window and capture its ranks (only ``ranks``, when given):
+    the evidence, the stacks, and the window's last look (taken with locals), before any verdict."""
     environs: dict[int, dict[str, str]] = {}
     util: dict[int, int] = {}
     watch = (
@@ -614,7 +665,7 @@ def dump_stacks(
     finally:
         if watch is not None:
             watch.stop()
-    return _decide(analysis, stacks, exe, last=last)
+    return analysis, stacks, last
 
 
 def _close_window(
@@ -709,7 +760,7 @@ def _decide(
         if flight is not None:
             note = f"flight recorder: {len(flight.dumps)} trace(s) from the job's debug server, analysed with the stacks"
             report = analysis.noting(note, flight=flight).run(stacks)
-    return report
+    return follow_workers(report, exe, options)  # a suspect waiting on its DataLoader: its workers too
 
 
 def _gather(
@@ -727,7 +778,7 @@ def _gather(
     another at the window's end (an older dump would make a hung job look as if it moved)."""
     notes = list(job.notes)
     if ranks is not None:
-        notes.append(f"only ranks {sorted(ranks)} were captured (--rank): the verdict covers them alone")
+        notes.append(f"only ranks {sorted(ranks)} were captured (--only-rank): the verdict covers them alone")
     # read once: the pickup looks for their dumps and asks them, the NCCL recorder plan names them
     probes = find_probes(job) if options.flight_recorder or job.backend in ("nccl", "mixed") else {}
     flight = pick_up(job, environs=environs, probes=probes) if options.flight_recorder else None
@@ -772,4 +823,4 @@ def _locals_pass(
     return stacks, analysis
 
 
-__all__ = ["capture_job", "dump_stacks"]
+__all__ = ["capture_job", "dump_stacks", "look_here"]

@@ -1,8 +1,9 @@
 """`rankscope triage`: one verdict for a dead job from what it left, in any mix.
 
 A folder is enough: each file is sorted by its first bytes into logs (and error.json), flight-recorder
-dumps and saved stacks; each kind goes to its own analysis (``analysis.triage.logs``, ``analysis.recorder.flight``,
-the saved-stacks shell) and ``analysis.triage.postmortem`` decides which answer leads. Files are read in fixed-size
+dumps, saved stacks and CUDA memory snapshots; each kind goes to its own analysis (``analysis.triage.logs``,
+``analysis.recorder.flight``, the saved-stacks shell, ``analysis.memory.diagnose``) and
+``analysis.triage.postmortem`` decides which answer leads. Files are read in fixed-size
 binary chunks; only lines that contain one of the rule engine's literal needles
 are decoded and passed on, so memory stays bounded and gigabyte logs stream at
 the speed of ``bytes.find``. Binary input is recognised and skipped with a
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from rankscope.analysis.triage.logs import SHELL_NEEDLES, LogScanner, conclude
 from rankscope.analysis.triage.postmortem import PostMortem, combine
-from rankscope.errors import InvalidInput
+from rankscope.errors import InvalidInput, NothingToRead
 from rankscope.models.core import Finding
 from rankscope.models.logs import FailureRecord, LogSource, SourceKind, TriageReport
 
@@ -207,14 +208,18 @@ def _expand(paths: list[str]) -> Iterator[str]:
         else:
             raise InvalidInput(
                 f"{p}: no such file or directory.",
-                fix="Pass existing log files or directories, or '-' for stdin.",
+                fix="Pass existing log files or folders (`ls` the job's log folder first); or the log text itself "
+                "(CLI: '-' reads stdin; MCP: text=...).",
             )
 
 
 _SKIPPED_NAME = re.compile(
-    r"\.(gz|zst|bz2|xz|zip|tar|so|pt|pth|safetensors|bin|npy|npz|png|jpg|pickle\.tmp\d*)$"
+    r"\.(gz|zst|bz2|xz|zip|tar|so|pt|pth|safetensors|bin|npy|npz|png|jpg|py|pickle\.tmp\d*)$"
 )
 _PYSPY_TEXT = re.compile(rb"^Process \d+: ", re.MULTILINE)
+_SNAPSHOT_HEAD = re.compile(
+    rb"^\x80[\x02-\x05](?:\x95.{8})?}(?:\x94|q\x00)?\(?(?:X\x08\x00\x00\x00|\x8c\x08)segments", re.S
+)
 
 
 def kind_of(path: Path) -> SourceKind:
@@ -227,6 +232,8 @@ def kind_of(path: Path) -> SourceKind:
         return "file"  # the log reader says why it could not be read
     lead = head.lstrip()[:1]
     if head[:1] == b"\x80":  # a pickle: a recorder dump starts with its "version" key, a checkpoint does not
+        if _SNAPSHOT_HEAD.search(head[:64]):  # _dump_snapshot's dict starts with its "segments" key
+            return "memory_snapshot"
         return "flight_dump" if b"version" in head[:256] or b"pg_config" in head else "file"
     if lead == b"{":
         if b'"pg_config"' in head or (b'"entries"' in head and b'"version"' in head):
@@ -310,6 +317,40 @@ def _read_stacks(files: list[str], sources: list[LogSource]) -> StacksReport | N
     return report if report.job.ranks else None
 
 
+def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
+    """The memory finding of the CUDA snapshots among the files: which rank, which site, how much, the pattern.
+
+    Each file is read with the snapshot reader that refuses any pickle that would run code; one that
+    cannot be read is listed with why, and the others still count.
+    """
+    if not files:
+        return None
+    from rankscope.analysis.memory import diagnose, rank_from_filename
+    from rankscope.capabilities.memory import read_snapshots
+
+    named = [(Path(p), _snapshot_rank(p, rank_from_filename(Path(p).name))) for p in files]
+    summaries, errors = read_snapshots(named, raise_lone=False)
+    for path, rank in named:  # the reader's errors name the file (the summaries hold it redacted)
+        why = next((e.message for e in errors if str(path) in e.message), None)
+        sources.append(
+            LogSource(
+                path=str(path), kind="memory_snapshot", rank_hint=rank, bytes=_size(str(path)), skipped=why
+            )
+        )
+    return diagnose(summaries)
+
+
+_RANK_DIR = re.compile(r"attempt_\d+/(\d+)/[^/]+$")
+
+
+def _snapshot_rank(path: str, from_name: int | None) -> int | None:
+    """A snapshot's rank: from its name (snapshot-rank3.pickle), else torchrun's per-rank folder."""
+    if from_name is not None:
+        return from_name
+    m = _RANK_DIR.search(path.replace(os.sep, "/"))
+    return int(m.group(1)) if m else None
+
+
 def _size(path: str) -> int:
     try:
         return Path(path).stat().st_size
@@ -331,7 +372,8 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
     logs, torchrun's log folder, error.json, flight-recorder dumps and saved stacks, in any mix."""
     if not paths and text is None:
         raise InvalidInput(
-            "No logs given.", fix="Pass log files, directories of per-rank logs, or '-' to read stdin."
+            "No logs given.",
+            fix="Pass log files or folders of per-rank logs, or the log text itself (CLI: '-' reads stdin; MCP: text=...).",
         )
     if max_findings < 1:
         raise InvalidInput(
@@ -341,11 +383,18 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
     scanner = LogScanner(redact=redactor.text)
     started = time.monotonic()
     files = _sorted_files(paths)
+    if text is None and not any(files.values()):
+        raise NothingToRead(
+            f"nothing to read under {', '.join(paths)}: no log, error.json, recorder dump or saved stacks",
+            fix="Point at the folder the job's output went to (`rankscope triage LOG_DIR`: torchrun --log-dir, "
+            "the scheduler's output files), or pass the log text (CLI: '-' reads stdin; MCP: text=...).",
+        )
     sources = _read_logs(files.get("file", []), text, scanner, redactor)
     sources.extend(LogSource(path=p, kind="answer", skipped=_ANSWER) for p in files.get("answer", []))
     flight = _read_flight(files.get("flight_dump", []), sources)
     stack_files = [*files.get("saved_stacks", []), *sorted(scanner.stack_sources - {"-", "<text>"})]
     stacks = _read_stacks(stack_files, sources)
+    memory = _read_memory(files.get("memory_snapshot", []), sources)
     findings = scanner.findings()
     failures = scanner.failures()
     conc = conclude(findings, failures, scanner.seen_ranks, scanner.world_size)
@@ -355,8 +404,22 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
         flight.verdict if flight else None,
         stacks.verdict if stacks else None,
         stacks.groups if stacks else None,
+        memory,
     )
+    if memory is not None and post.decided_by == "memory_snapshots":
+        _defer_to_memory(findings, memory)
+        findings.insert(0, memory)
+    elif memory is not None:
+        findings.append(memory)
     return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
+
+
+def _defer_to_memory(findings: list[Finding], memory: Finding) -> None:
+    """An OOM line's generic advice (a smaller batch, expandable_segments) gives way to what the
+    snapshots found: the fix of the log's finding points at the memory finding instead."""
+    for f in findings:
+        if f.kind == "cuda_oom" and (not f.ranks or not memory.ranks or set(f.ranks) & set(memory.ranks)):
+            f.fix = f"The memory snapshots decide this OOM: see the {memory.kind} finding and its fix."
 
 
 _ANSWER = "a JSON file that is not the job's own output (a saved rankscope answer?); not read"

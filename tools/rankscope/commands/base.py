@@ -43,8 +43,9 @@ def add_json_flag(parser: argparse.ArgumentParser, *, brief: bool = True) -> Non
             action="store_true",
             help="print the answer as an agent reads it over MCP: the verdict first, each fact once, at most 8 KB",
         )
+    forms = "--json or --brief" if brief else "--json"
     parser.add_argument(
-        "--full", action="store_true", help="with --json or --brief: the whole answer, past the 8 KB bound"
+        "--full", action="store_true", help=f"with {forms}: the whole answer, past the 8 KB bound"
     )
 
 

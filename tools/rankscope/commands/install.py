@@ -13,8 +13,9 @@ class InstallSkillCommand(Command):
     help = "install SKILL.md, skill/ and repro_templates/ for Claude Code and other Agent Skills harnesses"
     description = (
         "Copy the rankscope skill into .claude/skills/rankscope/ (default, --project), "
-        "~/.claude/skills/rankscope/ (--user) or DIR. Re-running is safe: unchanged files are left alone, "
-        "files rankscope installed are updated, and files you edited are kept unless you pass --force."
+        "~/.claude/skills/rankscope/ (--user) or DIR. Re-running is safe: unchanged files are left alone and "
+        "files rankscope installed are updated; if you edited an installed file, nothing is changed (exit 2, "
+        "the message lists the files) until you move your edits elsewhere or pass --force to overwrite them."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

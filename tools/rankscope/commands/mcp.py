@@ -27,8 +27,7 @@ class McpCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rankscope.mcp_server import serve
 
-        serve()
-        return 0
+        return serve()
 
 
 class McpConfigCommand(Command):

@@ -13,7 +13,8 @@ import dataclasses
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
-from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget
+from rankscope.errors import InvalidInput
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS, DumpOptions, StacksTarget, host_pid
 
 
 class StacksCommand(Command):
@@ -29,8 +30,11 @@ class StacksCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--pid",
-            type=int,
-            help="a launcher (torchrun, mp.spawn parent) or any rank; default: the only job here",
+            type=_pid,
+            metavar="[HOST:]PID",
+            help="a launcher (torchrun, mp.spawn parent) or any rank; HOST:PID: one on another host, whose job "
+            "is then inspected on every host of --hosts; default: the job started in the current folder, or the "
+            "only job",
         )
         parser.add_argument(
             "--native", action="store_true", help="include C/C++ frames (slower: symbol loading)"
@@ -78,51 +82,111 @@ class StacksCommand(Command):
             "twice 3 s apart, which name the rank behind. Off by default: querying RAS has crashed jobs on NCCL "
             "2.26-2.29 (NVIDIA/nccl#2346), so it is skipped while a rank creates a communicator",
         )
-        parser.add_argument(
-            "--rank",
-            type=int,
-            action="append",
-            dest="ranks",
-            metavar="N",
-            help="only these ranks (repeatable)",
-        )
+        _add_rank_arguments(parser)
         _add_saved_arguments(parser)
         _add_remote_arguments(parser)
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        pid: int | None = args.pid
+        if args.ambiguous_ranks is not None:
+            raise InvalidInput(
+                "--rank is gone: it named two things (show a rank's stacks, capture only that rank)",
+                fix="Pass --show-rank N for more of the same answer (MCP: full_ranks), or --only-rank N to "
+                "capture only rank N (MCP: ranks; the verdict then covers that rank alone).",
+            )
+        pid_host, pid = args.pid if args.pid is not None else (None, None)
         options = DumpOptions.from_values(args)  # the flags' destinations are the option's field names
-        target, job_id = _target(args)
-        api.check_stacks_call(pid=pid, ranks=args.ranks, target=target, from_paths=args.from_paths)
-        if args.from_paths is not None:
+        target, job_id = _target(args, pid_host)
+        api.check_stacks_call(
+            pid=pid,
+            ranks=args.ranks,
+            target=target,
+            full_ranks=args.show_ranks,
+            from_paths=args.from_paths,
+            last=args.last,
+        )
+        if args.local:
+            # a host of a multi-host call: its evidence, judged with the other hosts' by the caller
+            look = api.look_here(pid, options, job_id=job_id, here=args.here)
+            emit(look, True, full=True)
+            return 0
+        if args.last:
+            report = api.last_capture()
+        elif args.from_paths is not None:
             backend = None if args.backend == "auto" else args.backend
             report = api.stacks_from_files(args.from_paths, backend=backend)
+            api.save_capture(report, partial=True)
         elif target.remote:
-            report = api.dump_stacks_remote(target, options, pid=pid)
+            pids = {pid_host: pid} if pid_host is not None and pid is not None else None
+            report = api.dump_stacks_remote(
+                target, options, pid=None if pids else pid, pids=pids, job_id=job_id
+            )
+            api.save_capture(report, partial=False)
         else:
             report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
-        # --local answers a fan-out from another host, which merges whole reports
-        as_json, full = bool(args.json or args.local), bool(args.full or args.local)
-        emit(report, as_json, full=full, brief=args.brief, full_ranks=args.ranks)
+            if args.ranks is not None:
+                report = api.with_whole_suspects(report, args.ranks)
+            api.save_capture(report, partial=args.ranks is not None)
+        emit(report, bool(args.json), full=bool(args.full), brief=args.brief, full_ranks=args.show_ranks)
         return 0
 
 
-def _target(args: argparse.Namespace) -> tuple[StacksTarget, str | None]:
-    """Where the ranks are, and which job of this host: the one ``--job`` names the Slurm job or the
-    pods' job when the call reaches other hosts (``StacksTarget.remote``), a job of this host
-    otherwise. ``--local`` (a fan-out's call on one of its hosts) stays on this host."""
+def _pid(text: str) -> tuple[str | None, int]:
+    """``PID`` or ``HOST:PID`` (a launcher or rank on another host)."""
+    try:
+        return host_pid(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _add_rank_arguments(parser: argparse.ArgumentParser) -> None:
+    """Two flags for two meanings: more of one answer (--show-rank), a smaller capture (--only-rank)."""
+    parser.add_argument(
+        "--show-rank",
+        type=int,
+        action="append",
+        dest="show_ranks",
+        metavar="N",
+        help="show rank N's whole stack in --brief/--json (repeatable; MCP: full_ranks); with --last, "
+        "of the capture already answered",
+    )
+    parser.add_argument(
+        "--last",
+        action="store_true",
+        help="answer again from the last capture (kept in $RANKSCOPE_CACHE_DIR or ~/.cache/rankscope) "
+        "instead of capturing: more of the same answer, never a new verdict (MCP: last=true)",
+    )
+    parser.add_argument(
+        "--only-rank",
+        type=int,
+        action="append",
+        dest="ranks",
+        metavar="N",
+        help="capture only rank N (repeatable; MCP: ranks): the verdict covers those ranks alone and names "
+        "the suspects of the last capture of every rank",
+    )
+    parser.add_argument("--rank", type=int, action="append", dest="ambiguous_ranks", help=argparse.SUPPRESS)
+
+
+def _target(args: argparse.Namespace, pid_host: str | None) -> tuple[StacksTarget, str | None]:
+    """Where the ranks are, and which job: ``--job`` names the Slurm job (srun) or the pods' job
+    (kubectl), and otherwise the job id to inspect, on this host or on every host of ``--hosts``.
+    ``--local`` (a fan-out's call on one of its hosts) stays on this host. A ``HOST:PID`` adds its
+    host to the hosts."""
     if args.local:
         return StacksTarget(), args.job
+    hosts = args.hosts
+    if pid_host is not None:
+        hosts = pid_host if hosts is None else f"{hosts},{pid_host}"
     where = StacksTarget(
-        hosts=None if args.hosts is None else (args.hosts,),
+        hosts=None if hosts is None else (hosts,),
         via=args.via,
         namespace=args.namespace,
         rankscope_cmd=args.rankscope_cmd,
     )
     if where.remote:
         return api.slurm_target(dataclasses.replace(where, job=args.job)), None
-    if args.from_paths is None:  # a plain call on a Slurm cluster: a Slurm job's nodes, or this host
+    if args.from_paths is None and not args.last:  # a plain call on a Slurm cluster: a Slurm job's nodes
         slurm = api.slurm_target(where, pid=args.pid, job_id=args.job, ranks=args.ranks)
         if slurm.remote:
             return slurm, None
@@ -163,8 +227,8 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     )
     remote.add_argument(
         "--job",
-        help="this host: the job id to inspect when several run here (rankscope ps lists them); with --via: "
-        "the SLURM job id (srun) or pod selector (kubectl)",
+        help="the job id to inspect when several run here or on --hosts (rankscope ps lists them); with "
+        "--via srun / kubectl: the SLURM job id or pod selector",
     )
     remote.add_argument("--namespace", help="Kubernetes namespace (--via kubectl)")
     remote.add_argument(
@@ -174,8 +238,12 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         help="how to run rankscope on the other hosts (default: rankscope; e.g. /opt/venv/bin/rankscope)",
     )
     remote.add_argument(
-        "--local", action="store_true", help="only this host (JSON for merging by a collecting host)"
+        "--local",
+        action="store_true",
+        help="only this host, as one host of a multi-host call: its evidence as JSON, judged by the caller",
     )
+    # the folder a multi-host call was made from: each host picks the job started there
+    remote.add_argument("--here", help=argparse.SUPPRESS)
 
 
 COMMANDS = [StacksCommand]

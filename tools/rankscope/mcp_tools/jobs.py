@@ -7,7 +7,7 @@ and bound the answer so a 64-rank job does not flood the agent's context.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -65,6 +65,9 @@ async def dump_stacks(
         bool, arg("Do not pause the ranks while sampling (less consistent stacks).")
     ] = False,
     full_ranks: Annotated[list[int] | None, arg("Return the full stacks of these ranks.")] = None,
+    last: Annotated[
+        bool, arg("Answer again from the last capture (with full_ranks: more of it), not a new one.")
+    ] = False,
     ranks: Annotated[
         list[int] | None, arg("Capture only these ranks of this host; the verdict covers them.")
     ] = None,
@@ -92,7 +95,7 @@ async def dump_stacks(
         Literal["auto", "nccl", "gloo"], arg("The backend of saved stacks when the files do not show it.")
     ] = "auto",
     job_id: Annotated[
-        str | None, arg("Which job of this host (list_jobs ids) when several run here.")
+        str | None, arg("Which job (list_jobs ids) when several run here or on the hosts.")
     ] = None,
     full: Full = False,
     ctx: Context[Any, Any] | None = None,
@@ -117,24 +120,47 @@ async def dump_stacks(
     target = StacksTarget(
         hosts=None if hosts is None else tuple(hosts), via=via, job=job, namespace=namespace
     )
-    if from_paths is None:
-        target = api.slurm_target(target, pid=pid, job_id=job_id, ranks=ranks)
-    api.check_stacks_call(pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths)
+    api.check_stacks_call(
+        pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths, last=last
+    )
+    if last:
+        return api.answer(await _last(), full=full, full_ranks=full_ranks)
     if from_paths is not None:
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
-        report = await in_thread(
-            api.stacks_from_files, from_paths, backend=None if backend == "auto" else backend
-        )
+        report = await in_thread(api.stacks_from_files, from_paths, backend=_backend(backend))
     else:
         report = await _capture(ctx, options, target, pid=pid, ranks=ranks, job_id=job_id)
-    return await _answer(ctx, report, full=full, full_ranks=full_ranks)
+    return await _answer(
+        ctx, report, full=full, full_ranks=full_ranks, ranks=ranks, saved=from_paths is not None
+    )
+
+
+def _backend(backend: str) -> Literal["nccl", "gloo"] | None:
+    return None if backend == "auto" else cast(Literal["nccl", "gloo"], backend)
+
+
+async def _last() -> StacksReport:
+    """The capture this server answered last, else the last one kept on this host (the CLI's)."""
+    kept = LAST_ANSWERS.stacks
+    return kept if isinstance(kept, StacksReport) else await in_thread(api.last_capture)
 
 
 async def _answer(
-    ctx: Context[Any, Any] | None, report: StacksReport, *, full: bool, full_ranks: list[int] | None
+    ctx: Context[Any, Any] | None,
+    report: StacksReport,
+    *,
+    full: bool,
+    full_ranks: list[int] | None,
+    ranks: list[int] | None,
+    saved: bool,
 ) -> StacksReport:
-    """Keep the whole report for the next call (a repro from it), return it bounded unless ``full``."""
+    """Keep the whole report for the next call (a repro from it, ``last=true``), here and for the
+    CLI's ``--last``; a capture of some ``ranks`` says that its verdict covers them alone. Return it
+    bounded unless ``full``."""
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
+    if ranks is not None:
+        report = await in_thread(api.with_whole_suspects, report, ranks)
+    await in_thread(api.save_capture, report, partial=saved or ranks is not None)
     LAST_ANSWERS.stacks = report
     await progress(ctx, 3, 3, f"verdict: {report.verdict.kind}")
     return api.answer(report, full=full, full_ranks=full_ranks)
@@ -149,12 +175,14 @@ async def _capture(
     ranks: list[int] | None,
     job_id: str | None,
 ) -> StacksReport:
-    """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps."""
+    """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps;
+    on a Slurm cluster a plain call may mean a Slurm job's nodes (``api.slurm_target``)."""
+    target = await in_thread(api.slurm_target, target, pid=pid, job_id=job_id, ranks=ranks)
     if target.remote:
         place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
         await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
         await progress(ctx, 1, 3, f"capturing stacks on {place}")
-        return await in_thread(api.dump_stacks_remote, target, options, pid=pid)
+        return await in_thread(api.dump_stacks_remote, target, options, pid=pid, job_id=job_id)
     await progress(ctx, 0, 3, "finding the job's ranks on this host")
     await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
     return await in_thread(api.dump_stacks, pid, options, ranks=ranks, job_id=job_id)

@@ -17,18 +17,19 @@ async def triage_logs(
         list[str] | None,
         arg(
             "Files or folders a dead job left, in any mix: logs, torchrun --log_dir, error.json, "
-            "flight-recorder dumps, saved stacks (py-spy). A folder is enough."
+            "flight-recorder dumps, saved stacks (py-spy), CUDA memory snapshots. A folder is enough."
         ),
     ] = None,
     text: Annotated[str | None, arg("Pasted log text, instead of (or with) paths.")] = None,
     max_findings: Annotated[int, arg("Most findings to return, most important first.")] = 50,
     full: Full = False,
 ) -> TriageReport:
-    """One verdict for a dead distributed PyTorch job from everything it left: logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), error.json, flight-recorder dumps and saved stacks, read together.
+    """One verdict for a dead distributed PyTorch job from everything it left: logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), error.json, flight-recorder dumps, saved stacks and CUDA memory snapshots, read together.
 
     Returns suspect_ranks with the summary and evidence (victims that merely
     saw a closed peer or waited in a collective are listed separately),
-    decided_by (which source decided: the recorder outranks stacks and logs),
+    decided_by (which source decided: the recorder outranks stacks and logs;
+    memory snapshots lead an OOM with rank, site, bytes and pattern),
     playbook (the one skill section to read), each source's own verdict
     (flight, stacks), and findings (collective_timeout read per rank,
     duplicate_gpu, device_assert, thread_died, cuda_oom, ...) with facts.

@@ -33,8 +33,10 @@ async def inspect_memory(
     paths: snapshot pickles from torch.cuda.memory._dump_snapshot or
     rankscope.probe.record_oom_snapshots: peak and end totals, allocated vs reserved, fragmentation.kind
     (fragmentation: set expandable_segments; exhaustion: hold less), the top
-    allocation sites by user frame, leak suspects, and a rank far above the
-    others. Read findings first; the playbook is skill/oom.md. Next: memory_budget to check the sharding plan.
+    allocation sites by user frame with the script line, leak suspects, and a rank far above the
+    others. findings[0] is the one memory finding: memory_leak / memory_rank_only / memory_cannot_fit /
+    memory_fragmentation / memory_exhaustion, with rank, site, bytes and its own fix. Read findings first;
+    the playbook is skill/oom.md. Next: memory_budget to check the sharding plan.
     """
     what = f"{len(paths)} snapshot path(s)" if paths else f"job of pid {pid}"
     await progress(ctx, 0, 1, f"reading {what}")

@@ -119,6 +119,9 @@ class FlightReport(Model):
     """Everything `rankscope fr` concluded from a set of flight-recorder dumps."""
 
     dumps: list[FrDump] = Field(default_factory=list)
+    dumps_read: int | None = Field(
+        default=None, description="Dump files read, when a bounded answer lists fewer of them in `dumps`."
+    )
     world_size: int | None = None
     ranks: list[int] = Field(default_factory=list, description="Ranks with a readable dump.")
     missing_ranks: list[int] = Field(

@@ -8,10 +8,13 @@ from pydantic import Field
 
 from rankscope.models.core import Finding, Model, NextStep, Verdict
 
-SourceKind = Literal["file", "stdin", "text", "error_json", "flight_dump", "saved_stacks", "answer"]
+SourceKind = Literal[
+    "file", "stdin", "text", "error_json", "flight_dump", "saved_stacks", "memory_snapshot", "answer"
+]
 """``file`` a log; ``flight_dump`` a flight-recorder dump; ``saved_stacks`` py-spy or faulthandler
-output; ``answer`` a rankscope answer saved to a file (not read: it is not the job's own output)."""
-DecidedBy = Literal["logs", "flight_recorder", "stacks"]
+output; ``memory_snapshot`` a CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``); ``answer``
+a rankscope answer saved to a file (not read: it is not the job's own output)."""
+DecidedBy = Literal["logs", "flight_recorder", "stacks", "memory_snapshots"]
 
 
 class LogSource(Model):

@@ -57,6 +57,9 @@ class AllocationSite(Model):
     """Live bytes grouped by the innermost user frame that allocated them."""
 
     site: str = Field(description="file:line in function, or '<no frames>' when history recording was off.")
+    script: str | None = Field(
+        default=None, description="The job's own script line on the same stack (train.py:77 in main)."
+    )
     live_bytes: int
     blocks: int = Field(description="Number of live blocks (tensors) from this site.")
     stack: list[str] = Field(
@@ -68,6 +71,9 @@ class LeakSuspect(Model):
     """A site whose live bytes only grew across the recorded trace."""
 
     site: str
+    script: str | None = Field(
+        default=None, description="The job's own script line on the same stack (train.py:77 in main)."
+    )
     start_bytes: int = Field(description="Live bytes from this site at the start of the trace window.")
     end_bytes: int
     growth_bytes: int
@@ -77,6 +83,11 @@ class LeakSuspect(Model):
         description="In how many of the trace windows its live bytes rose (never fell)."
     )
     windows: int
+    kept_every: int | None = Field(
+        default=None,
+        description="The trace frees every allocation of this site but every Nth: N (something keeps those).",
+    )
+    kept: int = Field(default=0, description="Allocations of the trace at this site never freed.")
 
 
 class OomEvent(Model):
@@ -135,6 +146,9 @@ class SnapshotSummary(Model):
     leak_suspects: list[LeakSuspect] = Field(default_factory=list)
     has_frames: bool = Field(
         default=True, description="False when the snapshot was recorded without stack traces."
+    )
+    end_time_us: int | None = Field(
+        default=None, description="Time of the trace's last entry: orders snapshots of one rank."
     )
 
 

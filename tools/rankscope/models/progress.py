@@ -14,7 +14,8 @@ from pydantic import Field
 from rankscope.models.base import Model
 
 Motion = Literal["moving", "busy", "blocked", "unknown"]
-"""One rank over the window: ``moving`` = its loop counters or the lines of its own code changed;
+"""One rank over the window: ``moving`` = its loop counters, the lines of its own code, its I/O (bytes
+read or written, a file wait in the kernel) or the locals of its own frames changed;
 ``busy`` = same place, but it burns CPU in its own code (a long evaluation, a checkpoint write, a
 compile); ``blocked`` = same stack and no CPU of its own (or a wait for a collective or the GPU);
 ``unknown`` = not looked at twice."""
@@ -57,6 +58,34 @@ class RankMotion(Model):
         default_factory=dict,
         description="Integer locals of the functions of its hot lines that stayed put over the window "
         "(name -> value): the sizes behind its work, e.g. side=448.",
+    )
+    moved: list[str] = Field(
+        default_factory=list,
+        description="The signals that moved over the window: counters, io (bytes read or written, or a file "
+        "wait in the kernel), lines, locals; empty when none did.",
+    )
+    io: dict[str, int] = Field(
+        default_factory=dict,
+        description="Its main thread's I/O counters that moved over the window (/proc/PID/task/PID/io: rchar, "
+        "wchar, syscr, syscw, read_bytes, write_bytes) -> by how much.",
+    )
+    kernel: dict[str, int] = Field(
+        default_factory=dict,
+        description="Where its main thread was in the kernel during the window (state and wchan): running, file, "
+        "timer, futex, socket, poll, pipe, other -> % of the looks.",
+    )
+    inner_lines: int = Field(
+        default=0,
+        description="Distinct places, below its own code, of the code it calls into (a library, the standard "
+        "library) the samples saw while it did not wait: a long call that works moves there.",
+    )
+    loop: str | None = Field(
+        default=None,
+        description="The loop of its own code it stood in with nothing else moving: 'file:line `header`'.",
+    )
+    loop_values: dict[str, str] = Field(
+        default_factory=dict,
+        description="The values the loop's condition reads (its frame's locals), e.g. p='/data/ready'.",
     )
 
 

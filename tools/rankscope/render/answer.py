@@ -79,12 +79,12 @@ ANSWERS: dict[str, AnswerKind] = {
     "PlacementsReport": _same("rankscope.render.placements", "render_placements"),
     "TemplateList": _same(_REPRO, "render_list", (_BOUND, "brief_templates")),
     "RenderedRepro": AnswerKind(None, (_REPRO, "render_repro_text"), (_REPRO, "render_repro_brief")),
-    "VerifyResult": AnswerKind(None, (_REPRO, "render_verify_lines"), None),
+    "VerifyResult": _same(_REPRO, "render_verify_lines"),
     "FlightReport": _same("rankscope.render.flight", "render_flight", (_BOUND, "bound_flight")),
     "MemoryReport": _same(_MEMORY, "render_memory"),
     "BudgetReport": _same(_MEMORY, "render_budget"),
     "SkillSection": _same("rankscope.render.skill", "render_skill"),
-    "InstallReport": AnswerKind(None, ("rankscope.render.install", "render_install"), None),
+    "InstallReport": _same("rankscope.render.install", "render_install"),
     "McpConfig": AnswerKind(None, ("rankscope.render.mcp_config", "render_mcp_config"), None),
 }
 """The one registry of answers, by model type name: each answer's bound and renderers. Both faces
@@ -125,6 +125,17 @@ def _renderer(model: BaseModel) -> Callable[[Any], Iterator[str]] | None:
     return _load(ANSWERS.get(type(model).__name__, _NONE).brief)
 
 
+WHOLE_ANSWER: dict[str, str] = {
+    "StacksReport": "last=true, full=true (CLI: rankscope stacks --last --full)",
+}
+"""How to ask for the whole answer where asking again would not give the same one: a stacks call
+captures anew, so its hint names the last capture, kept for that (``last``)."""
+
+
+def _whole(model: BaseModel) -> str:
+    return WHOLE_ANSWER.get(type(model).__name__, "full=true")
+
+
 def answer_text(model: BaseModel, max_bytes: int = MAX_TEXT_BYTES) -> str:
     """``model`` as the text a model reads: its renderer's lines, cut to ``max_bytes``.
 
@@ -144,7 +155,7 @@ def answer_text(model: BaseModel, max_bytes: int = MAX_TEXT_BYTES) -> str:
     for i, line in enumerate(lines):
         cost = len(line.encode()) + 1
         if used + cost > max_bytes - 120:
-            kept.append(f"[{len(lines) - i} more lines cut: pass full=true for everything]")
+            kept.append(f"[{len(lines) - i} more lines cut: pass {_whole(model)} for everything]")
             break
         kept.append(line)
         used += cost
@@ -173,7 +184,7 @@ def shape_answer(model: BaseModel, *, full: bool = False) -> tuple[str, dict[str
     if full:
         return answer_text(model, max_bytes=1 << 30), data
     noted = len(data.get("left_out", []))
-    fit(data, MAX_DATA_BYTES, "pass full=true for the whole answer")
+    fit(data, MAX_DATA_BYTES, f"pass {_whole(model)} for the whole answer")
     cut = len(data.get("left_out", [])) != noted  # fit names every cut it makes in left_out
     fitted = type(model).model_validate(data) if cut else model
     return answer_text(fitted), data

@@ -50,9 +50,12 @@ def render_env(r: EnvReport) -> Iterator[str]:
     if r.ranks:
         yield ""
         yield "Ranks:" if r.job else "This shell's distributed variables:"
-        for rk in r.ranks:
-            head = f"  rank {rk.rank} (local {rk.local_rank}) pid {rk.pid} on {rk.host}: {rk.python}, torch {rk.torch_version or '?'}, {rk.children} children"
-            yield head
+        # a bounded answer leaves out what a rank shares with the first one: say so, not "None"
+        folded = any(note.startswith("ranks[1:]") for note in r.left_out)
+        for i, rk in enumerate(r.ranks):
+            same = f"as rank {r.ranks[0].rank}" if folded and i else "?"
+            python, torch = rk.python or same, rk.torch_version or same
+            yield f"  rank {rk.rank} (local {rk.local_rank}) pid {rk.pid} on {rk.host}: {python}, torch {torch}, {rk.children} children"
             if rk.error:
                 yield f"      {rk.error}"
             for k, v in rk.env.items():

@@ -11,7 +11,8 @@ from rankscope.render.next_steps import render_next_steps
 
 def render_flight(r: FlightReport) -> Iterator[str]:
     """Verdict first, then the first disagreement with each rank's entry, then how far each rank got."""
-    yield f"Read {len(r.dumps)} dump(s): ranks {','.join(map(str, r.ranks)) or '-'} of world {r.world_size or '?'}"
+    read = r.dumps_read or len(r.dumps)  # a bounded answer lists fewer dumps than it read
+    yield f"Read {read} dump(s): ranks {','.join(map(str, r.ranks)) or '-'} of world {r.world_size or '?'}"
     if r.missing_ranks:
         yield f"No dump for ranks: {','.join(map(str, r.missing_ranks))}"
     for err in r.errors:

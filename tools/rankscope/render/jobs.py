@@ -37,7 +37,7 @@ def render_jobs(model: JobList) -> Iterator[str]:
             kids = f"  children {r.children}" if r.children else ""
             yield (
                 f"  rank {r.rank if r.rank is not None else '?':>4}  local {r.local_rank if r.local_rank is not None else '?':>3}"
-                f"  pid {r.pid:<8} {r.state:<12} ({r.rank_source}){kids}"
+                f"  pid {r.pid:<8} {r.state:<12}" + (f" ({r.rank_source})" if r.rank_source else "") + kids
             )
         for note in job.notes:
             yield f"  note: {note}"

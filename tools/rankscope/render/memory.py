@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from rankscope.analysis.memory.snapshot import ordinal
 from rankscope.analysis.units import fmt_bytes
 from rankscope.models.memory import BudgetReport, MemoryReport
 
@@ -33,11 +34,13 @@ def render_memory(report: MemoryReport) -> Iterator[str]:
         )
         yield f"  {s.fragmentation.kind}: {s.fragmentation.explanation}"
         for site in s.top_sites:
-            yield f"  {fmt_bytes(site.live_bytes):>10}  {site.blocks:>5} blocks  {site.site}"
+            script = f" <- {site.script}" if site.script else ""
+            yield f"  {fmt_bytes(site.live_bytes):>10}  {site.blocks:>5} blocks  {site.site}{script}"
         if s.other_sites:
             yield f"  {fmt_bytes(s.other_sites_bytes):>10}  in {s.other_sites} other site(s)"
         for leak in s.leak_suspects:
-            yield f"  leak suspect: {leak.site} +{fmt_bytes(leak.growth_bytes)} ({leak.allocs} allocs, {leak.frees} frees)"
+            every = f", every {ordinal(leak.kept_every)} kept" if leak.kept_every else ""
+            yield f"  leak suspect: {leak.site} +{fmt_bytes(leak.growth_bytes)} ({leak.allocs} allocs, {leak.frees} frees{every})"
     for f in report.findings:
         ranks = f" [ranks {', '.join(map(str, f.ranks))}]" if f.ranks else ""
         yield f"{f.severity}: {f.kind}{ranks}: {f.message}"

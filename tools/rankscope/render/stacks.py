@@ -201,6 +201,18 @@ def _said(item: str, summary: str) -> bool:
     return len(text) > 20 and text in summary
 
 
+def _shown_stacks(report: StacksReport) -> Iterator[str]:
+    """The main thread of each rank whose stack the answer kept whole (``full_ranks``, CLI
+    ``--show-rank``), innermost frame first: what the call asked to see, in the text view too."""
+    for stack in report.stacks:
+        main = next((t for t in stack.threads if t.is_main), stack.threads[0] if stack.threads else None)
+        if main is None or not main.frames:
+            continue
+        yield f"rank {stack.rank} stack (main thread, innermost first):"
+        for frame in main.frames:
+            yield f"   {_frame_text(frame)}"
+
+
 def render_stacks_brief(report: StacksReport) -> Iterator[str]:
     """The view a model reads: verdict, evidence, the groups on a line each, the next call.
 
@@ -248,6 +260,7 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
         outer = _brief_frames(group, seen)
         if outer:
             yield f"   from {outer}"
+    yield from _shown_stacks(report)
     for err in report.errors:
         who = f"rank {err.rank}" if err.rank is not None else (err.host or "capture")
         yield f"error: {who}: {err.kind}: {err.message}" + (f" Fix: {err.fix}" if err.fix else "")

@@ -123,6 +123,49 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+IO_FIELDS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes")
+"""The I/O counters of /proc/PID/task/TID/io kept: bytes through read/write calls, the calls, and
+the bytes that reached (or came from) storage."""
+
+
+def _io_fields(raw: str | None, prefix: str = "") -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (raw or "").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in IO_FIELDS and value.strip().isdigit():
+            out[prefix + name.strip()] = int(value)
+    return out
+
+
+def io_counters(pid: int, tid: int | None = None) -> dict[str, int] | None:
+    """One thread's I/O counters (``tid``, by default the main thread: its tid is the pid), so that
+    the threads of the collective transport (gloo's workers, NCCL's proxy) never count; the
+    process's own /proc/PID/io where the kernel keeps no per-thread file. With them, the whole
+    process's bytes from and to storage (``process_read_bytes``, ``process_write_bytes``: sockets
+    never count there), which a writer thread of its own moves. None when gone or unreadable."""
+    whole = read_text(pid, "io")
+    out = _io_fields(read_text(pid, f"task/{tid or pid}/io") or whole)
+    if not out:
+        return None
+    storage = _io_fields(whole, "process_")
+    out.update({k: v for k, v in storage.items() if k in ("process_read_bytes", "process_write_bytes")})
+    return out
+
+
+def kernel_wait(pid: int, tid: int | None = None) -> tuple[str, str] | None:
+    """Where one thread (by default the main thread) is in the kernel: its state letter (``R``
+    running, ``S`` sleeping, ``D`` uninterruptible, mostly disk) and the kernel function it sleeps in,
+    from /proc/PID/task/TID/wchan (``hrtimer_nanosleep``, ``futex_wait_queue``; ``""`` while it runs
+    or where the kernel hides the names). None when gone or unreadable."""
+    stat = read_text(pid, f"task/{tid or pid}/stat")
+    raw = read_text(pid, f"task/{tid or pid}/wchan")
+    if stat is None or raw is None or ")" not in stat:
+        return None
+    state = stat.rpartition(")")[2].split()[:1]
+    name = raw.strip()
+    return (state[0] if state else "?", "" if name == "0" else name)
+
+
 _EXIT_CODE_FIELD = 49
 """``exit_code`` (field 52 of /proc/PID/stat, Linux 3.5+) in :func:`stat_fields`' numbering."""
 
@@ -396,6 +439,7 @@ def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
 
 
 __all__ = [
+    "IO_FIELDS",
     "PROC",
     "STATES",
     "caught_signals",
@@ -404,7 +448,9 @@ __all__ = [
     "environ",
     "host_has",
     "host_text",
+    "io_counters",
     "is_alive",
+    "kernel_wait",
     "listens_on_any_ipv6",
     "mapped_paths",
     "maps_mention",

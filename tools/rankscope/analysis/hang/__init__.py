@@ -7,11 +7,14 @@ Modules, in reading order:
 - what one rank's stack says: ``frames`` (the job's own code, the main thread), ``collectives``
   (frames that mean "in a torch.distributed operation"), ``waits`` (what it waits for),
   ``counters`` (its loop counters), ``conditions`` (the condition above its call),
-  ``group_members`` (who is in the group it waits on);
+  ``group_members`` (who is in the group it waits on), ``library_calls`` (the library call it is
+  in that is itself a collective: ZeRO's consolidate_state_dict), ``workers`` (what its DataLoader
+  workers wait on, read by the shell);
 - what the job's other signs say: ``backend`` (NCCL or gloo, from /proc or native frames),
   ``gpu_busy`` (nvidia-smi), ``ras`` (NCCL RAS's launch counts);
 - ``progress`` and ``progress_verdict``: the progress window (moving, busy, blocked) and the
-  verdicts of a job that is not hung;
+  verdicts of a job that is not hung; ``progress_signals`` (I/O, kernel waits and locals: motion
+  that is not a counter) and ``progress_stuck`` (the loop a rank stands in with nothing moving);
 - ``verdict``: the hang verdict, from ``verdict_facts`` (what the rules read and return),
   ``verdict_rules`` with ``verdict_nccl`` and ``verdict_mismatch`` (the rules), ``verdict_texts``
   (their words), ``verdict_phrases`` and ``verdict_evidence`` (how they name what they saw);

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from rankscope.analysis.hang.frames import is_user_frame
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Confidence, Frame, LocalVar, RankStack
 
@@ -108,11 +109,14 @@ def on_subgroup(frames: Iterable[Frame]) -> bool | None:
     group before it waits (``if group is None: group = _get_default_group()``), so a ProcessGroup
     there may be the world. What the caller passed does say, and c10d's logging wrapper around
     every collective (``_exception_logger``) holds it in its ``args`` and ``kwargs``: no group
-    passed, or ``group=None``, is the default group; a ProcessGroup passed is a subgroup.
+    passed, or ``group=None``, is the default group; a ProcessGroup the job's own code passed is a
+    subgroup. A ProcessGroup a library passed is not known to be one: libraries pass the group they
+    hold, which is the world unless the job gave them another (ZeRO's ``process_group`` defaults to
+    ``dist.group.WORLD``), so that says nothing either way.
     """
-    frames = list(frames)
-    for frame in frames:
-        if frame.native or not frame.file.replace("\\", "/").endswith(_LOGGER) or not frame.locals:
+    frames = [f for f in frames if not f.native]
+    for i, frame in enumerate(frames):
+        if not frame.file.replace("\\", "/").endswith(_LOGGER) or not frame.locals:
             continue
         values = {v.name: (v.repr or "") for v in frame.locals}
         if "kwargs" not in values and "args" not in values:
@@ -120,9 +124,12 @@ def on_subgroup(frames: Iterable[Frame]) -> bool | None:
         kwargs, args = values.get("kwargs", ""), values.get("args", "")
         if _GROUP_NONE.search(kwargs):
             return False
-        return bool(_PG.search(kwargs) or _PG.search(args))
+        if not (_PG.search(kwargs) or _PG.search(args)):
+            return False
+        caller = frames[i + 1] if i + 1 < len(frames) else None
+        return True if caller is not None and is_user_frame(caller) else None
     for frame in frames:  # no wrapper with locals: only an explicit None in the call decides
-        if frame.native or not frame.file.replace("\\", "/").endswith(_C10D) or not frame.locals:
+        if not frame.file.replace("\\", "/").endswith(_C10D) or not frame.locals:
             continue
         group = next((v.repr for v in frame.locals if v.name == "group"), None)
         if group is not None and group.strip() in ("None", ""):

@@ -147,6 +147,9 @@ class LoopLeft:
     """True when the suspects are the ones still in the loop (they run more iterations)."""
     exits: tuple[Exit, ...] = ()
     """The loop's exits above the line the inside stack stands on, guarded or not."""
+    same_body: bool = False
+    """Both are in this loop, the suspects at a later collective of its body: they skipped one
+    earlier in the body (a guarded ``continue`` above the others' line), so they are one ahead."""
 
     @property
     def exit(self) -> Exit | None:
@@ -164,7 +167,9 @@ def loop_left(
 
     Where they part, the stack on the earlier line is the one inside: a loop around its line there
     that is not around the other's line, else the innermost loop of its first user frame below
-    (a function the other has returned from). None when the stacks do not part that way, no loop
+    (a function the other has returned from); else, when both stand in the same loop with the
+    suspect at the later line, a guarded exit of its body above the others' line (a skip inside the
+    same loop: :func:`_skipped_in_body`). None when the stacks do not part that way, no loop
     is read there, or a loop around both counts differently on the two (``counters``: the
     suspect's, the others'): then they stand in different iterations of it, one behind, and no one
     ran out of the inner loop (rank 0 saving a checkpoint at step 40 while the others reduce
@@ -181,7 +186,8 @@ def loop_left(
     around_outer = enclosing_loops(outer, source)
     if any(_counts_differ(loop, counters) for loop in around_outer):
         return None
-    here = [loop for loop in enclosing_loops(inner, source) if loop not in around_outer]
+    around_inner = enclosing_loops(inner, source)
+    here = [loop for loop in around_inner if loop not in around_outer]
     if here:
         return _left(here[0], inner, suspect_inside, source)
     stack = suspect if suspect_inside else others
@@ -189,12 +195,25 @@ def loop_left(
         loops = [] if internal_file(frame.file) else enclosing_loops(frame, source)
         if loops:
             return _left(loops[0], frame, suspect_inside, source)
+    if not suspect_inside and around_inner and around_inner[0] in around_outer:
+        return _skipped_in_body(around_inner[0], inner, source)
     return None
 
 
 def _left(loop: Loop, at: Frame, suspect_inside: bool, source: Mapping[tuple[str, int], str]) -> LoopLeft:
     exits = early_exits(loop, at.line, source) if at.line is not None else []
     return LoopLeft(loop, suspect_inside, tuple(exits))
+
+
+def _skipped_in_body(loop: Loop, earlier: Frame, source: Mapping[tuple[str, int], str]) -> LoopLeft | None:
+    """The suspects stand at a later line of the same loop body than the others: a guarded exit of
+    that body above the others' line sent them past it once (``if torch.isnan(x).any(): continue``
+    above the all_reduce), so they issued one collective fewer and now wait at a later one. None
+    when no such exit is read: then nothing in the body says why."""
+    exits = tuple(e for e in early_exits(loop, earlier.line or 0, source) if e.statement != "return")
+    if not any(e.guard is not None for e in exits):
+        return None
+    return LoopLeft(loop, suspect_inside=False, exits=exits, same_body=True)
 
 
 def _counts_differ(loop: Loop, counters: tuple[Mapping[str, int], Mapping[str, int]]) -> bool:

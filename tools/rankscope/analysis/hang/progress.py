@@ -8,7 +8,10 @@ looks alone:
 
 - a rank **moved** when a loop counter of its own code (step, epoch, i) changed, or the line
   of its own code it stands at did (the innermost frame outside torch and the standard
-  library: training loops in third-party trainers count as its own);
+  library: training loops in third-party trainers count as its own); and, for a rank that does
+  not wait most of the window, when its I/O moved (bytes read or written, or a file wait in the
+  kernel: a checkpoint written to a slow disk at low CPU) or the locals of its own frames did
+  (``progress_signals``);
 - a rank is **busy** when it stands at one place of its own code but burns CPU there (a long
   evaluation, a checkpoint write, a compile), and **blocked** when it stands still without CPU
   of its own, or waits in a collective or for the GPU. On NCCL a CPU that waits for the GPU
@@ -16,7 +19,10 @@ looks alone:
 - the job **moves** when every rank moved. Then no hang rule runs: the verdict is
   ``progressing``, or ``straggler`` when one rank is rarely waiting while the others mostly
   wait (for it). When some rank is blocked while the ranks that do not wait are busy in their
-  own code, the verdict is ``busy``: slow or stuck cannot be told from this window.
+  own code, the verdict is ``busy``: slow or stuck cannot be told from this window. A window
+  long enough (``progress_verdict.STUCK_WINDOW_S``) tells: a rank that stood in one loop of its
+  own code with nothing but its lines moving is stuck there (``progress_stuck``: the loop, its
+  condition and the values it reads).
 
 Pure: the shell hands the looks in; nothing here reads /proc or the clock.
 """
@@ -31,6 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rankscope.analysis.hang.counters import KNOWN_COUNTERS, internal_file
+from rankscope.analysis.hang.loops import LOOP_LOOK_BACK
+from rankscope.analysis.hang.progress_signals import io_moved, io_progress, kernel_shares, locals_moved
+from rankscope.analysis.hang.progress_stuck import lines_around, stuck_loop
 from rankscope.analysis.hang.progress_verdict import BUSY_CPU_PCT
 from rankscope.analysis.hang.stacks import recognise_op
 from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
@@ -58,7 +67,10 @@ class RankWatch:
     ``later``: integer locals of looks taken after the window (at a straggler, for the sizes in
     the functions its time goes to): they say nothing about motion;
     ``samples``: the main thread's stacks py-spy's sampler saw, with how often;
-    ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look.
+    ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look;
+    ``io``: its main thread's I/O counters at both ends; ``kernel``: its main thread's state and
+    wchan, read several times during the window; ``reprs``: the locals of its own frames at the first
+    and the last look (``file:function:name`` -> repr, kept in memory: see ``progress_signals``).
     """
 
     rank: int
@@ -68,6 +80,9 @@ class RankWatch:
     samples: list[tuple[list[Frame], int]] = field(default_factory=list)
     cpu_s: float | None = None
     wall_s: float = 0.0
+    io: list[dict[str, int]] = field(default_factory=list)
+    kernel: list[tuple[str, str]] = field(default_factory=list)
+    reprs: list[dict[str, str]] = field(default_factory=list)
 
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
@@ -199,8 +214,42 @@ def _hot_locals(own: Counter[_Place], counters: list[dict[str, int]]) -> dict[st
     return out
 
 
+RUNNABLE_PCT = 50
+"""Share of the kernel looks in which a rank that does not wait was running (or ready to run) from
+which it computes, whatever CPU time it got: on a loaded host a spinning rank gets little."""
+
+
+def _runnable(kernel: Mapping[str, int]) -> bool:
+    return kernel.get("running", 0) >= RUNNABLE_PCT
+
+
+def _inner_lines(weighted: list[tuple[list[Frame], int, bool]]) -> int:
+    """Distinct innermost Python places below the job's own frame, over the samples that do not wait:
+    a compile or a library's loop moves there while the job's own line stands still."""
+    inner: set[tuple[str, int | None]] = set()
+    for frames, _, waiting in weighted:
+        python = [f for f in frames if not f.native]
+        if not waiting and python and python[0] is not own_frame(python):
+            inner.add((python[0].file, python[0].line))
+    return len(inner)
+
+
+def _signals(w: RankWatch, counters: dict[str, list[int]], places: int, waits: bool) -> list[str]:
+    """Which signals moved: counters, io, lines, locals. I/O and locals count only for a rank that
+    does not wait (on NCCL a rank that spins for the GPU may still move bytes on other paths)."""
+    moved = ["counters"] if counters else []
+    if not waits and io_progress(io_moved(w.io), kernel_shares(w.kernel)):
+        moved.append("io")
+    if places > 1:
+        moved.append("lines")
+    if not waits and locals_moved(w.reprs):
+        moved.append("locals")
+    return moved
+
+
 def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[str, int], str]) -> RankMotion:
-    """How one rank spent the window: its motion, CPU, share of waiting and hot lines."""
+    """How one rank spent the window: its motion, CPU, share of waiting, hot lines, what moved and,
+    when only its lines did (or nothing), the loop of its own code it stood in."""
     weighted = [(frames, n, _waiting(frames, backend, source)) for frames, n in _samples(w)]
     own = _own_counts(weighted)
     total = sum(n for _, n, _ in weighted)
@@ -210,15 +259,22 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
     counters = _moved_counters(w.counters)
     cpu_pct = None if w.cpu_s is None or w.wall_s <= 0 else round(100 * w.cpu_s / w.wall_s)
     last_waits = bool(w.looks) and _waiting(w.looks[-1], backend, source)
+    waits = 2 * waited >= total if total else last_waits  # most of its window, not its last instant
+    moved = _signals(w, counters, len(places), waits)
     motion: Motion
     if len(w.looks) < 2 and not w.samples:
         motion = "unknown"  # one look shows where a rank is, never whether it moves
-    elif counters or len(places) > 1:
+    elif moved:
         motion = "moving"
-    elif not last_waits and cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT:
+    elif not last_waits and (
+        (cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT) or _runnable(kernel_shares(w.kernel))
+    ):
         motion = "busy"
     else:
         motion = "blocked"
+    loop = None
+    if motion != "unknown" and not waits and set(moved) <= {"lines"} and w.looks:
+        loop = stuck_loop([f for f, _, _ in weighted] + w.looks, w.looks[-1], (w.reprs or [{}])[-1], source)
     return RankMotion(
         rank=w.rank,
         motion=motion,
@@ -230,6 +286,12 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         hot=_hot(own, total),
         hot_locals=_hot_locals(own, [*w.counters, *w.later]),
         hot_code=_top_code(own, source),
+        moved=moved if motion != "unknown" else [],
+        io=io_moved(w.io),
+        kernel=kernel_shares(w.kernel),
+        inner_lines=_inner_lines(weighted) if motion != "unknown" else 0,
+        loop=loop.at if loop is not None else None,
+        loop_values=loop.values if loop is not None else {},
     )
 
 
@@ -347,6 +409,9 @@ def summarize(ranks: Sequence[RankMotion], *, window_s: float, backend: Backend 
     if motion == "moving":
         moved = counters_phrase(ranks, window_s)
         lines = f"the lines of their own code changed on every rank in {window_s:.1f} s"
+        if any("lines" not in r.moved for r in ranks if r.motion == "moving"):
+            signals = sorted({s for r in ranks for s in r.moved})
+            lines = f"every rank moved ({', '.join(signals)}) in {window_s:.1f} s"
         summary = "; ".join(p for p in (moved or lines, _share_phrase(ranks, backend)) if p)
     elif motion == "busy":
         summary = f"no counter moved in {window_s:.1f} s, but no rank is blocked: " + "; ".join(
@@ -403,13 +468,16 @@ def with_recorder(
 
 def place_lines(watches: Sequence[RankWatch]) -> set[tuple[str, int]]:
     """The (file, line) of every place of the job's own code the looks saw: the shell reads their
-    source text, which tells a GPU wait (``loss.item()``) from compute."""
+    source text, which tells a GPU wait (``loss.item()``) from compute; and, around the own frames
+    of each rank's last dump, the lines of the loops they stand in (header above, exits below)."""
     wanted: set[tuple[str, int]] = set()
     for w in watches:
         for frames in [*w.looks, *(f for f, _ in w.samples)]:
             own = own_frame(frames)
             if own is not None and own.line is not None:
                 wanted.add((own.file, own.line))
+        if w.looks:
+            wanted |= lines_around(w.looks[-1], LOOP_LOOK_BACK)
     return wanted
 
 

@@ -1,14 +1,18 @@
 """The verdicts a job that is not hung gets: ``progressing``, ``straggler`` and ``busy``.
 
 They are read before any hang rule (:func:`rankscope.analysis.hang.stacks.analyze`): a job that
-moved during the window is never called hung, and a job whose only ranks that do not wait
-compute in their own code is "no progress yet", not a deadlock. Everything else goes to the
-hang rules, with what the window saw added to their evidence.
+moved during the window is never called hung, a rank whose I/O moves while the others wait is a
+straggler (slow I/O), and a job whose only ranks that do not wait compute in their own code is
+"no progress yet", not a deadlock, until a window of :data:`STUCK_WINDOW_S` shows such a rank
+standing in one loop with nothing moving: then it is stuck there (``divergent_ranks``, with the
+loop's condition and the values it reads). Everything else goes to the hang rules, with what
+the window saw added to their evidence.
 """
 
 from __future__ import annotations
 
 from rankscope.analysis.hang.frames import short_site
+from rankscope.analysis.hang.progress_signals import io_phrase, kernel_phrase
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase, value_span
 from rankscope.models.core import Confidence, NextStep, RankStack, Verdict
@@ -23,6 +27,10 @@ PROGRESS_KINDS = ("progressing", "straggler", "busy")
 OWN_TIME_PCT = 50
 """A rank that waits less than this share of its samples spends most of its time in its own code: the
 integer locals there (sizes, counts) are worth quoting."""
+
+STUCK_WINDOW_S = 10.0
+"""A window at least this long concludes: a rank that stood in one loop with nothing moving is stuck
+there. It is the shortest window a ``busy`` answer asks for, so the window it asks for always concludes."""
 
 _SECTION = "skill/hangs.md#"
 MAX_EVIDENCE_RANKS = 6
@@ -46,15 +54,42 @@ def _hot_with_code(r: RankMotion) -> str:
     return ", ".join([first, *r.hot[1:]])
 
 
-def _rank_line(r: RankMotion, told: bool = False) -> str:
+def moved_phrase(r: RankMotion, window_s: float) -> str:
+    """``moved: step 3 → 5, io (writing: 5.0 MiB in 1.2 s, 5.0 MiB/s), lines (2 places)`` or ``nothing
+    moved (counters, I/O, lines, locals)``: which signals decided that a rank moves, or that none did."""
+    if not r.moved:
+        return "nothing moved (counters, I/O, lines, locals)"
+    words = []
+    for signal in r.moved:
+        if signal == "counters" and r.counters:
+            key, (a, b) = next(iter(r.counters.items()))
+            words.append(f"{key.rsplit(':', 1)[-1]} {a} → {b}")
+        elif signal == "io":
+            told = io_phrase(r.io, r.kernel, window_s)
+            words.append(f"io ({told})" if told else "io")
+        elif signal == "lines":
+            words.append(f"lines ({r.moved_lines} places)")
+        else:
+            words.append(signal)
+    return "moved: " + ", ".join(words)
+
+
+def _rank_line(r: RankMotion, told: bool = False, window_s: float | None = None) -> str:
+    """One rank's line; ``window_s`` given for a rank the verdict names: which signals moved, and
+    where it was in the kernel, are said too."""
     parts = [f"rank {r.rank}: {r.motion}"]
-    if r.counters:
+    if window_s is not None and r.motion != "unknown":
+        parts.append(moved_phrase(r, window_s))  # its counter too, when one moved
+    elif r.counters:
         key, (a, b) = next(iter(r.counters.items()))
         parts.append(f"{key.rsplit(':', 1)[-1]} {a} → {b}")
     if r.waiting_pct is not None:
         parts.append(f"waiting {r.waiting_pct}% of {r.samples} samples")
     if r.cpu_pct is not None:
         parts.append(f"CPU {r.cpu_pct}%")
+    kernel = kernel_phrase(r.kernel) if window_s is not None and r.kernel.get("running", 0) < 100 else None
+    if kernel:
+        parts.append(f"kernel: {kernel}")
     if r.hot and not told:
         parts.append("own code: " + ", ".join(r.hot))
         if r.hot_locals and (r.waiting_pct or 0) < OWN_TIME_PCT:
@@ -73,7 +108,9 @@ def evidence(
     lines = [f"window: {progress.summary}"]
     lead = set(first or [])
     ordered = sorted(progress.ranks, key=lambda r: (r.rank not in lead, r.rank))
-    lines += [_rank_line(r, r.rank == told) for r in ordered[:shown]]
+    lines += [
+        _rank_line(r, r.rank == told, progress.window_s if r.rank in lead else None) for r in ordered[:shown]
+    ]
     rest = ordered[shown:]
     if rest:
         waits = [r.waiting_pct for r in rest if r.waiting_pct is not None]
@@ -86,7 +123,7 @@ def evidence(
 
 
 def _wider(progress: Progress) -> int:
-    return int(max(10, round(progress.window_s * 10)))
+    return int(max(STUCK_WINDOW_S, round(progress.window_s * 10)))
 
 
 def _own_time(progress: Progress) -> str:
@@ -132,6 +169,9 @@ def _straggler(progress: Progress) -> Verdict:
     where = f"; its time goes to {_hot_with_code(r)}" if r.hot else ""
     if r.hot_locals:
         where += f", where {locals_phrase(r)}"
+    io = io_phrase(r.io, r.kernel, progress.window_s) if "io" in r.moved else None
+    if io:
+        where += f"; it is {io}"
     return Verdict(
         kind="straggler",
         suspect_ranks=[rank],
@@ -185,22 +225,80 @@ def _waiting_phrase(blocked: list[RankMotion], by_rank: dict[int, RankStack]) ->
 
 
 def _busy(progress: Progress, annotated: list[RankStack]) -> Verdict | None:
-    """Nothing completed, but the ranks that do not wait compute in their own code."""
+    """Nothing completed, but the ranks that do not wait work in their own code: a rank whose I/O
+    moves is a straggler (slow I/O); over a window of :data:`STUCK_WINDOW_S` a rank that stood in one
+    loop with nothing moving is stuck there; otherwise busy."""
     by_rank = {s.rank: s for s in annotated if s.rank is not None}
     active = [
         r
         for r in progress.ranks
-        if r.motion in ("busy", "moving")
-        and (r.cpu_pct is None or r.cpu_pct >= BUSY_CPU_PCT)
-        and not (r.rank in by_rank and _waits(by_rank[r.rank]))
+        if r.motion in ("busy", "moving") and not (r.rank in by_rank and _waits(by_rank[r.rank]))
     ]
     blocked = [r for r in progress.ranks if r.motion == "blocked"]
+    concludes = progress.window_s >= STUCK_WINDOW_S
+    stuck = _stuck_ranks(progress, by_rank) if concludes else []
+    if stuck:
+        rest = [r for r in progress.ranks if r not in stuck]
+        return stuck_verdict(progress, stuck, _waiting_phrase(rest, by_rank))
     if not active or any(r.rank in by_rank and not _waits(by_rank[r.rank]) for r in blocked):
         return None
+    if blocked and all("io" in r.moved for r in active):
+        return _io_straggler(progress, active, _waiting_phrase(blocked, by_rank))
+    return _busy_verdict(progress, active, blocked, by_rank, concludes)
+
+
+CALL_MOVES = 4
+"""Distinct places inside the call a rank stands in (below its own line) from which that call is taken
+to work (a compile, a library's loop): over a long window such a rank is slow, not stuck."""
+
+_SLEEPS = ("timer", "running")
+"""Kernel waits of a rank that polls: it sleeps in a timer between its looks, or runs."""
+
+
+def _stuck_ranks(progress: Progress, by_rank: dict[int, RankStack]) -> list[RankMotion]:
+    """The ranks a long window saw stand in their own code with nothing but their lines moving, while
+    every other rank waits in a collective: busy in one loop (or at one line), or asleep in a ``while``
+    loop that polls (a rank blocked on a queue, a lock or a socket is left to the hang rules)."""
+
+    def stands(r: RankMotion) -> bool:
+        if r.motion == "unknown" or set(r.moved) - {"lines"}:
+            return False
+        if r.rank in by_rank and _waits(by_rank[r.rank]):
+            return False
+        if r.motion == "blocked":
+            polls = not r.kernel or next(iter(r.kernel)) in _SLEEPS
+            return bool(r.loop) and "`while " in (r.loop or "") and polls
+        return bool(r.loop) or (not r.moved and r.inner_lines < CALL_MOVES)
+
+    stuck = [r for r in progress.ranks if stands(r)]
+    rest = [r for r in progress.ranks if r not in stuck]
+    if not rest or any(
+        r.motion != "blocked" or r.rank not in by_rank or not _waits(by_rank[r.rank]) for r in rest
+    ):
+        return []
+    return stuck
+
+
+def _busy_verdict(
+    progress: Progress,
+    active: list[RankMotion],
+    blocked: list[RankMotion],
+    by_rank: dict[int, RankStack],
+    concludes: bool,
+) -> Verdict:
     who = ranks_phrase([r.rank for r in active])
     wide = _wider(progress)
     where = "; ".join(_busy_phrase(r) for r in active)
-    if blocked:
+    if blocked and concludes:
+        signals = sorted({s for r in active for s in r.moved} - {"lines"}) or ["lines"]
+        moved = (
+            f"its {', '.join(signals)} moved" if any(r.moved for r in active) else "the call it is in moves"
+        )
+        summary = (
+            f"no progress in {progress.window_s:.1f} s: {_waiting_phrase(blocked, by_rank)} while {where}: "
+            f"{who} hold{'s' if len(active) == 1 else ''} the others back; {moved}: slow, not stuck"
+        )
+    elif blocked:
         summary = (
             f"no progress in {progress.window_s:.1f} s: {_waiting_phrase(blocked, by_rank)} while {where}: "
             f"{who} hold{'s' if len(active) == 1 else ''} the others back. Not a deadlock as far as this window "
@@ -234,6 +332,94 @@ def _busy(progress: Progress, annotated: list[RankStack]) -> Verdict | None:
     )
 
 
+def _io_straggler(progress: Progress, active: list[RankMotion], waiting: str) -> Verdict:
+    """The ranks that do not wait move bytes (a checkpoint written to a slow file system): slow, not hung."""
+    who = ranks_phrase([r.rank for r in active])
+    doing = "; ".join(
+        f"rank {r.rank} is {io_phrase(r.io, r.kernel, progress.window_s) or 'in I/O'}"
+        + (f" in {r.hot[0].rsplit(' ', 1)[0]}" if r.hot else "")
+        for r in active
+    )
+    moved_bytes = all(io_phrase(r.io, {}, progress.window_s) for r in active)
+    one = len(active) == 1
+    return Verdict(
+        kind="straggler",
+        suspect_ranks=[r.rank for r in active],
+        confidence="high" if moved_bytes else "medium",
+        summary=f"{doing} while {waiting}: {who} hold{'s' if one else ''} the others back with I/O. Slow, not hung",
+        evidence=evidence(progress, [r.rank for r in active]),
+        next_steps=[
+            _step(
+                "straggler",
+                f"Read {who}'s hot lines: a checkpoint or log written to a slow file system, or data read from one, "
+                f"while the others wait in their collective. If it is too slow: write from fewer ranks, "
+                "asynchronously, or to faster storage; give the group a `timeout=` longer than the write.",
+            ),
+            _step(
+                "straggler",
+                "If the I/O ends and the job still does not move, look again.",
+                "dump_stacks",
+                {"window_s": _wider(progress)},
+            ),
+        ],
+    )
+
+
+def _stuck_phrase(r: RankMotion) -> str:
+    """``rank 1 is stuck in the loop at poll.py:40 `while not os.path.exists(p)`, whose condition reads
+    p='/data/ready'``, or, with no loop read, where it stood."""
+    if r.loop:
+        text = f"rank {r.rank} is stuck in the loop at {r.loop}"
+        if r.loop_values:
+            values = ", ".join(f"{k}={v}" for k, v in r.loop_values.items())
+            text += f", whose condition reads {values}, unchanged"
+    else:
+        where = r.hot[0].rsplit(" ", 1)[0] if r.hot else "its own code"
+        text = f"rank {r.rank} is stuck at {where}" + (f" `{r.hot_code}`" if r.hot_code else "")
+        text += " (or in one call longer than the window)"
+    return text
+
+
+def stuck_verdict(progress: Progress, stuck: list[RankMotion], waiting: str) -> Verdict:
+    """A window long enough saw these ranks stand in their own code, in one loop (or at one line), with
+    no counter, I/O or local moving, while the others wait in a collective: a hang, and the loop's
+    condition is why."""
+    who = ranks_phrase([r.rank for r in stuck])
+    one = len(stuck) == 1
+    cpus = [r.cpu_pct for r in stuck if r.cpu_pct is not None]
+    cpu = f"; CPU {value_span(cpus, '%')}" if cpus else ""
+    lines = any(r.moved for r in stuck)
+    what, signals = ("nothing but its lines", "I/O or local") if lines else ("nothing", "I/O, line or local")
+    summary = (
+        f"{'; '.join(_stuck_phrase(r) for r in stuck)}: {what} moved in {progress.window_s:.1f} s "
+        f"(no counter, {signals}{cpu}) while {waiting}: {who} never reached the collective "
+        "the others wait in"
+    )
+    looped = all(r.loop for r in stuck)
+    return Verdict(
+        kind="divergent_ranks",
+        suspect_ranks=[r.rank for r in stuck],
+        confidence="high" if looped else "medium",
+        summary=summary,
+        # analyze() leads with the window's line; the others only wait: summed up
+        evidence=evidence(progress, [r.rank for r in stuck], shown=len(stuck))[1:],
+        next_steps=[
+            _step(
+                "stuck",
+                f"Read the condition of the loop {who} {'stands' if one else 'stand'} in and find what should change "
+                "the values it reads (a file another rank or process writes, a flag another thread sets, a peer "
+                "that answers) and why it does not; bound the loop with a timeout that raises.",
+            ),
+            _step(
+                "stuck",
+                f"What {who} {'waits' if one else 'wait'} on, native frames and locals included.",
+                "dump_stacks",
+                {"native": True, "locals": True, "full_ranks": [r.rank for r in stuck]},
+            ),
+        ],
+    )
+
+
 def progress_verdict(progress: Progress | None, annotated: list[RankStack]) -> Verdict | None:
     """The verdict of a job that is not hung, or None when the hang rules must decide."""
     if progress is None:
@@ -245,4 +431,13 @@ def progress_verdict(progress: Progress | None, annotated: list[RankStack]) -> V
     return None
 
 
-__all__ = ["BUSY_CPU_PCT", "PROGRESS_KINDS", "evidence", "locals_phrase", "progress_verdict"]
+__all__ = [
+    "BUSY_CPU_PCT",
+    "PROGRESS_KINDS",
+    "STUCK_WINDOW_S",
+    "evidence",
+    "locals_phrase",
+    "moved_phrase",
+    "progress_verdict",
+    "stuck_verdict",
+]

@@ -148,6 +148,11 @@ def recognise_op(frames: list[Frame], ddp_evidence: str | None = None) -> tuple[
     return None, None
 
 
+_DEFAULT_GROUP = re.compile(
+    r"\bgroup\s*=\s*(?:None\b|(?:\w+\.)*group\.WORLD\b|(?:\w+\.)*_get_default_group\(\))"
+)
+"""A call's line that passes the default group by name (``group=dist.group.WORLD``): no subgroup."""
+
 _C_WAIT = re.compile(r"\.wait\(\s*(timeout\s*=\s*[^)]*)?\)")
 
 
@@ -290,6 +295,12 @@ def annotate(
     )
     counters = stack.counters or int_locals(thread.frames)
     subgroup = stack.subgroup if stack.subgroup is not None else on_subgroup(thread.frames)
+    if (
+        subgroup
+        and site is not None
+        and _DEFAULT_GROUP.search((source or {}).get((site.file, site.line or 0), ""))
+    ):
+        subgroup = False  # the job's line passes the default group itself: every rank's group
     groups = stack.group_locals or read_group_locals(thread.frames, stack.rank, world)
     return stack.model_copy(
         update={

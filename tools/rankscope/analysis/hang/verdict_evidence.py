@@ -5,17 +5,13 @@ autograd and on GPU waits that keep a reader from the wrong conclusion."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rankscope.analysis.hang.frames import GONE_STATES, STUCK_STATES, short_site
-from rankscope.analysis.hang.verdict_phrases import describe, guard_phrase, state_words
+from rankscope.analysis.hang.verdict_facts import Facts
+from rankscope.analysis.hang.verdict_phrases import describe, guard_phrase, lone_call, state_words
 from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import Waits, is_matched, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import RankStack
-
-if TYPE_CHECKING:  # annotations only: verdict_facts writes its evidence through this module
-    from rankscope.analysis.hang.verdict_facts import Facts
 
 BACKWARD_OP = "autograd.backward"
 """The op of a rank inside autograd's backward with no communication frame in sight."""
@@ -59,6 +55,9 @@ def _group_lines(f: Facts) -> list[str]:
             if lead is not None and g.wait in GPU_LIKE
             else (lead.op_evidence if lead else None)
         )
+        call = lone_call(f, g) if not g.op and g.wait not in GPU_LIKE else None
+        if call is not None:  # no collective frame in sight, but the call it is in is one
+            why = f"{call.name} is itself a collective"
         lines.append(describe(g) + (f" [{why}]" if why else ""))
     return lines
 

@@ -3,7 +3,8 @@
 
 The facts sort the ranks by what they wait for, because that is what every rule asks first:
 a rank in a collective, in none, waiting for the GPU, stopped. The evidence lines every
-verdict carries are written from them by analysis/hang/verdict_evidence.py.
+verdict carries are written from them by analysis/hang/verdict_evidence.py, which reads this
+module (as do the phrases); nothing here reads either, so the three import in one direction.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rankscope.analysis.hang.conditions import Guard, stack_guard
 from rankscope.analysis.hang.counters import CounterSplit, counter_split
 from rankscope.analysis.hang.frames import STUCK_STATES, main_thread
 from rankscope.analysis.hang.gpu_busy import idle_minority
-from rankscope.analysis.hang.verdict_evidence import evidence
+from rankscope.analysis.hang.library_calls import LibraryCall, library_call
 from rankscope.analysis.hang.verdict_texts import Step
 from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits
@@ -62,6 +63,8 @@ class Facts:
     guards: dict[int, tuple[Guard, CallSite]] = field(default_factory=dict)
     source: Mapping[tuple[str, int], str] = field(default_factory=dict)
     """The job's source lines read around the ranks' frames (conditions, loops), by (file, line)."""
+    calls: dict[int, LibraryCall] = field(default_factory=dict)
+    """Each live rank's library call that is itself a collective (ZeRO's consolidate_state_dict), if any."""
 
     @property
     def nccl(self) -> bool:
@@ -90,7 +93,7 @@ class Ruling:
     steps: tuple[Step | NextStep, ...] = ()
 
 
-def facts(
+def sort_ranks(
     job: Job,
     annotated: list[RankStack],
     groups: list[Group],
@@ -103,7 +106,7 @@ def facts(
     source: Mapping[tuple[str, int], str] | None = None,
     ras: RasFinding | None = None,
 ) -> Facts:
-    """Sort the ranks by what they wait for and write the evidence every verdict carries."""
+    """Sort the ranks by what they wait for (the evidence lines are left to verdict.facts)."""
     f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight, ras=ras)
     f.source = source or {}
     f.guards = _guards(annotated, f.source)
@@ -115,12 +118,18 @@ def facts(
     f.gpu_groups = [g for g in groups if g.state is None and g.wait in GPU_LIKE]
     f.op_groups = [g for g in groups if g.state is None and g.op and g.wait not in GPU_LIKE]
     f.none_groups = [g for g in groups if g.state is None and not g.op and g.wait not in GPU_LIKE]
+    f.calls = {
+        s.rank: call
+        for s in f.live
+        if s.rank is not None
+        and (t := main_thread(s)) is not None
+        and (call := library_call(t.frames, f.source))
+    }
     f.waits = _p2p_waits(f.live)
     f.counters = counter_split(f.live)
     f.gpu_idle = idle_minority(
         {s.rank: s.gpu_util for s in f.live if s.rank is not None and s.gpu_util is not None}
     )
-    f.evidence = evidence(f)
     return f
 
 
@@ -153,4 +162,4 @@ def _guards(
     return out
 
 
-__all__ = ["Facts", "Ruling", "facts"]
+__all__ = ["Facts", "Ruling", "sort_ranks"]

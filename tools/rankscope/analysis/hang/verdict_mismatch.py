@@ -20,9 +20,12 @@ from rankscope.analysis.hang.verdict_phrases import (
     are,
     describe,
     describe_all,
+    group_call,
     group_guard,
     group_loop,
     guard_phrase,
+    library_phrase,
+    lone_call,
     loop_phrase,
     parting_phrase,
     plural,
@@ -45,7 +48,8 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     if sizes[largest] == 1:
         majority = next(g for g in f.op_groups if len(g.ranks) == largest)
         minority = [g for g in f.op_groups if g is not majority]
-        left = left_in_subgroup(f, majority, minority)
+        called = any(group_call(f, g, majority) for g in minority)
+        left = None if called else left_in_subgroup(f, majority, minority)
         if left is not None:
             return left
         suspects, confidence, summary, extra = _against_majority(f, majority, minority)
@@ -61,7 +65,7 @@ def rule_mismatched(f: Facts) -> Ruling | None:
     if f.gpu:
         summary += say("cpu_not_where_stuck", groups=describe_all(f.gpu_groups))
     recorder = () if f.on_gloo else (step("recorder_mismatch_seq"),)
-    fix = guard_fix(f, suspects) or uneven
+    fix = library_fix(f, suspects) or guard_fix(f, suspects) or uneven
     return Ruling(
         kind="mismatched_collectives",
         suspects=suspects,
@@ -93,6 +97,29 @@ def guard_fix(f: Facts, suspects: list[int]) -> Step | None:
     return None
 
 
+def library_fix(f: Facts, suspects: list[int], *, any_wait: bool = False) -> Step | None:
+    """The fix when the suspects' collective is a library call: make it on every rank, keep the
+    rank's own work (the file write) under the condition. ``any_wait``: the suspects may wait for
+    the GPU inside the call (NCCL), not only in a collective."""
+    for group in f.groups if any_wait else f.op_groups:
+        call = lone_call(f, group) if group.ranks and group.ranks[0] in suspects else None
+        if call is None:
+            continue
+        found = group_guard(f, group)
+        under = ""
+        if found is not None:
+            guard, site = found
+            under = f" under `{guard.condition}` at {os.path.basename(site.file)}:{guard.line}"
+        return step(
+            "fix_library_call",
+            call=call.name,
+            site=f"{os.path.basename(call.site.file)}:{call.site.line}",
+            who=ranks_phrase(group.ranks),
+            under=under,
+        )
+    return None
+
+
 def loop_fix(f: Facts, minority: list[Group], majority: Group) -> Step | None:
     """The fix when a loop splits the ranks, read on the first minority group it splits."""
     return next((loop_step(left) for g in minority if (left := group_loop(f, g, majority)) is not None), None)
@@ -120,6 +147,10 @@ def _against_majority(
     their stack leaves the majority's; partings that tell nothing new go to the evidence."""
     suspects = sorted(r for g in minority for r in g.ranks)
     conditions = [p for g in f.op_groups if (p := guard_phrase(f, g))]
+    called = [(g, said) for g in minority if (said := library_phrase(f, g, majority))]
+    if called:  # the call names the cause; the condition above it says who made it alone
+        guards = [held for g, _ in called if (held := guard_phrase(f, g))]
+        return suspects, "high", "; ".join([*(said for _, said in called), *guards]), []
     partings = [q for g in minority if (q := parting_phrase(f, g, majority))]
     # a rank condition above the suspects' own collective already tells why they are elsewhere
     guarded = any(guard_phrase(f, g) for g in minority)
@@ -152,6 +183,10 @@ def _even_split(f: Facts) -> tuple[list[int], Confidence, str]:
     ]
     if len(ruled) == 1:
         group, phrase = ruled[0]
+        others = next((g for g in f.op_groups if g is not group), None)
+        called = library_phrase(f, group, others) if others is not None and len(f.op_groups) == 2 else None
+        if called is not None:  # a library collective under a rank condition: who made it alone is sure
+            return list(group.ranks), "high", f"{called}; {phrase}"
         return (
             list(group.ranks),
             "medium",
@@ -264,4 +299,4 @@ def _subgroup_ruling(
     return Ruling("mismatched_collectives", suspects, confidence, summary, evidence, steps)
 
 
-__all__ = ["guard_fix", "left_in_subgroup", "loop_fix", "loop_step", "rule_mismatched"]
+__all__ = ["guard_fix", "left_in_subgroup", "library_fix", "loop_fix", "loop_step", "rule_mismatched"]

@@ -10,11 +10,14 @@ state is.
 
 from __future__ import annotations
 
-from rankscope.analysis.hang.frames import short_site
+import os
+
+from rankscope.analysis.hang.frames import main_thread, short_site
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
-from rankscope.analysis.hang.verdict_mismatch import guard_fix, loop_fix
+from rankscope.analysis.hang.verdict_mismatch import guard_fix, library_fix, loop_fix
 from rankscope.analysis.hang.verdict_phrases import (
     are,
+    call_phrase,
     describe,
     describe_all,
     guard_phrase,
@@ -72,6 +75,55 @@ def rule_ras(f: Facts) -> Ruling | None:
         summary=say("ras_decides", summary=r.summary),
         evidence=evidence,
         steps=(step("dump_native_locals_launch"), step("recorder_never_enqueued")),
+    )
+
+
+def rule_nccl_library_call(f: Facts) -> Ruling | None:
+    """NCCL: a few ranks are inside a library call that is itself a collective, and the others are not.
+
+    On NCCL the call's collective is enqueued and the CPU stops at its next GPU wait inside the
+    call (``.item()`` in ZeRO's ``_broadcast_object``) or in a later collective's enqueue, while
+    the others went on and wait for the GPU behind a collective of theirs: the few are the ones
+    that made the call alone. High when a rank condition above the call says so, or the counters
+    name the same ranks; medium otherwise.
+    """
+    if not f.nccl or f.stuck or not f.calls:
+        return None
+    marks = {r: (c.frame.function, c.frame.file) for r, c in f.calls.items()}
+    seen = {
+        s.rank: {(fr.function, fr.file) for fr in t.frames}
+        for s in f.live
+        if s.rank is not None and (t := main_thread(s)) is not None
+    }
+    # in the call, and no rank outside it runs that call's frame (those in the same call are its company)
+    alone = sorted(
+        r
+        for r, mark in marks.items()
+        if not any(mark in held for o, held in seen.items() if marks.get(o) != mark)
+    )
+    others = [g for g in f.groups if g.state is None and not set(g.ranks) & set(alone)]
+    if (
+        not alone
+        or len(alone) * 2 >= len(f.live)
+        or sum(len(g.ranks) for g in others) + len(alone) != len(f.live)
+    ):
+        return None
+    call = f.calls[alone[0]]
+    if any(f.calls[r].name != call.name for r in alone):
+        return None
+    guarded = all(r in f.guards and f.guards[r][0].kind == "rank" for r in alone)
+    counted = f.counters is not None and f.counters.suspects == alone
+    summary = call_phrase(f, alone, call, describe_all(others))
+    if alone[0] in f.guards:
+        guard, site = f.guards[alone[0]]
+        summary += f"; {guard.phrase(os.path.basename(site.file), 'call', site.line)}"
+    return Ruling(
+        kind="mismatched_collectives",
+        suspects=alone,
+        confidence="high" if guarded or counted else "medium",
+        summary=summary + say("cpu_not_where_stuck_call"),
+        evidence=f.evidence,
+        steps=(library_fix(f, alone, any_wait=True) or step("open_mismatch_site"), step("recorder_lone")),
     )
 
 

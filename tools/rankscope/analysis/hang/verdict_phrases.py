@@ -8,8 +8,8 @@ evidence lines; they say, and decide nothing.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+from rankscope.analysis.hang.conditions import Guard
 from rankscope.analysis.hang.frames import (
     STUCK_STATES,
     blocked_in,
@@ -19,15 +19,13 @@ from rankscope.analysis.hang.frames import (
     parting,
     short_site,
 )
+from rankscope.analysis.hang.library_calls import LibraryCall
 from rankscope.analysis.hang.loops import Loop, LoopLeft, loop_left
+from rankscope.analysis.hang.verdict_facts import Facts
 from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, STATE_WORDS, say
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Backend, CallSite, Frame, Group, RankStack, Verdict
-
-if TYPE_CHECKING:  # annotations only: verdict_facts imports the evidence, which uses these phrases
-    from rankscope.analysis.hang.conditions import Guard
-    from rankscope.analysis.hang.verdict_facts import Facts
 
 
 def are(count: int) -> str:
@@ -128,6 +126,23 @@ def loop_phrase(f: Facts, suspects: Group, majority: Group, left: LoopLeft) -> s
             "still_in_the_loop", be=("is" if one else "are"), have=("have" if many else "has"), **fields
         )
     found = left.exit
+    if left.same_body and found is not None and found.guard is not None:
+        return say(
+            "skipped_in_body",
+            who=who,
+            be="is" if one else "are",
+            they=they,
+            loop_at=left.loop.at,
+            header=left.loop.header,
+            count=loop_count(f, majority.ranks, left.loop),
+            why=say(
+                "left_by_exit",
+                cond=found.guard.condition,
+                guard_at=found.guard_at,
+                statement=found.statement,
+                exit_at=found.at,
+            ),
+        )
     why = say("left_uneven")
     if found is not None and found.guard is not None:
         why = say(
@@ -174,6 +189,58 @@ def parting_phrase(f: Facts, suspects: Group, majority: Group) -> tuple[str, boo
     return text, library or later
 
 
+def group_call(f: Facts, group: Group, others: Group) -> LibraryCall | None:
+    """The library call (itself a collective) a group's lead rank is in and the others' lead is not."""
+    call = f.calls.get(group.ranks[0]) if group.ranks else None
+    theirs = _lead(f, others)
+    if call is None or theirs is None:
+        return None
+    mark = (call.frame.function, call.frame.file)
+    return None if any((fr.function, fr.file) == mark for fr in theirs[1]) else call
+
+
+def library_phrase(f: Facts, group: Group, others: Group) -> str | None:
+    """``rank 0 alone called ZeroRedundancyOptimizer.consolidate_state_dict (ckpt.py:21: `...`), a
+    collective every rank of its group must call: it waits in broadcast inside it, while ranks 1-3
+    went on to all_reduce at train.py:74``."""
+    call = group_call(f, group, others)
+    if call is None:
+        return None
+    went = f"{ranks_phrase(others.ranks)} went on to {others.op or 'another call'} at {short_site(others.call_site)}"
+    return call_phrase(f, group.ranks, call, went)
+
+
+def call_phrase(f: Facts, who: list[int], call: LibraryCall, others: str) -> str:
+    """The library call ``who`` made alone, quoted from the job's line, and where the others are."""
+    line = f.source.get((call.site.file, call.site.line or 0), "").strip()
+    text = say(
+        "library_call",
+        who=ranks_phrase(who),
+        call=call.name,
+        site=short_site(call.site),
+        line=line[:80],
+        how=call.how,
+        others=others,
+    )
+    return text if line else text.replace(": ``", "")
+
+
+def inside_phrase(f: Facts, who: list[int], call: LibraryCall) -> str:
+    """``rank 0 is inside DistributedDataParallel(...) (train.py:30: `...`), a collective every rank of
+    its group must call: its CPU waits inside it, at ...``: for ranks in no collective frame."""
+    line = f.source.get((call.site.file, call.site.line or 0), "").strip()
+    text = say(
+        "inside_call",
+        who=ranks_phrase(who),
+        be=are(len(who)),
+        call=call.name,
+        site=short_site(call.site),
+        line=line[:80],
+        how=call.how,
+    )
+    return text if line else text.replace(": ``", "")
+
+
 def recorder_lines(recorder: Verdict) -> list[str]:
     """The recorder's first evidence lines, each marked as the recorder's."""
     return [say("recorder_line", line=line) for line in recorder.evidence[:6]]
@@ -195,17 +262,36 @@ def guard_phrase(f: Facts, group: Group) -> str | None:
     if found is None:
         return None
     guard, site = found
-    what = group.op or "call"
+    what = "call" if lone_call(f, group) is not None else group.op or "call"
     return guard.phrase(os.path.basename(site.file), what, site.line)
+
+
+def lone_call(f: Facts, group: Group) -> LibraryCall | None:
+    """The library call (itself a collective) a group's lead rank is in, when no rank outside the
+    group runs it: the condition above it guards that call, not the collective inside it."""
+    call = f.calls.get(group.ranks[0]) if group.ranks else None
+    if call is None:
+        return None
+    mark = (call.frame.function, call.frame.file)
+    for s in f.annotated:
+        thread = main_thread(s) if s.rank not in group.ranks else None
+        if thread is not None and any((fr.function, fr.file) == mark for fr in thread.frames):
+            return None
+    return call
 
 
 __all__ = [
     "are",
+    "call_phrase",
     "describe",
     "describe_all",
+    "group_call",
     "group_guard",
     "group_loop",
     "guard_phrase",
+    "inside_phrase",
+    "library_phrase",
+    "lone_call",
     "loop_count",
     "loop_phrase",
     "other_side",

@@ -17,12 +17,13 @@ from dataclasses import replace
 from rankscope.analysis.hang.counters import CounterSplit
 from rankscope.analysis.hang.frames import main_thread, short_site
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
-from rankscope.analysis.hang.verdict_mismatch import rule_mismatched
+from rankscope.analysis.hang.verdict_mismatch import library_fix, rule_mismatched
 from rankscope.analysis.hang.verdict_nccl import (
     nccl_same_line,
     rule_flight_recorder,
     rule_gpu_idle,
     rule_nccl_cannot_tell,
+    rule_nccl_library_call,
     rule_nccl_lone_collective,
     rule_nccl_rank_elsewhere,
     rule_ras,
@@ -32,6 +33,8 @@ from rankscope.analysis.hang.verdict_phrases import (
     describe,
     describe_all,
     guard_phrase,
+    inside_phrase,
+    lone_call,
     other_side,
     state_words,
     stopped_groups,
@@ -97,6 +100,9 @@ def rule_divergent(f: Facts) -> Ruling | None:
         "divergent", parts="; ".join(parts), waiting=describe_all(f.op_groups), who=ranks_phrase(suspects)
     )
     conditions = [p for g in f.none_groups if (p := guard_phrase(f, g))]
+    inside = [(g, call) for g in f.none_groups if (call := lone_call(f, g)) is not None]
+    for g, call in inside:  # in no collective frame, but inside a library call that is one
+        summary += "; " + inside_phrase(f, g.ranks, call)
     if conditions:
         summary += f"; {'; '.join(conditions)}"
     if f.gpu:
@@ -109,8 +115,9 @@ def rule_divergent(f: Facts) -> Ruling | None:
     steps: list[Step] = []
     if f.stuck:
         steps.append(step("resume_stuck", who=ranks_phrase([s.rank for s in f.stuck if s.rank is not None])))
+    fix = library_fix(f, suspects, any_wait=True) if inside else None
     if f.idle:
-        steps += [step("read_divergent_sites"), step("dump_native_locals_divergent")]
+        steps += [*([fix] if fix else []), step("read_divergent_sites"), step("dump_native_locals_divergent")]
     steps.append(step("repro_divergent"))
     return Ruling("divergent_ranks", suspects, confidence, summary, f.evidence, tuple(steps))
 
@@ -325,6 +332,7 @@ NCCL_RULES: tuple[Rule, ...] = (
     rule_nothing_captured,
     rule_flight_recorder,
     rule_ras,
+    rule_nccl_library_call,
     rule_counters,
     rule_nccl_rank_elsewhere,
     rule_gpu_idle,

@@ -208,6 +208,12 @@ STEPS: Mapping[str, StepText] = MappingProxyType(
             None,
             "mismatched-collectives",
         ),
+        "fix_library_call": _step(
+            "Fix: call {call} ({site}) on every rank of its group, not only on {who}{under}: it is a collective; "
+            "keep only the rank's own work (the file write) on {who}.",
+            None,
+            "mismatched-collectives",
+        ),
         "fix_data_guard": _step(
             "Fix: make every rank take the same branch at {guard_at} (all_reduce the flag first), or call the {op} at "
             "{site} outside it.",
@@ -389,6 +395,12 @@ SAY: Mapping[str, str] = MappingProxyType(
         # mismatched collectives, a subgroup left waiting
         "mismatched": "{minority} while {majority}: {who} {are} in a different collective than the others (a "
         "collective skipped, added or reordered on those ranks)",
+        "library_call": "{who} alone called {call} ({site}: `{line}`), a collective every rank of its group must "
+        "call: {how}, while {others}",
+        "inside_call": "{who} {be} inside {call} ({site}: `{line}`), a collective every rank of its group must "
+        "call: {how}",
+        "cpu_not_where_stuck_call": " (on NCCL the call's collective is enqueued and the CPU stops at the next GPU "
+        "wait: the others are not stuck where their CPU is)",
         "mismatched_because": "{minority} while {majority}: {who} {are} in a different collective than the others",
         "even_split_ruled": "{described}: the ranks split evenly, but {phrase}: {who} {run} a collective under a "
         "rank condition that the others never call (call it on every rank, or guard only the work that is not a "
@@ -410,6 +422,8 @@ SAY: Mapping[str, str] = MappingProxyType(
         "parting": "{who} {leaves} {they} in {where}: at line {line}, they at line {their_line}",
         "left_the_loop": "{who} {has} left the loop at {loop_at} `{header}` that {they} {are} still in{count}, so "
         "it {ran_out_early}: {why}",
+        "skipped_in_body": "{who} {be} at a later collective of the same body of the loop at {loop_at} `{header}` "
+        "than {they}{count}: {who} issued fewer collectives earlier in that body; {why}",
         "left_uneven": "fewer batches than the others (uneven inputs), or a `continue`, `break` or `return` only it "
         "took",
         "left_by_exit": "`{cond}` ({guard_at}) sends some ranks to the `{statement}` at {exit_at}",

@@ -24,6 +24,7 @@ from rankscope.analysis.memory.budget import compute_budget as compute_budget
 from rankscope.analysis.memory.budget import dtype_bytes as dtype_bytes
 from rankscope.analysis.memory.budget import layer_unit as layer_unit
 from rankscope.analysis.memory.budget import optimizer_states as optimizer_states
+from rankscope.analysis.memory.diagnosis import diagnose as diagnose
 from rankscope.analysis.memory.frames import NO_FRAMES as NO_FRAMES
 from rankscope.analysis.memory.frames import SKILL as SKILL
 from rankscope.analysis.memory.frames import SMALL_POOL_MAX as SMALL_POOL_MAX

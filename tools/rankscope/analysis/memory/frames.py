@@ -142,6 +142,25 @@ class SiteNamer:
     def site(self, frames: Sequence[Mapping[str, Any]]) -> str:
         return self.names[self.of(frames)] if frames else NO_FRAMES
 
+    def script(self, frames: Sequence[Mapping[str, Any]]) -> str | None:
+        """The job's own script line on a stack: the innermost frame of the file of its outermost user frame.
+
+        The site names where the bytes were allocated (model.py:48 in forward); the line of the
+        training script that led there (train.py:77 in main) is what says who keeps them. None
+        when the site is already in that file, or the stack has no user frame.
+        """
+        user = [
+            f
+            for f in frames
+            if self.frame_filter(str(f.get("name", "")), str(f.get("filename", "")))
+            and is_user_file(str(f.get("filename", "")))
+        ]
+        if len(user) < 2:
+            return None
+        script_file = user[-1].get("filename")
+        inner = next(f for f in user if f.get("filename") == script_file)
+        return None if inner is user[0] else _fmt_frame(inner)
+
     def stack(self, frames: Sequence[Mapping[str, Any]], limit: int = 8) -> list[str]:
         out = [
             _fmt_frame(f)

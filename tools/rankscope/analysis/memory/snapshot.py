@@ -290,15 +290,29 @@ def analyze_snapshot(
             free_blocks=st.free_by_dev.get(main, []),
             failed_request=ooms[-1].requested_bytes if ooms else None,
         ),
-        top_sites=[
-            AllocationSite(site=name, live_bytes=v[0], blocks=v[1], stack=namer.stack(stacks.get(name, [])))
-            for name, v in ranked[:top]
-        ],
+        top_sites=[_site(namer, name, v, stacks.get(name, [])) for name, v in ranked[:top]],
         other_sites=len(rest),
         other_sites_bytes=sum(v[0] for _, v in rest),
         leak_suspects=_leak_suspects(rp.samples, namer, trace, min_leak_bytes)[:top],
         has_frames=has_frames,
+        end_time_us=_end_time(trace),
     )
+
+
+def _site(namer: SiteNamer, name: str, held: list[int], frames: list[Any]) -> AllocationSite:
+    """One top site: its live bytes and blocks, its stack, and the job's script line on it."""
+    return AllocationSite(
+        site=name, script=namer.script(frames), live_bytes=held[0], blocks=held[1], stack=namer.stack(frames)
+    )
+
+
+def _end_time(trace: Sequence[Mapping[str, Any]]) -> int | None:
+    """The time of the trace's last entry that has one (snapshots of one rank are ordered by it)."""
+    for e in reversed(trace):
+        t = e.get("time_us")
+        if isinstance(t, int):
+            return t
+    return None
 
 
 def _oom_event(e: Mapping[str, Any], namer: SiteNamer) -> OomEvent:
@@ -322,67 +336,124 @@ def _leak_suspects(
     trace: Sequence[Mapping[str, Any]],
     min_bytes: int,
 ) -> list[LeakSuspect]:
-    """Sites whose live bytes never fell and rose in most windows of the trace.
+    """Sites whose live bytes never fell and rose in most windows, or whose trace keeps every Nth allocation.
 
     ``samples`` are the bytes of in-trace allocations still live at the end of
-    each window, per site id. Only when some site qualifies is the trace read
-    again, to count that site's allocations and frees.
+    each window, per site id. A site that holds ``min_bytes`` more at the end
+    than in the first window it appeared in is read again too: when the trace
+    frees all its allocations but every Nth (something keeps one in N: a plot
+    every 10 steps), it leaks even if its windows did not grow steadily (a
+    window may end inside a step). Only those sites are counted in a second
+    pass, so a trace whose sites hold steady is read once.
     """
     if len(samples) < 3:
         return []
-    found: list[tuple[int, list[int], int, int]] = []  # (site id, series, first window, windows grown)
-    for sid in sorted({k for sample in samples for k in sample}):
-        series = [sample.get(sid, 0) for sample in samples]
-        first = next((i for i, v in enumerate(series) if v > 0), None)
-        if first is None:
-            continue
-        tail = series[first:]
-        diffs = [b - a for a, b in itertools.pairwise(tail)]
-        if any(d < 0 for d in diffs):
-            continue
-        grown = sum(1 for d in diffs if d > 0) + 1  # the window where it first appeared counts
-        growth = series[-1] - (series[first - 1] if first > 0 else 0)
-        if growth < min_bytes or grown < 3 or grown * 2 < len(samples):
-            continue
-        found.append((sid, series, first, grown))
-    if not found:
+    grown_sites = {sid: _grown(samples, sid, min_bytes) for sid in sorted({k for s in samples for k in s})}
+    found = {sid: g for sid, g in grown_sites.items() if g is not None}
+    held = {sid for sid in samples[-1] if sid not in found and _net_growth(samples, sid) >= min_bytes}
+    if not found and not held:
         return []
-    counts = _alloc_counts(namer, trace, {sid for sid, *_ in found})
+    counts = _alloc_counts(namer, trace, set(found) | held)
     out: list[tuple[int, LeakSuspect]] = []
-    for sid, series, first, grown in found:
-        allocs, frees, order = counts[sid]
-        out.append(
-            (
-                order,
-                LeakSuspect(
-                    site=namer.names[sid],
-                    start_bytes=series[0],
-                    end_bytes=series[-1],
-                    growth_bytes=series[-1] - (series[first - 1] if first > 0 else 0),
-                    allocs=allocs,
-                    frees=frees,
-                    windows_grown=grown,
-                    windows=len(samples),
-                ),
-            )
+    for sid, site in counts.items():
+        every = kept_every(site.freed)
+        if sid not in found and every is None:
+            continue
+        series = [sample.get(sid, 0) for sample in samples]
+        first, grown = found.get(sid) or (next(i for i, v in enumerate(series) if v > 0), 0)
+        leak = LeakSuspect(
+            site=namer.names[sid],
+            script=namer.script(site.frames),
+            start_bytes=series[0],
+            end_bytes=series[-1],
+            growth_bytes=series[-1] - (series[first - 1] if first > 0 else 0),
+            allocs=site.allocs,
+            frees=site.frees,
+            windows_grown=grown,
+            windows=len(samples),
+            kept_every=every,
+            kept=site.freed.count(False),
         )
+        out.append((site.order, leak))
     # largest growth first; ties in the order the sites first allocated
     out.sort(key=lambda t: (-t[1].growth_bytes, t[0]))
     return [s for _, s in out]
 
 
+def _net_growth(samples: Sequence[Mapping[int, int]], sid: int) -> int:
+    """Live bytes of a site at the end minus in the first window where it had any."""
+    first = next((sample[sid] for sample in samples if sample.get(sid)), 0)
+    return samples[-1].get(sid, 0) - first
+
+
+def _grown(samples: Sequence[Mapping[int, int]], sid: int, min_bytes: int) -> tuple[int, int] | None:
+    """(first window, windows grown) of a site whose live bytes never fell and rose in most windows."""
+    series = [sample.get(sid, 0) for sample in samples]
+    first = next((i for i, v in enumerate(series) if v > 0), None)
+    if first is None:
+        return None
+    tail = series[first:]
+    diffs = [b - a for a, b in itertools.pairwise(tail)]
+    if any(d < 0 for d in diffs):
+        return None
+    grown = sum(1 for d in diffs if d > 0) + 1  # the window where it first appeared counts
+    growth = series[-1] - (series[first - 1] if first > 0 else 0)
+    if growth < min_bytes or grown < 3 or grown * 2 < len(samples):
+        return None
+    return first, grown
+
+
+def ordinal(n: int) -> str:
+    """2nd, 3rd, 10th, 21st: how 'every Nth' reads."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def kept_every(freed: Sequence[bool]) -> int | None:
+    """N when every allocation but every Nth is freed (N >= 2, at least 3 kept), else None.
+
+    The last allocations may still be live because their step was in flight when
+    the snapshot was taken: up to two kept ones among the last N are left out
+    when they break the stride.
+    """
+    kept = [i for i, f in enumerate(freed) if not f]
+    for drop in range(3):
+        strided = kept[: len(kept) - drop]
+        if len(strided) < 3:
+            break
+        gaps = {b - a for a, b in itertools.pairwise(strided)}
+        if len(gaps) != 1 or (n := gaps.pop()) < 2:
+            continue
+        in_flight = kept[len(strided) :]
+        if len(freed) - 1 - strided[-1] < n and all(i >= len(freed) - n for i in in_flight):
+            return n
+    return None
+
+
+@dataclass
+class _SiteTrace:
+    """One site's allocations over the whole trace: counts, which were freed, its first stack."""
+
+    order: int
+    frames: Sequence[Mapping[str, Any]] = ()
+    frees: int = 0
+    freed: list[bool] = field(default_factory=list)
+
+    @property
+    def allocs(self) -> int:
+        return len(self.freed)
+
+
 def _alloc_counts(
     namer: SiteNamer, trace: Sequence[Mapping[str, Any]], wanted: set[int]
-) -> dict[int, tuple[int, int, int]]:
-    """(allocs, frees, rank of its first allocation among them) of the wanted sites, over the whole trace.
+) -> dict[int, _SiteTrace]:
+    """The wanted sites' allocations over the whole trace, in the order the sites first allocated.
 
     Names every allocation once more (through the namer's cached prefixes); a
-    free counts for the site of the allocation at its address.
+    free counts for the allocation at its address.
     """
-    allocs: dict[int, int] = {}
-    frees: dict[int, int] = {}
-    first: dict[int, int] = {}
-    addr_site: dict[int, int] = {}
+    sites: dict[int, _SiteTrace] = {}
+    addr_site: dict[int, tuple[int, int]] = {}  # addr -> (site id, index of the allocation at its site)
     site_of = namer.of
     frame_site = namer.frame_site
     prefix_of = namer.prefixes.get
@@ -398,16 +469,23 @@ def _alloc_counts(
                     sid = site_of(tframes)
             else:
                 sid = namer.site_id(NO_FRAMES)
-            addr_site[e["addr"]] = sid
             if sid in wanted:
-                allocs[sid] = allocs.get(sid, 0) + 1
-                if sid not in first:
-                    first[sid] = len(first)
+                site = sites.get(sid)
+                if site is None:
+                    site = sites[sid] = _SiteTrace(order=len(sites), frames=tframes or ())
+                addr_site[e["addr"]] = (sid, len(site.freed))
+                site.freed.append(False)
+            else:
+                addr_site.pop(e["addr"], None)
         elif action == "free_completed":
-            sid = addr_site.pop(e["addr"], 0)
-            if sid in wanted:
-                frees[sid] = frees.get(sid, 0) + 1
-    return {sid: (allocs.get(sid, 0), frees.get(sid, 0), first.get(sid, len(wanted))) for sid in wanted}
+            hit = addr_site.pop(e["addr"], None)
+            if hit is not None:
+                site = sites[hit[0]]
+                site.frees += 1
+                site.freed[hit[1]] = True
+    for sid in wanted - set(sites):
+        sites[sid] = _SiteTrace(order=len(sites))
+    return sites
 
 
 def fragmentation(
@@ -418,7 +496,9 @@ def fragmentation(
     Before raising OOM the caching allocator already released every wholly
     unused segment, so free bytes left in reserved segments sit between live
     blocks: if they add up to the request but no single block is that large,
-    the cure is ``expandable_segments``, not a smaller model.
+    the cure is ``expandable_segments``, not a smaller model. It is named only when
+    the numbers at the failure say so: reserved well above allocated (a fifth of
+    the reserved bytes free), not because the OOM message suggests it.
     """
     pool = "small" if failed_request is not None and failed_request <= SMALL_POOL_MAX else "large"
     usable = [s for s, t in free_blocks if failed_request is None or t == pool] or []
@@ -435,7 +515,7 @@ def fragmentation(
         )
     pool_free = sum(usable)
     pool_largest = max(usable, default=0)
-    if pool_free >= failed_request > pool_largest:
+    if pool_free >= failed_request > pool_largest and free_total * 5 >= reserved:
         kind = "fragmentation"
         text = (
             f"The failed request of {fmt_bytes(failed_request)} was smaller than the {fmt_bytes(pool_free)} free inside "
@@ -489,8 +569,8 @@ def _oom_finding(summary: SnapshotSummary, ranks: list[int]) -> list[Finding]:
                 ],
             )
         ]
-    if frag.kind != "exhaustion":
-        return []
+    if frag.kind != "exhaustion" or summary.leak_suspects:
+        return []  # a leak's own finding says what fills the memory, and its fix is not "hold less"
     site = summary.top_sites[0].site if summary.top_sites else "unknown"
     return [
         Finding(
@@ -522,21 +602,35 @@ def _oom_finding(summary: SnapshotSummary, ranks: list[int]) -> list[Finding]:
 
 
 def _leak_finding(summary: SnapshotSummary, leak: LeakSuspect, ranks: list[int]) -> Finding:
+    where = leak.site + (f" (from {leak.script})" if leak.script else "")
+    if leak.kept_every:
+        how = (
+            f"the trace frees every allocation there but every {ordinal(leak.kept_every)}: {leak.kept} of "
+            f"{leak.allocs} kept"
+        )
+    else:
+        how = (
+            f"{leak.allocs} allocations, {leak.frees} frees; live bytes rose in {leak.windows_grown} of "
+            f"{leak.windows} windows and never fell"
+        )
     return Finding(
         kind="memory_leak_suspect",
         severity="warning",
         ranks=ranks,
-        message=f"Live bytes from {leak.site} only grew: +{fmt_bytes(leak.growth_bytes)} over the trace",
-        explanation=(
-            f"{leak.allocs} allocations, {leak.frees} frees; live bytes rose in {leak.windows_grown} of "
-            f"{leak.windows} windows and never fell. Typical causes: appending tensors that keep their "
-            "graph (loss history without .item()/.detach()), caches keyed by step, growing buffers."
-        ),
-        fix="Store .item() or .detach() results, clear the container, or bound the cache at this line.",
+        message=f"Leak at {where}: +{fmt_bytes(leak.growth_bytes)} over the trace",
+        explanation=f"{how}.",
+        fix=LEAK_FIX,
         source=summary.source,
-        facts=leak.model_dump(),
+        facts=leak.model_dump(exclude_defaults=True),
         next_steps=[NextStep(action="Read the leak section.", skill_section=f"{SKILL}#leak")],
     )
+
+
+LEAK_FIX = (
+    "Find what keeps these tensors at the script line: a slice or view of a big tensor keeps all of it "
+    "(store .detach().clone() or .item()), a list of tensors, .detach() without a copy, a loss summed "
+    "without .item() keeps every step's graph."
+)
 
 
 def snapshot_findings(summary: SnapshotSummary) -> list[Finding]:

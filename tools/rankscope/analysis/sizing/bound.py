@@ -139,15 +139,20 @@ def _bounded_job(report: StacksReport, wanted: set[int], suspects: set[int]) -> 
     notes = list(report.job.notes)
     if len(keep_ranks) < len(ranks_all):
         by_host: dict[str, list[int]] = {}
+        pids_on: dict[str, list[int]] = {}
         for r in ranks_all:
+            pids_on.setdefault(r.host, []).append(r.pid)
             if r.rank is not None:
                 by_host.setdefault(r.host, []).append(r.rank)
-        pids = sorted(r.pid for r in ranks_all)
-        notes.append(
-            RANKS_CUT
-            + "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
-            + f" (pids {rank_ranges(pids)})"
-        )
+        if len(pids_on) > 1:  # pid numbers repeat across hosts: each host's with its ranks
+            found = "; ".join(
+                f"ranks {rank_ranges(v)} on {h} (pids {rank_ranges(sorted(pids_on[h]))})"
+                for h, v in by_host.items()
+            )
+        else:
+            found = "; ".join(f"ranks {rank_ranges(v)} on {h}" for h, v in by_host.items())
+            found += f" (pids {rank_ranges(sorted(r.pid for r in ranks_all))})"
+        notes.append(RANKS_CUT + found)
     missing = _missing_once(report)
     recorder = report.job.recorder
     if recorder is not None and any(step.action == recorder for step in report.verdict.next_steps):
@@ -182,10 +187,11 @@ def bound_report(
     errors = report.errors[:_MAX_ERRORS]
     left = len(report.errors) - len(errors)
     shown = sorted(r for r in wanted if any(s.rank == r for s in report.stacks))
+    more = "last=true, full_ranks=[N, ...] (CLI: rankscope stacks --last --show-rank N)"
     hint = (
-        f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' are omitted."
+        f"Full stacks of ranks {rank_ranges(shown)} are in `stacks`; the other ranks' in this capture: {more}."
         if shown
-        else "Per-rank stacks: full_ranks=[N, ...] (CLI: --rank N)."
+        else f"Per-rank stacks of this capture: {more}."
     )
     if left:
         hint += f" {left} more capture errors were left out."
@@ -199,7 +205,10 @@ def bound_report(
         and report.progress is not None
         and len(progress.ranks) < len(report.progress.ranks)
     ):
-        hint += " progress.ranks is cut to the suspects (the evidence sums up every rank); full=true has all."
+        hint += (
+            " progress.ranks is cut to the suspects (the evidence sums up every rank); last=true, full=true "
+            "(CLI: rankscope stacks --last --full) has all."
+        )
     out = report
     for limit in _FRAME_STEPS:
         out = report.model_copy(
@@ -234,23 +243,30 @@ def _bounded_motions(progress: Progress | None, suspects: set[int], hang: bool) 
     return progress if len(ranks) == len(progress.ranks) else progress.model_copy(update={"ranks": ranks})
 
 
+_MAX_BRIEF_RANKS = 64
+"""Ranks a brief job lists each (rank, local rank, pid, state, where the rank came from); the rest counted."""
+
+
 def brief_jobs(jobs: JobList) -> JobList:
-    """One short entry per job: its id, launchers, world size, backend, missing ranks, and one rank
-    in full; the others summed up in a note (``details=True`` lists them all)."""
+    """Every job, and every rank of it on one line as the plain view lists it (rank, local rank, pid,
+    state, where the rank number came from), the first with its command line; ranks past
+    :data:`_MAX_BRIEF_RANKS` summed up in a note (``details=True`` lists them all)."""
     out = []
     for job in jobs.jobs:
-        ranks = sorted(r.rank for r in job.ranks if r.rank is not None)
-        pids = sorted(r.pid for r in job.ranks)
-        first = [_slim_rank(job.ranks[0], cmdline=8)] if job.ranks else []
-        note = (
-            f"{len(job.ranks)} rank process(es) here: ranks {rank_ranges(ranks) or '?'}, pids {rank_ranges(pids)}; "
-            "list_jobs(details=true) lists each"
-        )
-        out.append(
-            job.model_copy(
-                update={"ranks": first, "notes": [*job.notes, note] if len(job.ranks) > 1 else job.notes}
-            )
-        )
+        listed = [
+            r.model_copy(update={"cmdline": r.cmdline[:8] if i == 0 else [], "python": None})
+            for i, r in enumerate(job.ranks[:_MAX_BRIEF_RANKS])
+        ]
+        notes = job.notes
+        rest = job.ranks[_MAX_BRIEF_RANKS:]
+        if rest:
+            ranks = sorted(r.rank for r in rest if r.rank is not None)
+            notes = [
+                *notes,
+                f"{len(rest)} more rank process(es) here: ranks {rank_ranges(ranks) or '?'}; "
+                "list_jobs(details=true) (CLI: rankscope ps) lists each",
+            ]
+        out.append(job.model_copy(update={"ranks": listed, "notes": notes}))
     return jobs.model_copy(update={"jobs": out})
 
 
@@ -322,6 +338,7 @@ def bound_flight(report: FlightReport) -> FlightReport:
     return report.model_copy(
         update={
             "dumps": _bounded_dumps(report, notes),
+            "dumps_read": len(report.dumps) if len(report.dumps) > 1 else None,
             "first_mismatch": first,
             "process_groups": groups,
             "left_out": [*report.left_out, *notes],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rankscope.analysis.triage.accumulator import MAX_LINES_PER_FINDING, Accumulator, Draft
-from rankscope.analysis.triage.log_rules import SECTIONS, SIGNAL_MEANING, Role
+from rankscope.analysis.triage.log_rules import EXIT_WITHOUT_DESTROY_FIX, SECTIONS, SIGNAL_MEANING, Role
 from rankscope.analysis.triage.torchrun_lines import SIGNAME, Placed
 from rankscope.models.core import NextStep
 
@@ -102,3 +102,60 @@ def mark_watchdog_aborts(accs: Accumulator) -> None:
                 "(TORCH_NCCL_ASYNC_ERROR_HANDLING): a consequence, not a cause."
             )
             acc.fix = "Follow the timeout or error, not the abort."
+
+
+_NOT_A_CAUSE_HERE = frozenset(
+    {"exit_without_destroy", "killed_by_signal", "child_failed", "launcher_stopped"}
+)
+"""Kinds that say how a rank ended, not why: beside them, an exit without destroy may be the cause."""
+
+
+def explain_exit_aborts(accs: Accumulator) -> None:
+    """What the lines about a process group left alive at exit mean, once the whole log is read.
+
+    'terminate called without an active exception' at the end of a run that failed nowhere else is
+    the crash: the aborted ranks get the ``exit_without_destroy`` finding (a line without a rank
+    prefix names none of its own) and their SIGABRT becomes its consequence, so its fix leads, not
+    "check the kernel log". Torch's warning alone says the same of a run that ended well: a warning.
+    After another failure (a watchdog timeout, an exception) both only follow it: context."""
+    exits = [acc for (kind, _, _), acc in accs.by_key.items() if kind == "exit_without_destroy"]
+    if not exits:
+        return
+    others = [
+        acc
+        for (kind, _, _), acc in accs.by_key.items()
+        if kind not in _NOT_A_CAUSE_HERE and acc.role == "cause" and acc.severity in ("error", "critical")
+    ]
+    if others or any(k in WATCHDOG_EVIDENCE for k, _, _ in accs.by_key):
+        for acc in exits:
+            acc.severity, acc.role = "info", "context"
+            acc.explanation += " Here it follows the failure the other findings show: fix that one."
+        return
+    crashed = [acc for acc in exits if any("terminate called" in line for line in acc.excerpt)]
+    for acc in exits:
+        if acc not in crashed:
+            acc.severity, acc.role = "warning", "context"
+    if crashed:
+        _blame_the_aborted(accs)
+
+
+def _blame_the_aborted(accs: Accumulator) -> None:
+    """Each SIGABRT becomes the exit abort's consequence; an unranked exit line takes the one aborted rank."""
+    aborted = [
+        acc
+        for (kind, _, _), acc in accs.by_key.items()
+        if kind == "killed_by_signal" and acc.facts.get("signal") == "SIGABRT"
+    ]
+    unranked = [k for k in accs.by_key if k[0] == "exit_without_destroy" and k[1] is None]
+    ranks = sorted({acc.rank for acc in aborted if acc.rank is not None})
+    if len(unranked) == 1 and len(ranks) == 1:
+        acc = accs.by_key.pop(unranked[0])
+        acc.rank = ranks[0]
+        accs.by_key.setdefault(("exit_without_destroy", ranks[0], acc.source), acc)
+    for acc in aborted:
+        acc.severity, acc.role = "info", "victim"
+        acc.explanation = (
+            "The abort at exit that 'terminate called without an active exception' shows: the process group "
+            "was never destroyed (finding exit_without_destroy)."
+        )
+        acc.fix = EXIT_WITHOUT_DESTROY_FIX

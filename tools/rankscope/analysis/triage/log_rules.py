@@ -59,6 +59,13 @@ _WATCHDOG_STEPS = (
 _NUM = r"-?\d+"
 _SIZE = r"[\d.]+ [KMGTP]?i?B"
 
+EXIT_WITHOUT_DESTROY_FIX = (
+    "Call torch.distributed.destroy_process_group() at the end of main() on every rank, after the last "
+    "collective (in a `finally:` so an exception exits cleanly too): the backend's threads then stop before "
+    "the interpreter does."
+)
+"""What to do about a rank that aborted at exit (also the SIGABRT finding's fix when this explains it)."""
+
 RULES: tuple[Rule, ...] = (
     Rule(
         kind="fr_dump_signal",
@@ -173,9 +180,9 @@ RULES: tuple[Rule, ...] = (
         kind="collective_mismatch",
         needles=("Detected mismatch between collectives",),
         pattern=re.compile(
-            r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
+            r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),?\s*"
             r"OpType=(?P<op>\w+)(?:, TensorShape=(?P<shape>\[[^\]]*\]))?.*?but Rank (?P<other_rank>\d+) is running "
-            r"collective: CollectiveFingerPrint\(SequenceNumber=(?P<other_seq>\d+), OpType=(?P<other_op>\w+)"
+            r"collective: CollectiveFingerPrint\(SequenceNumber=(?P<other_seq>\d+),?\s*OpType=(?P<other_op>\w+)"
             r"(?:, TensorShape=(?P<other_shape>\[[^\]]*\]))?(?:.*Collectives differ in the following aspects:\s*(?P<differ>.*))?"
         ),
         message="collectives differ between ranks (TORCH_DISTRIBUTED_DEBUG=DETAIL)",
@@ -531,6 +538,28 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        kind="exit_without_destroy",
+        needles=(
+            "terminate called without an active exception",
+            "destroy_process_group() was not called",
+            "process group has NOT been destroyed",
+        ),
+        message="aborted at exit ('terminate called without an active exception'): destroy_process_group() was not called",
+        explanation=(
+            "The script reached its end with the process group still alive: its backend threads (gloo's, "
+            "NCCL's watchdog) were still joinable when the interpreter exited, so libstdc++ printed 'terminate "
+            "called without an active exception' and aborted the rank (SIGABRT, exit -6), or torch warned "
+            "that destroy_process_group() was not called. The training itself finished; the crash is at exit."
+        ),
+        fix=EXIT_WITHOUT_DESTROY_FIX,
+        next_steps=(
+            _step(
+                "Add dist.destroy_process_group() at the end of main() on every rank and run again.",
+                f"{_CR}#exit-without-destroy",
+            ),
+        ),
+    ),
+    Rule(
         kind="killed_by_signal",
         needles=("Signal ", "terminated with signal", "Segmentation fault", "Bus error", "Killed process"),
         pattern=re.compile(
@@ -629,6 +658,7 @@ SECTIONS: dict[str, str] = {
     "unused_parameters": f"{_CR}#unused-parameters",
     "cuda_oom": "skill/oom.md",
     "killed_by_signal": f"{_CR}#killed-by-signal",
+    "exit_without_destroy": f"{_CR}#exit-without-destroy",
     "dataloader_worker_killed": f"{_CR}#dataloader-worker-killed",
     "shm_exhausted": f"{_CR}#shm-exhausted",
     "cuda_error": f"{_CR}#cuda-error",

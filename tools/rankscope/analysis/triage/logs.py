@@ -29,6 +29,7 @@ from rankscope.analysis.triage.accumulator import EXCERPT_CHARS, Accumulator
 from rankscope.analysis.triage.after_scan import (
     WATCHDOG_EVIDENCE,
     derive_from_records,
+    explain_exit_aborts,
     fold_duplicate_gpu,
     mark_watchdog_aborts,
 )
@@ -180,6 +181,7 @@ class LogScanner:
         derive_from_records(self._accs, self._torchrun.failure_records(), self._torchrun.sigterm_pids)
         fold_duplicate_gpu(self._accs)
         mark_watchdog_aborts(self._accs)
+        explain_exit_aborts(self._accs)
         return self._accs.findings()
 
 
@@ -193,6 +195,7 @@ _CAUSE_KINDS = (
     "cuda_error",
     "thread_died",
     "killed_by_signal",
+    "exit_without_destroy",
     "dataloader_worker_killed",
     "shm_exhausted",
     "nccl_error",
@@ -369,6 +372,8 @@ def _consequence(f: Finding, kinds: set[str]) -> str | None:
         return f"stopped by {sig} (a victim)"
     if sig == "SIGABRT" and kinds & WATCHDOG_EVIDENCE:
         return "aborted (SIGABRT) by NCCL's watchdog after a timeout or an error: a consequence, not a cause"
+    if sig == "SIGABRT" and "exit_without_destroy" in kinds:
+        return "its SIGABRT (exit -6) is that abort at exit"
     return None
 
 
@@ -449,7 +454,7 @@ def _causes(findings: list[Finding], kinds: set[str], blame: _Blame) -> dict[int
         for f in findings:
             if f.kind != kind or not f.ranks or _consequence(f, kinds) is not None:
                 continue
-            if kind == "nccl_error" and f.severity == "warning":
+            if kind in ("nccl_error", "exit_without_destroy") and f.severity in ("warning", "info"):
                 continue
             if kind == "nccl_error" and set(f.ranks) <= set(primary) and kinds & {"duplicate_gpu"}:
                 continue  # the shared GPU is this rank's failure; its NCCL error only reports it
@@ -537,30 +542,77 @@ def _primary_cause_ranks(findings: list[Finding], kinds: set[str]) -> dict[int, 
     return out
 
 
+CHECKER_OPS = frozenset({"GATHER", "REDUCE"})
+"""DETAIL's own checking collective: a fingerprint ``SequenceNumber=0, OpType=GATHER`` (or REDUCE) on
+the far side of a mismatch is ProcessGroupWrapper's check, not the other rank's collective."""
+
+
+def _fingerprint(f: Finding, side: str = "") -> tuple[object, ...]:
+    """(sequence number, op, shape) of one side of a DETAIL mismatch: the reporting rank's own, or
+    ``side="other_"``: the one it was compared with."""
+    return tuple(f.facts.get(f"{side}{key}") for key in ("seq", "op", "shape"))
+
+
+def _is_checker(f: Finding) -> bool:
+    """The far side of this mismatch is DETAIL's checker (sequence number 0, GATHER/REDUCE)."""
+    return str(f.facts.get("other_seq")) == "0" and f.facts.get("other_op") in CHECKER_OPS
+
+
+def _odd_own(own: dict[int, tuple[object, ...]]) -> list[tuple[int, str]]:
+    """The ranks whose own collective differs from the one most reporting ranks run (a strict majority)."""
+    counts: dict[tuple[object, ...], list[int]] = {}
+    for rank, fp in own.items():
+        counts.setdefault(fp, []).append(rank)
+    (top, majority), *_ = sorted(counts.items(), key=lambda kv: -len(kv[1]))
+    if len(counts) < 2 or len(majority) < 2 or len(majority) * 2 <= len(own):
+        return []
+
+    def said(fp: tuple[object, ...], versus: tuple[object, ...]) -> str:
+        shape = f" of shape {fp[2]}" if fp[2] and fp[2] != versus[2] and fp[1] == versus[1] else ""
+        return f"{fp[1]}{shape} at sequence number {fp[0]}"
+
+    others = rank_ranges(sorted(majority))
+    return [
+        (r, f"its own collective ({said(fp, top)}) differs from the one ranks {others} run ({said(top, fp)})")
+        for r, fp in sorted(own.items())
+        if fp != top
+    ]
+
+
 def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
     """The ranks at fault in TORCH_DISTRIBUTED_DEBUG=DETAIL mismatches.
 
     Every rank that checks its fingerprint against the others reports "Rank R is running X, but
-    Rank S is running Y": with one odd rank, every other rank names it and it names one of them.
-    The rank most reporting ranks name (at least two, more than any other) is the one at fault, and
-    so is a rank every report names when it reports nothing itself (a log that kept only some
-    ranks' errors); with no such rank (two ranks naming each other) each reporting rank stays a
-    suspect.
+    Rank S is running Y". Each rank's own X decides first: the rank whose own collective (op,
+    sequence number, shape) differs from a strict majority's is at fault. The far side Y may be
+    DETAIL's own checker (``SequenceNumber=0`` GATHER/REDUCE), which says nothing of rank S's
+    collective. Else, with one odd rank, every other rank names it and it names one of them: the
+    rank most reporting ranks name (at least two, more than any other) is the one at fault, and so
+    is a rank every report names when it reports nothing itself (a log that kept only some ranks'
+    errors; not when the report names the checker); with no such rank (two ranks naming each
+    other) each reporting rank stays a suspect.
     """
     reports: dict[int, int] = {}
+    own: dict[int, tuple[object, ...]] = {}
+    checker = True
     for f in findings:
         other = f.facts.get("other_rank") if f.kind == "collective_mismatch" else None
         for r in f.ranks if other is not None else ():
             reports[r] = int(other)  # type: ignore[arg-type]
+            own[r] = _fingerprint(f)
+            checker = checker and _is_checker(f)
     if not reports:
         return []
+    odd = _odd_own(own) if len(own) >= 3 else []
+    if odd:
+        return odd
     named: dict[int, list[int]] = {}
     for reporter, other in reports.items():
         named.setdefault(other, []).append(reporter)
     ordered = sorted(named.items(), key=lambda kv: -len(kv[1]))
     top, by = ordered[0]
     runner_up = len(ordered[1][1]) if len(ordered) > 1 else 0
-    if (len(by) >= 2 and len(by) > runner_up) or (len(named) == 1 and top not in reports):
+    if (len(by) >= 2 and len(by) > runner_up) or (len(named) == 1 and top not in reports and not checker):
         return [
             (top, f"named by ranks {rank_ranges(sorted(by))} as running a different collective than theirs")
         ]
@@ -623,6 +675,22 @@ def _p2p_timeouts(findings: list[Finding]) -> list[str]:
     ]
 
 
+def _exit_headline(findings: list[Finding]) -> list[str]:
+    """What an exit without destroy_process_group() adds to the summary: the crash when it is one, a
+    warning when the run ended well, nothing when it only follows another failure."""
+    severities = {f.severity for f in findings if f.kind == "exit_without_destroy"}
+    if severities & {"error", "critical"}:
+        return [
+            "A rank aborted at exit (terminate called without an active exception): the script never called "
+            "destroy_process_group(); add it at the end of main()."
+        ]
+    if "warning" in severities:
+        return [
+            "The script exits without destroy_process_group() (torch warns): add it at the end of main()."
+        ]
+    return []
+
+
 def _summary(
     findings: list[Finding],
     kinds: set[str],
@@ -654,6 +722,7 @@ def _summary(
         parts.append("Ranks issued different collectives (or shapes) at the same step.")
     if "cuda_oom" in kinds:
         parts.append("A rank ran out of GPU memory.")
+    parts.extend(_exit_headline(findings))
     sig = {str(f.facts.get("signal")) for f in findings if f.kind == "killed_by_signal"}
     if "SIGKILL" in sig:
         parts.append(

@@ -6,8 +6,9 @@ recorder outranks the others where they disagree: it records, per rank, every co
 issued, its sizes and its state, while a log holds what each rank chose to print and saved stacks
 hold one moment. Saved stacks outrank logs that name nobody (a rank blocked on a queue prints
 nothing). A log that names a rank which failed on its own (an OOM, a CUDA error) keeps its
-suspects when the recorder only says every rank waits in the same collective. Pure: verdicts in,
-one answer out.
+suspects when the recorder only says every rank waits in the same collective. The job's CUDA memory
+snapshots lead a job that died of memory: their one finding names the rank, the site and the pattern
+where an OOM line only says that an allocation failed. Pure: verdicts in, one answer out.
 """
 
 from __future__ import annotations
@@ -141,15 +142,60 @@ def _steps(*lists: list[NextStep]) -> list[NextStep]:
     return unique_steps(*lists)[:6]
 
 
+def _with_memory(post: PostMortem, logs: Conclusion, memory: Finding) -> PostMortem:
+    """The memory finding of the job's CUDA snapshots leads a dead job that the logs alone explain:
+    it names the rank, the site that holds the memory and the pattern, where an OOM line only says
+    that an allocation failed, and its fix replaces the log's generic OOM advice."""
+    suspects = memory.ranks or post.suspect_ranks
+    section = next((s.skill_section for s in memory.next_steps if s.skill_section), None)
+    first = (memory.fix or "").split(". ", 1)[0].rstrip(".")  # the finding above carries the rest
+    fix = NextStep(action=f"Fix: {first}.", skill_section=section)
+    steps = [
+        s for s in post.next_steps if s.tool != "inspect_memory" and s.skill_section != SECTIONS["cuda_oom"]
+    ]
+    summary = f"From the memory snapshots: {memory.message}." + (
+        f" Logs: {logs.summary}" if logs.summary else ""
+    )
+    return PostMortem(
+        suspect_ranks=suspects,
+        victim_ranks=sorted(set(post.victim_ranks) - set(suspects)),
+        summary=summary,
+        decided_by="memory_snapshots",
+        evidence=post.evidence,
+        next_steps=_steps([fix], [s for s in memory.next_steps if s.tool], steps),
+        playbook=section or post.playbook,
+    )
+
+
 def combine(
     logs: Conclusion,
     findings: list[Finding],
     flight: Verdict | None,
     stacks: Verdict | None,
     groups: list[Group] | None = None,
+    memory: Finding | None = None,
 ) -> PostMortem:
     """The one answer: the leading source's suspects and summary, every source's evidence.
-    ``groups``: the saved stacks' groups, which say where a rank stands."""
+    ``groups``: the saved stacks' groups, which say where a rank stands; ``memory``: the one finding
+    of the job's CUDA memory snapshots, which leads when the recorder and the stacks name nobody."""
+    post = _combine(logs, findings, flight, stacks, groups)
+    if memory is None:
+        return post
+    oom = memory.severity == "error" or any(f.kind == "cuda_oom" for f in findings)
+    if not oom or (post.decided_by in ("flight_recorder", "stacks") and post.suspect_ranks):
+        # the job did not die of memory, or another source names who stopped it: a side note
+        post.evidence.append(f"memory snapshots: {memory.message}")
+        return post
+    return _with_memory(post, logs, memory)
+
+
+def _combine(
+    logs: Conclusion,
+    findings: list[Finding],
+    flight: Verdict | None,
+    stacks: Verdict | None,
+    groups: list[Group] | None,
+) -> PostMortem:
     several = flight is not None or stacks is not None
     decided_by, lead = _decider(logs, findings, flight, stacks)
     thread: Finding | None = None  # a dead thread that tells the story beside the lead's one suspect

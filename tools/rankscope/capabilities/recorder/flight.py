@@ -122,8 +122,9 @@ def read_dumps(paths: list[str]) -> tuple[list[LoadedDump], list[RankError]]:
     if not files:
         raise InvalidInput(
             f"no dump files under {', '.join(paths)}",
-            "Check TORCH_FR_DUMP_TEMP_FILE / the dump_dir of enable_flight_recorder; a rank writes its dump on "
-            "timeout (NCCL, TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on SIGUSR1 (enable_flight_recorder).",
+            "`rankscope fr DIR` with the folder TORCH_FR_DUMP_TEMP_FILE or enable_flight_recorder's dump_dir names; "
+            "a rank writes its dump on timeout (NCCL, TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on SIGUSR1 "
+            "(enable_flight_recorder); a dead job's folder: `rankscope triage DIR`.",
         )
     return dumps, errors
 

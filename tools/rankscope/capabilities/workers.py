@@ -1,0 +1,124 @@
+"""Follow a suspect rank into the children it waits on: its DataLoader workers, dumped in the same
+call (or the threads that feed the queue it waits on, already in its stack).
+
+A rank named for being "blocked in _BaseDataLoaderIter.__next__" is waiting on a worker; the
+worker is where the hang is (a shard that is a FIFO with no writer, a dead NFS mount, a lock).
+Discovery already knows each rank's children: each suspect whose main thread waits on them has
+its children dumped (py-spy, a bounded number, each within the capture's timeout) and their
+kernel waits read (``runtime/kernel_wait.py``); the workers that are on data, not waiting for
+work, become the verdict's evidence, and the first of them ends its summary.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+from rankscope.analysis.hang.frames import main_thread
+from rankscope.analysis.hang.workers import (
+    MAX_WORKERS,
+    thread_busy,
+    unread_worker_line,
+    waits_on_children,
+    waits_on_threads,
+    worker_busy,
+    worker_line,
+)
+from rankscope.errors import DumpFailed
+from rankscope.models.core import Frame, NextStep, RankStack, StacksReport
+from rankscope.options import DumpOptions
+from rankscope.runtime import pyspy
+from rankscope.runtime.kernel_wait import settled_kernel_wait
+from rankscope.runtime.procfs import proc_state
+
+
+def _worker_frames(pid: int, exe: str, options: DumpOptions) -> list[Frame] | str:
+    """The main thread of one child, or why py-spy could not read it: a child in uninterruptible
+    sleep (D, a dead NFS mount) is not attached at all (py-spy would wait for it to wake)."""
+    if proc_state(pid) == "disk_sleep":
+        return "in D state: uninterruptible sleep"
+    try:
+        threads = pyspy.dump(pid, DumpOptions(timeout=options.timeout), exe)
+    except DumpFailed as exc:
+        return f"py-spy: {exc.kind}"
+    main = next((t.frames for t in threads if t.is_main), threads[0].frames if threads else None)
+    return main if main is not None else "py-spy: no thread"
+
+
+def _source(frames: list[Frame]) -> dict[tuple[str, int], str]:
+    """The line each Python frame of a worker is on, read from the files here."""
+    out: dict[tuple[str, int], str] = {}
+    for f in frames:
+        if not f.native and f.line:
+            text = linecache.getline(f.file, f.line)
+            if text:
+                out[(f.file, f.line)] = text.rstrip("\r\n")
+    return out
+
+
+def _thread_lines(stack: RankStack, rank: int) -> list[str]:
+    """One line per thread of a rank, besides its main thread, that is busy in the job's own code."""
+    lines: list[str] = []
+    main = main_thread(stack)
+    for thread in stack.threads:
+        if thread is main or not thread_busy(thread.frames):
+            continue
+        tid = thread.os_thread_id
+        wait = settled_kernel_wait(stack.pid, tid)
+        who = f"thread {thread.name}" if thread.name else "thread"
+        lines.append(worker_line(rank, tid or stack.pid, thread.frames, wait, _source(thread.frames), who))
+    return lines
+
+
+def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[str]:
+    """One line per busy child of each suspect that waits on its children, and per busy thread of each
+    suspect that waits on a queue or event of its own: where it waits, and on what."""
+    children = {r.rank: r.children for r in report.job.ranks if r.rank is not None}
+    stacks = {s.rank: s for s in report.stacks if s.rank is not None}
+    lines: list[str] = []
+    dumped = 0  # children dumped, over every suspect: the call stays short when many ranks are named
+    for rank in report.verdict.suspect_ranks:
+        stack = stacks.get(rank)
+        thread = main_thread(stack) if stack is not None else None
+        if stack is not None and thread is not None and waits_on_threads(thread.frames):
+            lines.extend(_thread_lines(stack, rank))
+        if thread is None or not children.get(rank) or not waits_on_children(thread.frames):
+            continue
+        for pid in children[rank][: max(0, MAX_WORKERS - dumped)]:
+            dumped += 1
+            wait = settled_kernel_wait(pid)  # before py-spy stops it: its syscall restarts after the dump
+            frames = _worker_frames(pid, exe, options)
+            if isinstance(frames, str):
+                line = unread_worker_line(rank, pid, frames, wait)
+                lines.extend([line] if line else [])
+            elif frames and worker_busy(frames):
+                lines.append(worker_line(rank, pid, frames, wait, _source(frames)))
+    return lines
+
+
+WORKER_STEP = NextStep(
+    action="Fix what the worker (or thread) the evidence names waits on, at its line: the rank only waits "
+    "for it (a FIFO needs a writer, a mount must answer, a lock its holder); bound the wait "
+    "(DataLoader(timeout=...), a queue get with a timeout) so it raises instead of hanging.",
+    skill_section="skill/hangs.md#divergent-ranks",
+)
+"""The first step once a suspect's worker is found: its wait, not the rank's collective, is the fix."""
+
+
+def follow_workers(report: StacksReport, exe: str, options: DumpOptions) -> StacksReport:
+    """The report with its suspects' busy DataLoader workers (or threads) as evidence, the first one
+    in the summary, and the step that points at its wait first."""
+    lines = worker_lines(report, exe, options)
+    if not lines:
+        return report
+    v = report.verdict
+    verdict = v.model_copy(
+        update={
+            "summary": f"{v.summary}; {lines[0]}",
+            "evidence": [*lines, *v.evidence],
+            "next_steps": [WORKER_STEP, *v.next_steps],
+        }
+    )
+    return report.model_copy(update={"verdict": verdict})
+
+
+__all__ = ["follow_workers", "worker_lines"]

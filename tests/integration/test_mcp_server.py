@@ -234,7 +234,7 @@ def test_prompts_for_the_main_procedures() -> None:
         (
             "dump_stacks",
             {"via": "srun"},
-            "no Slurm allocation in the environment (SLURM_JOB_NODELIST is unset). Fix:",
+            "no Slurm allocation in the environment (SLURM_JOB_ID is unset). Fix: Pass job=JOBID",
         ),
         ("dump_stacks", {"hosts": ["node[01-03"]}, "unbalanced '[' in hostlist 'node[01-03' Fix:"),
         (
@@ -249,7 +249,8 @@ def test_prompts_for_the_main_procedures() -> None:
 def test_bad_arguments_are_tool_errors_with_the_fix(
     tool: str, args: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)  # the srun case must not find an allocation
+    for name in ("SLURM_JOB_NODELIST", "SLURM_JOB_ID"):  # the srun case must not find an allocation
+        monkeypatch.delenv(name, raising=False)
     text = error_text(call(tool, args))
     assert expected in text
     assert "Traceback" not in text

@@ -74,10 +74,9 @@ def test_srun_without_hosts_takes_the_allocation_and_rankscope_cmd(
         f"sed 's/^/0: /' {tmp_path}/n1.json\necho\nsed 's/^/1: /' {tmp_path}/n2.json\n",
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
-    code, out, err = run_cli(
-        "stacks", "--via", "srun", "--job", "4242", "--rankscope-cmd", "/opt/rs/bin/rankscope", "--json"
-    )
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")  # inside the allocation: no need to ask Slurm
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    code, out, err = run_cli("stacks", "--via", "srun", "--rankscope-cmd", "/opt/rs/bin/rankscope", "--json")
     assert code == 0, err
     argv = (tmp_path / "argv").read_text().split()
     assert "--jobid=4242" in argv and "--nodelist=n1,n2" in argv

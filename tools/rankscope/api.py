@@ -33,6 +33,7 @@ EXPORTS: dict[str, str] = {
     "verify_repro": "rankscope.capabilities.repro",
     # beyond one host / after the fact
     "dump_stacks_remote": "rankscope.capabilities.remote",
+    "slurm_target": "rankscope.capabilities.slurm",
     "analyze_flight_recorder": "rankscope.capabilities.recorder.flight",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
     # the last capture again: more of the same answer (--last, last=true)
@@ -93,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.saved_stacks import stacks_from_files as stacks_from_files
     from rankscope.capabilities.skill import all_sections as all_sections
     from rankscope.capabilities.skill import read_skill as read_skill
+    from rankscope.capabilities.slurm import slurm_target as slurm_target
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
     from rankscope.capabilities.stacks import look_here as look_here
     from rankscope.capabilities.triage import triage_logs as triage_logs

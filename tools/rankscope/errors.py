@@ -186,3 +186,25 @@ class SnapshotUnreadable(InvalidInput):
         "Pass files written by torch.cuda.memory._dump_snapshot(path) or rankscope.probe.record_oom_snapshots(dir); "
         "rankscope only unpickles plain dicts/lists/numbers/strings and refuses anything else."
     )
+
+
+class SlurmJobNotFound(UsageError):
+    """``--via srun --job`` names a job the Slurm controller does not know (a wrong id, or a job
+    that ended longer ago than the controller keeps finished jobs, MinJobAge)."""
+
+    default_fix = (
+        "Check the id: `squeue --me` lists your running jobs; a job that ended has no stacks, "
+        "`rankscope triage` reads its output file."
+    )
+
+
+class SlurmJobNotRunning(UsageError):
+    """The Slurm job is pending, suspended or finished: it has no ranks to sample."""
+
+    default_fix = "Collect while `squeue -j JOBID` shows the job R (running)."
+
+
+class SlurmJobNotYours(PermissionDenied):
+    """Another user's Slurm job: ``srun --overlap --jobid`` joins only one's own (or, as root, any)."""
+
+    default_fix = "Run rankscope as the job's user (or root); `squeue --me` lists your own jobs."

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -120,6 +121,12 @@ def _is_launcher(cmdline: list[str]) -> bool:
     return any(os.path.basename(w) in LAUNCHER_WORDS for w in cmdline[:3])
 
 
+def _is_rankscope(cmdline: list[str]) -> bool:
+    """rankscope itself (``rankscope ...``, ``python -m rankscope ...``): never a rank, though a call
+    that ``srun --overlap`` started on a node has SLURM_PROCID and SLURM_STEP_ID like one."""
+    return "rankscope" in {os.path.basename(w) for w in cmdline[:2]} or cmdline[1:3] == ["-m", "rankscope"]
+
+
 def _classify(info: ProcInfo, procs: dict[int, ProcInfo]) -> _Candidate | None:
     """Decide whether a process looks like a rank (before the worker filter)."""
     env = info.env or {}
@@ -207,7 +214,7 @@ def build_jobs(procs: dict[int, ProcInfo], host: str, redactor: Redactor | None 
     redactor = redactor or Redactor()
     cands: dict[int, _Candidate] = {}
     for info in procs.values():
-        if info.state in ("zombie", "dead"):
+        if info.state in ("zombie", "dead") or _is_rankscope(info.cmdline):
             continue
         c = _classify(info, procs)
         if c is not None:
@@ -563,9 +570,24 @@ def job_cwd(job: Job) -> str | None:
     return None
 
 
+def _of_own_allocation(jobs: list[Job]) -> list[Job]:
+    """The jobs whose ranks run in the Slurm job this call runs in (its SLURM_JOB_ID): a call made
+    in an allocation (``srun --overlap --jobid N`` on a node) means that job, not another one."""
+    own = os.environ.get("SLURM_JOB_ID")
+    if not own:
+        return []
+    return [
+        j for j in jobs if any((read_environ(r.pid) or {}).get("SLURM_JOB_ID") == own for r in j.ranks[:1])
+    ]
+
+
 def _started_here(jobs: list[Job], here: str) -> Job | None:
-    """The one job started in ``here`` (or in a folder above it, "/" and the home folder aside):
-    rankscope run from a job's folder means that job. None when no job or several match."""
+    """The one job of this call's own Slurm job, else the one started in ``here`` (or in a folder
+    above it, "/" and the home folder aside): rankscope run from a job's folder means that job.
+    None when no job or several match."""
+    mine = _of_own_allocation(jobs)
+    if len(mine) == 1:
+        return mine[0]
     cwds = [(j, job_cwd(j)) for j in jobs]
     exact = [j for j, cwd in cwds if cwd == here]
     if exact:
@@ -575,12 +597,25 @@ def _started_here(jobs: list[Job], here: str) -> Job | None:
     return above[0] if len(above) == 1 else None
 
 
+def _no_job_fix() -> str:
+    """Where a job that is not here runs: on a Slurm cluster (its login node has ``squeue``), on the
+    nodes of a Slurm job, which one call reaches."""
+    if shutil.which("squeue") is None:
+        return NoJobsFound.default_fix
+    return (
+        'On a Slurm cluster: `rankscope stacks --via srun --job JOBID` (MCP: dump_stacks(via="srun", '
+        "job=JOBID); `squeue --me` lists your jobs). " + NoJobsFound.default_fix
+    )
+
+
 def _only_or_here(jobs: list[Job]) -> Job:
-    """The only job; or, among several, the one started in the current folder (said in its notes)."""
+    """The only job; or, among several, the one of this call's Slurm job, else the one started in the
+    current folder (said in its notes)."""
     if not jobs:
-        raise NoJobsFound("No distributed PyTorch job found on this host.")
-    if len(jobs) == 1:
-        return jobs[0]
+        raise NoJobsFound("No distributed PyTorch job found on this host.", fix=_no_job_fix())
+    mine = _of_own_allocation(jobs)
+    if len(jobs) == 1 or len(mine) == 1:
+        return (mine or jobs)[0]
     try:
         here = os.getcwd()
     except OSError:
@@ -616,6 +651,18 @@ def select_job(jobs: list[Job], job_id: str) -> Job:
     )
 
 
+def of_slurm_job(jobs: list[Job], procs: dict[int, ProcInfo], slurm_job: str | None) -> list[Job]:
+    """The jobs whose ranks run in Slurm job ``slurm_job`` (their SLURM_JOB_ID): a call made in an
+    allocation (``srun --overlap --jobid N`` on a node) means that job's ranks, not another job's."""
+    if not slurm_job or not slurm_job.isdigit():
+        return []
+    return [
+        j
+        for j in jobs
+        if any((procs[r.pid].env or {}).get("SLURM_JOB_ID") == slurm_job for r in j.ranks if r.pid in procs)
+    ]
+
+
 def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     """The job that ``pid`` belongs to (launcher, rank, a rank's child), the job named ``job_id``,
     or the only job here."""
@@ -624,7 +671,8 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     procs = scan()
     jobs = build_jobs(procs, host)
     if pid is None and job_id is not None:
-        return select_job(jobs, job_id)
+        of_slurm = of_slurm_job(jobs, procs, job_id)
+        return of_slurm[0] if len(of_slurm) == 1 else select_job(jobs, job_id)
     if pid is None:
         return _only_or_here(jobs)
     if pid not in procs:

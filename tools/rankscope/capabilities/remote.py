@@ -302,6 +302,13 @@ def classify_failure(
             message=f"{host}: {last}",
             fix="Check the pod name and namespace (`kubectl get pods -n NS`) and your kube context.",
         )
+    if via == "srun" and (m := re.search(r"Unable to confirm allocation for job \S+: (.*)", err)):
+        return RankError(
+            host=host,
+            kind="unreachable",
+            message=f"{host}: srun could not join the job: {m.group(1).strip()}",
+            fix="Check the job with `squeue --me` (running, and yours); pass its id with --job.",
+        )
     fix_m = re.search(r"^Fix: (.*)$", err, re.MULTILINE)
     msg_line = next((ln for ln in err.splitlines() if "error:" in ln), last)
     return RankError(
@@ -508,6 +515,10 @@ def account_for_unseen(report: StacksReport, failed: Sequence[RankError]) -> Sta
 
 
 def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> subproc.Completed:
+    if env is None and argv[:1] == ["srun"]:
+        from rankscope.capabilities.slurm import srun_env
+
+        env = srun_env()  # never the caller's allocation: srun would take it for its own
     try:
         res = subproc.run(argv, timeout, env)
     except FileNotFoundError as exc:
@@ -521,7 +532,8 @@ def _need(binary: str, via: str) -> None:
             f"--via {via} needs `{binary}` on this machine, and it is not on PATH.",
             {
                 "ssh": "Install an OpenSSH client, or use --via srun inside a Slurm allocation.",
-                "srun": "Run rankscope on a node of the Slurm cluster (where srun works), or use --via ssh.",
+                "srun": "Run rankscope where Slurm's commands work (a login node or a node of the cluster: "
+                "`squeue --me` must answer), or use --hosts with --via ssh.",
                 "kubectl": "Install kubectl and select the cluster's context, or use --via ssh.",
             }.get(via, "Install it."),
         )
@@ -649,6 +661,37 @@ def _srun_all(
     return out
 
 
+def _slurm_hosts(job: str | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """The nodes of Slurm job ``job`` (default: the allocation's, SLURM_JOB_ID): from the
+    allocation's environment inside it, else asked of the controller, which also says when the job
+    is not running or not the user's (a login node has no allocation in its environment)."""
+    env = os.environ if env is None else env
+    job = job or env.get("SLURM_JOB_ID")
+    if not job:
+        raise InvalidInput(
+            "via srun (--via srun) needs the Slurm job: no job (--job) given and no Slurm allocation in the "
+            "environment (SLURM_JOB_ID is unset).",
+            "Pass job=JOBID (CLI: --job JOBID; `squeue --me` lists your jobs), or hosts with via ssh.",
+        )
+    from rankscope.capabilities.slurm import slurm_job_id, slurm_job_nodes
+
+    job = slurm_job_id(job)
+    if job == env.get("SLURM_JOB_ID") and (nodes := _allocation_nodes(env)):
+        return nodes
+    _need("srun", "srun")
+    return slurm_job_nodes(job)
+
+
+def _allocation_nodes(env: Mapping[str, str]) -> list[str]:
+    """The allocation's nodes from its environment; a hostlist only Slurm can expand is asked of it."""
+    from rankscope.capabilities.slurm import allocation_nodes
+
+    try:
+        return allocation_nodes(env)
+    except InvalidInput:
+        return hosts_from_environment(env)
+
+
 def _host_list(target: StacksTarget, timeout: float) -> list[str]:
     """The hosts to collect from: given (parsed by the target), the job's pods, or the allocation's."""
     if target.hosts:
@@ -660,6 +703,8 @@ def _host_list(target: StacksTarget, timeout: float) -> list[str]:
                 "Pass --job with the Kubernetes job name.",
             )
         host_list = pods_of_job(target.job, target.namespace, timeout)
+    elif target.via == "srun":
+        host_list = _slurm_hosts(target.job)
     else:
         host_list = hosts_from_environment()
     if not host_list:

@@ -185,7 +185,11 @@ def _target(args: argparse.Namespace, pid_host: str | None) -> tuple[StacksTarge
         rankscope_cmd=args.rankscope_cmd,
     )
     if where.remote:
-        return dataclasses.replace(where, job=args.job), None
+        return api.slurm_target(dataclasses.replace(where, job=args.job)), None
+    if args.from_paths is None and not args.last:  # a plain call on a Slurm cluster: a Slurm job's nodes
+        slurm = api.slurm_target(where, pid=args.pid, job_id=args.job, ranks=args.ranks)
+        if slurm.remote:
+            return slurm, None
     return where, args.job
 
 
@@ -218,7 +222,7 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         choices=VIAS,
         default="ssh",
         help="how to reach the hosts: ssh (needs --hosts); srun, kubectl and debug-server find the "
-        "job's hosts themselves (SLURM_JOB_NODELIST, the pods of --job, MASTER_ADDR:MASTER_PORT) "
+        "job's hosts themselves (the Slurm job's nodes, the pods of --job, MASTER_ADDR:MASTER_PORT) "
         "when --hosts is left out; debug-server takes --hosts MASTER_ADDR:PORT",
     )
     remote.add_argument(

@@ -175,7 +175,9 @@ async def _capture(
     ranks: list[int] | None,
     job_id: str | None,
 ) -> StacksReport:
-    """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps."""
+    """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps;
+    on a Slurm cluster a plain call may mean a Slurm job's nodes (``api.slurm_target``)."""
+    target = await in_thread(api.slurm_target, target, pid=pid, job_id=job_id, ranks=ranks)
     if target.remote:
         place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
         await progress(ctx, 0, 3, f"finding the job's ranks on {place}")

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,6 +113,58 @@ def test_no_pipe_no_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(pickup, "time", SimpleNamespace(sleep=no_sleep, monotonic=time.monotonic))
     with ranks_with({"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "none_")}) as job:
         assert pick_up(job) is None
+
+
+def _probed_rank(tmp_path: Path) -> tuple[Job, dict[int, pickup.Probe]]:
+    """This process as rank 0 of a job, with a probe dumping to ``tmp_path`` (the asking is faked)."""
+    job = Job(job_id="j", world_size=1, ranks=[RankProcess(rank=0, pid=os.getpid(), host="h")])
+    return job, {os.getpid(): pickup.Probe(dump_dir=tmp_path, signal=12)}
+
+
+def test_a_probed_rank_still_writing_its_dump_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.13's first recorder dump in a process imports torch._inductor: on a busy host it
+    takes longer than a rank gets to answer. The rank's busy file says it took the request."""
+    job, probes = _probed_rank(tmp_path)
+    busy, trace = probes[os.getpid()].busy(0), probes[os.getpid()].trace(0)
+
+    def write() -> None:
+        shutil.copy(DUMPS / "nccl_trace_rank_0", trace)
+        busy.unlink()
+
+    def ask(pid: int, probe: pickup.Probe) -> bool:
+        busy.write_bytes(b"")  # the rank took the request
+        threading.Timer(1.5, write).start()  # and writes for longer than wait_s
+        return True
+
+    monkeypatch.setattr(pickup, "_ask_probe", ask)
+    got = pickup.request_dumps(job, [], wait_s=0.3, probes=probes, dump_wait_s=60.0)
+    assert got == [trace] and not busy.exists()
+
+
+def test_a_probed_rank_that_never_started_writing_is_given_up_on_early(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy file left by a killed run is not this request's: only ``wait_s`` is waited, not the
+    longer wait of a rank that is writing (nor after a rank stopped writing without a trace)."""
+    job, probes = _probed_rank(tmp_path)
+    busy = probes[os.getpid()].busy(0)
+    busy.write_bytes(b"")  # a leftover
+    monkeypatch.setattr(pickup, "_ask_probe", lambda pid, probe: True)
+    start = time.monotonic()
+    assert pickup.request_dumps(job, [], wait_s=0.3, probes=probes, dump_wait_s=60.0) == []
+    assert time.monotonic() - start < 30.0
+
+    def failed(pid: int, probe: pickup.Probe) -> bool:
+        busy.write_bytes(b"")
+        threading.Timer(0.5, busy.unlink).start()  # done, no trace
+        return True
+
+    monkeypatch.setattr(pickup, "_ask_probe", failed)
+    start = time.monotonic()
+    assert pickup.request_dumps(job, [], wait_s=0.3, probes=probes, dump_wait_s=60.0) == []
+    assert time.monotonic() - start < 30.0
 
 
 def test_exception_dump_is_read_from_the_jobs_store_and_never_written() -> None:

@@ -103,3 +103,23 @@ def test_bad_input_is_invalid_input_with_a_fix() -> None:
         with pytest.raises(InvalidInput) as exc:
             call()
         assert exc.value.fix
+
+
+def test_a_dump_holds_its_busy_file_while_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that asked for a dump waits while the busy file is there (the first recorder dump
+    imports torch._inductor: seconds), and gives up early on a rank that never started one."""
+    from rankscope.probe import flight
+
+    seen: list[bool] = []
+
+    def files(out: Path, rank: int, reason: str) -> list[str]:
+        seen.append((out / f"{flight.BUSY_PREFIX}{rank}").exists())
+        return ["x"]
+
+    monkeypatch.setattr(flight, "_dump_files", files)
+    assert flight.dump_now(tmp_path) == ["x"] and seen == [True]
+    assert not list(tmp_path.glob(f"{flight.BUSY_PREFIX}*"))
+    monkeypatch.undo()
+    written = flight.dump_now(tmp_path)  # the real dump, no process group: the stacks at least
+    assert any(Path(p).name.startswith(flight.STACKS_PREFIX) for p in written)
+    assert not list(tmp_path.glob(f"{flight.BUSY_PREFIX}*"))

@@ -366,6 +366,14 @@ def test_rule_mismatched_on_a_subgroup_names_the_member_that_went_on() -> None:
     named = rule_mismatched(facts_of([*base, waiting.model_copy(update={"group_locals": members})]))
     assert named is not None and shape(named) == ("mismatched_collectives", [1], "medium")
     assert keys(named)[0] == "open_group_loop"
+    # the recorder names the member that never entered the group's collective; dumps that did not
+    # come name no one (here the rank left waiting would be blamed: it is live, its stack is here)
+    recorded = rule_mismatched(facts_of([*base, waiting], flight=_recorder([1], mismatch=True)))
+    assert recorded is not None and shape(recorded) == ("mismatched_collectives", [1], "medium")
+    no_dump = _recorder([2], mismatch=False).model_copy(
+        update={"verdict": Verdict(kind="missing_ranks", suspect_ranks=[2], summary="rank 2 left no dump")}
+    )
+    assert shape(rule_mismatched(facts_of([*base, waiting], flight=no_dump))) == shape(unnamed)
 
 
 # -- tie-breaks ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ naming, so ``rankscope fr DIR`` and torchfrtrace both read them):
 
 * ``fr_trace_rank_<R>``: the flight-recorder trace (pickle, as NCCL writes it);
 * ``stacks_rank_<R>.txt``: every thread's Python stack;
+* ``.rankscope-dumping-<R>``: there only while the rank writes the two above;
 * ``.rankscope-probe-<PID>.json``: which signal asks this process for a dump. The process
   keeps it open, so ``rankscope stacks`` finds it in ``/proc/PID/fd`` (environment variables
   set from Python are not visible there), checks in ``/proc/PID/status`` that the signal is
@@ -50,6 +51,10 @@ TRACE_PREFIX = "fr_trace_rank_"
 STACKS_PREFIX = "stacks_rank_"
 MARKER_PREFIX = ".rankscope-probe-"
 """The file a probed process holds open so that rankscope can find its dump folder and signal."""
+BUSY_PREFIX = ".rankscope-dumping-"
+"""``<BUSY_PREFIX><rank>`` is in the dump folder while the rank writes its dump: torch 2.13's first
+recorder dump in a process imports torch._inductor (seconds on a busy host), and a reader that
+asked for a dump waits longer for a rank that is writing one than for a rank that never answered."""
 
 _state: dict[str, object] = {}
 _lock = threading.Lock()
@@ -83,34 +88,46 @@ def dump_now(dump_dir: str | os.PathLike[str], reason: str = "request") -> list[
     Safe to call from any thread. Never raises: a probe must not take the job down.
     """
     out = Path(dump_dir)
-    written: list[str] = []
     with _lock:
         rank = _rank()
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             log.warning("rankscope: cannot create %s: %s", out, exc)
-            return written
+            return []
+        busy = out / f"{BUSY_PREFIX}{rank}"
+        with contextlib.suppress(OSError):
+            busy.write_bytes(b"")
         try:
-            import torch._C._distributed_c10d as c10d
+            return _dump_files(out, rank, reason)
+        finally:
+            with contextlib.suppress(OSError):
+                busy.unlink()
 
-            trace = c10d._dump_fr_trace()  # type: ignore[attr-defined]
-            path = out / f"{TRACE_PREFIX}{rank}"
-            _write_atomic(path, bytes(trace))
-            written.append(str(path))
-        except Exception as exc:  # a failed dump must never kill the rank
-            log.warning("rankscope: flight-recorder dump failed: %s", exc)
-        try:
-            path = out / f"{STACKS_PREFIX}{rank}.txt"
-            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-            with open(tmp, "w") as fh:
-                fh.write(f"# rankscope stacks of rank {rank} (pid {os.getpid()}), reason: {reason}\n")
-                fh.flush()
-                faulthandler.dump_traceback(fh, all_threads=True)
-            os.replace(tmp, path)
-            written.append(str(path))
-        except Exception as exc:
-            log.warning("rankscope: stack dump failed: %s", exc)
+
+def _dump_files(out: Path, rank: int, reason: str) -> list[str]:
+    """The trace, then the stacks, each on its own: one that fails still leaves the other."""
+    written: list[str] = []
+    try:
+        import torch._C._distributed_c10d as c10d
+
+        trace = c10d._dump_fr_trace()  # type: ignore[attr-defined]
+        path = out / f"{TRACE_PREFIX}{rank}"
+        _write_atomic(path, bytes(trace))
+        written.append(str(path))
+    except Exception as exc:  # a failed dump must never kill the rank
+        log.warning("rankscope: flight-recorder dump failed: %s", exc)
+    try:
+        path = out / f"{STACKS_PREFIX}{rank}.txt"
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(tmp, "w") as fh:
+            fh.write(f"# rankscope stacks of rank {rank} (pid {os.getpid()}), reason: {reason}\n")
+            fh.flush()
+            faulthandler.dump_traceback(fh, all_threads=True)
+        os.replace(tmp, path)
+        written.append(str(path))
+    except Exception as exc:
+        log.warning("rankscope: stack dump failed: %s", exc)
     return written
 
 

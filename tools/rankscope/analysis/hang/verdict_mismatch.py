@@ -249,8 +249,9 @@ def left_in_subgroup(f: Facts, majority: Group, minority: list[Group]) -> Ruling
             they=plural(len(culprits), "it", "they"),
         )
         return _subgroup_ruling(culprits, confidence, summary, [evidence, *f.evidence])
-    if f.flight is not None and f.flight.verdict.suspect_ranks:
-        fr = f.flight.verdict
+    fr = f.flight.verdict if f.flight is not None else None
+    if fr is not None and fr.suspect_ranks and fr.kind != "missing_ranks":
+        # a rank that left no dump (asked, it did not answer in time) is no member that went on
         return _subgroup_ruling(
             list(fr.suspect_ranks),
             fr.confidence,

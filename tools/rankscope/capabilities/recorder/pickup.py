@@ -40,7 +40,7 @@ from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.errors import RankscopeError
 from rankscope.models.core import Job, RankProcess
 from rankscope.models.flight import FlightReport
-from rankscope.probe.flight import MARKER_PREFIX, TRACE_PREFIX
+from rankscope.probe.flight import BUSY_PREFIX, MARKER_PREFIX, TRACE_PREFIX
 from rankscope.runtime import net, procfs, signals, tcpstore
 
 log = logging.getLogger("rankscope.capabilities.recorder.pickup")
@@ -68,6 +68,10 @@ class Probe:
 
     def trace(self, rank: int) -> Path:
         return self.dump_dir / f"{TRACE_PREFIX}{rank}"
+
+    def busy(self, rank: int) -> Path:
+        """There while the rank writes its dump: the sign that it took a request."""
+        return self.dump_dir / f"{BUSY_PREFIX}{rank}"
 
 
 def probe_of(pid: int) -> Probe | None:
@@ -137,7 +141,12 @@ def find_dumps(
 
 
 PIPE_WAIT_S = 5.0
-"""How long to wait for the dumps asked for through the pipes (the monitor polls every second)."""
+"""How long to wait for the dumps asked for through the pipes (the monitor polls every second),
+and for a probed rank to start writing its dump."""
+DUMP_WAIT_S = 30.0
+"""How long a probed rank that is writing its dump (its busy file is there) may take: torch 2.13's
+first recorder dump in a process imports torch._inductor, seconds alone and longer when every
+rank of a busy host does it at once."""
 
 
 def _ask(pipe: Path) -> bool:
@@ -174,24 +183,39 @@ def _ask_probe(pid: int, probe: Probe) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One rank asked for a dump: where it will land and that file's stamp before asking; for a
+    probed rank, the file that is there while it writes (and its stamp before asking: a leftover
+    of a killed run is not this request's)."""
+
+    target: Path
+    before: tuple[float, int] | None
+    busy: Path | None = None
+    busy_before: tuple[float, int] | None = None
+
+    def writing(self) -> bool:
+        return self.busy is not None and _stamp(self.busy) not in (None, self.busy_before)
+
+
 def _request_planned(
     proc: RankProcess, env: dict[str, str], have: list[Path], probe: Probe | None
-) -> tuple[Path, tuple[float, int] | None, Callable[[], bool]] | None:
-    """How to ask one rank for a dump through the channel it opened: where the dump will land,
-    that file's stamp before asking, and the call that asks. None without a channel."""
+) -> tuple[_Request, Callable[[], bool]] | None:
+    """How to ask one rank for a dump through the channel it opened: the request (stamped before
+    asking) and the call that asks. None without a channel."""
     if proc.rank is None:
         return None
     if probe is not None:
-        target = probe.trace(proc.rank)
+        target, busy = probe.trace(proc.rank), probe.busy(proc.rank)
         if target in have:
             return None
-        return target, _stamp(target), lambda: _ask_probe(proc.pid, probe)
+        return _Request(target, _stamp(target), busy, _stamp(busy)), lambda: _ask_probe(proc.pid, probe)
     stem = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
     target = dump_path(proc.rank, env)
     if not stem or target in have:
         return None
     pipe = Path(f"{stem}{proc.rank}.pipe")
-    return target, _stamp(target), lambda: _ask(pipe)
+    return _Request(target, _stamp(target)), lambda: _ask(pipe)
 
 
 def request_dumps(
@@ -200,35 +224,40 @@ def request_dumps(
     wait_s: float = PIPE_WAIT_S,
     environs: Mapping[int, dict[str, str]] | None = None,
     probes: Mapping[int, Probe] | None = None,
+    dump_wait_s: float = DUMP_WAIT_S,
 ) -> list[Path]:
     """Ask the ranks that opened a channel for it (a debug pipe, the probe's signal) and wrote no
     dump yet for one; the dumps they wrote.
 
     A dump counts once it is new (its mtime or size changed since the request), not empty, and
-    the same on two polls in a row: the writer has finished.
+    the same on two polls in a row: the writer has finished. A rank gets ``wait_s``, and
+    ``dump_wait_s`` while it is writing one (a probed rank's busy file is there, or a new dump is).
     """
     envs = environs if environs is not None else _environs(job)
     probed = probes if probes is not None else find_probes(job)
-    asked: dict[Path, tuple[float, int] | None] = {}
+    asked: list[_Request] = []
     for proc in job.ranks:
         planned = _request_planned(proc, envs.get(proc.pid, {}), have, probed.get(proc.pid))
-        if planned is not None:
-            target, before, ask = planned
-            if ask():
-                asked[target] = before
+        if planned is not None and planned[1]():
+            asked.append(planned[0])
     got: list[Path] = []
-    seen: dict[Path, tuple[float, int] | None] = dict(asked)
-    deadline = time.monotonic() + wait_s
-    while asked and time.monotonic() < deadline:
+    seen = {r.target: r.before for r in asked}
+    start = time.monotonic()
+    while asked:
         time.sleep(0.2)
-        for target, before in list(asked.items()):
-            now = _stamp(target)
-            if now is not None and now != before and now[1] > 0 and now == seen[target]:
-                got.append(target)
-                del asked[target]
-            seen[target] = now
-    for target in asked:
-        log.info("asked for a flight-recorder dump at %s: none came within %.0f s", target, wait_s)
+        for request in list(asked):
+            now = _stamp(request.target)
+            if now is not None and now != request.before and now[1] > 0 and now == seen[request.target]:
+                got.append(request.target)
+                asked.remove(request)
+            seen[request.target] = now
+        waited = time.monotonic() - start
+        writing = [r for r in asked if r.writing() or seen[r.target] != r.before]
+        for request in [r for r in asked if waited >= (dump_wait_s if r in writing else wait_s)]:
+            asked.remove(request)
+            log.info(
+                "asked for a flight-recorder dump at %s: none came within %.0f s", request.target, waited
+            )
     return got
 
 

@@ -89,7 +89,8 @@ def test_stdio_nothing_found_in_an_empty_pid_namespace() -> None:
     assert listed["jobs"] == []
     text = error_text(dumped)
     assert "No distributed PyTorch job found on this host." in text
-    assert "Fix: Check that the job runs on this host and as a user you can inspect" in text
+    # the fix leads with the srun call where Slurm's clients are installed (a login node)
+    assert "Fix: " in text and "Check that the job runs on this host and as a user you can inspect" in text
 
 
 @pytest.mark.slow

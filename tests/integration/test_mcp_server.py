@@ -243,7 +243,7 @@ def test_prompts_for_the_main_procedures() -> None:
             "Invalid arguments for dump_stacks: via should be 'ssh', 'srun', 'kubectl' or 'debug-server' "
             "(got 'telnet'). Fix: via: How to reach other hosts",
         ),
-        ("dump_stacks", {"pid": "abc"}, "Invalid arguments for dump_stacks: pid should be a valid integer"),
+        ("dump_stacks", {"pid": "abc"}, "pid (--pid) must be a process id or HOST:PID, got 'abc'. Fix:"),
     ],
 )
 def test_bad_arguments_are_tool_errors_with_the_fix(

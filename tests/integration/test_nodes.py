@@ -136,6 +136,35 @@ def test_a_launcher_pid_on_another_host_picks_its_job_everywhere(nodes: Nodes, t
     assert report["verdict"]["suspect_ranks"] == [0]
 
 
+MCP_CALL = """\
+import json, sys
+import anyio
+from mcp import Client
+from rankscope.mcp_server import build_server
+
+async def main():
+    async with Client(build_server()) as client:
+        args = {"pid": sys.argv[1], "hosts": ["node1"], "window_s": 0.5, "full": True}
+        result = await client.call_tool("dump_stacks", args)
+        print(json.dumps(result.structured_content))
+
+anyio.run(main)
+"""
+
+
+def test_mcp_pid_on_another_host_picks_its_job_everywhere(nodes: Nodes, two_jobs: TwoJobs) -> None:
+    """dump_stacks(pid="node2:PID", hosts=["node1"]) over MCP from the login node: the pid's host
+    joins the hosts, and its job is the one inspected on both."""
+    found = nodes.ssh("node2", "pgrep -f '[t]orch.distributed.run.*checkpoint_rank0'")
+    [pid] = found.stdout.split()
+    res = nodes.login([sys.executable, "-c", MCP_CALL, f"node2:{pid}"], two_jobs.a)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["job"]["job_id"] == two_jobs.b_id
+    assert _hosts(report) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert report["verdict"]["suspect_ranks"] == [0]
+
+
 def test_rankscope_from_the_jobs_interpreter_when_the_callers_path_is_not_there(
     nodes: Nodes, two_jobs: TwoJobs
 ) -> None:

@@ -66,11 +66,14 @@ def test_two_agents_of_one_job_are_one_job(
     assert any("only ranks [0, 1]" in n for n in filtered.job.notes)
 
 
-def test_several_jobs_error_lists_them_and_job_id_picks_one(jobs: JobFactory, pyspy_works: str) -> None:
+def test_several_jobs_error_lists_them_and_job_id_picks_one(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "mismatch", "--odd", "2"])
     second = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
     first.wait_ready(timeout=READY_S)
     second.wait_ready(timeout=READY_S)
+    monkeypatch.chdir(tmp_path)  # a folder no job was started in (another test's job may run in the repo's)
     with pytest.raises(NotADistributedJob) as err:
         find_job()
     text = str(err.value)

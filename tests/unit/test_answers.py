@@ -225,7 +225,7 @@ def test_ten_thousand_dumps_answer_in_8_kb() -> None:
 def test_wrong_arguments_get_one_line_naming_the_parameter_and_the_fix() -> None:
     _, (bad_type, bad_list, unknown) = _session(
         [
-            ("dump_stacks", {"pid": "abc"}),
+            ("dump_stacks", {"timeout": "abc"}),
             ("dump_stacks", {"full_ranks": 3}),
             ("dump_stacks", {"rank": [1]}),
         ]
@@ -233,8 +233,8 @@ def test_wrong_arguments_get_one_line_naming_the_parameter_and_the_fix() -> None
     for res in (bad_type, bad_list, unknown):
         text = res.content[0].text
         assert res.is_error and "\n" not in text and "errors.pydantic.dev" not in text and "Fix:" in text
-    assert "pid should be a valid integer" in bad_type.content[0].text
-    assert "A rank or launcher pid" in bad_type.content[0].text  # what the parameter takes
+    assert "timeout should be a valid number" in bad_type.content[0].text
+    assert "Seconds per rank" in bad_type.content[0].text  # what the parameter takes
     assert "full_ranks should be a valid list (got 3)" in bad_list.content[0].text
     assert "rank is not a parameter of dump_stacks" in unknown.content[0].text
     assert "ranks" in unknown.content[0].text

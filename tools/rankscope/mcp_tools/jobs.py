@@ -23,7 +23,7 @@ from rankscope.mcp_tools._common import (
     progress,
 )
 from rankscope.models.core import JobList, StacksReport
-from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, DumpOptions, StacksTarget
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, DumpOptions, StacksTarget, host_pid
 
 Via = Literal["ssh", "srun", "kubectl", "debug-server"]
 """How dump_stacks reaches ranks on other nodes (see rankscope.capabilities.remote)."""
@@ -55,7 +55,11 @@ async def list_jobs(
 @guard
 async def dump_stacks(
     pid: Annotated[
-        int | None, arg("A rank or launcher pid from list_jobs; default: the only job here.")
+        int | str | None,
+        arg(
+            "A rank or launcher pid from list_jobs, or HOST:PID of one on another host (its job is then "
+            "inspected on every host); default: the job started in this folder, or the only job here."
+        ),
     ] = None,
     native: Annotated[
         bool, arg("Include C/C++ frames (NCCL, gloo, CUDA): decides GPU waits. Slower.")
@@ -117,11 +121,14 @@ async def dump_stacks(
         window=window_s,
         timeout=timeout,
     )
+    pid_host, pid_number = host_pid(pid) if pid is not None else (None, None)
+    if pid_host is not None and pid_host not in (hosts or []):
+        hosts = [*(hosts or []), pid_host]  # a launcher on another host: its job, on every host
     target = StacksTarget(
         hosts=None if hosts is None else tuple(hosts), via=via, job=job, namespace=namespace
     )
     api.check_stacks_call(
-        pid=pid, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths, last=last
+        pid=pid_number, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths, last=last
     )
     if last:
         return api.answer(await _last(), full=full, full_ranks=full_ranks)
@@ -129,7 +136,8 @@ async def dump_stacks(
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
         report = await in_thread(api.stacks_from_files, from_paths, backend=_backend(backend))
     else:
-        report = await _capture(ctx, options, target, pid=pid, ranks=ranks, job_id=job_id)
+        pids = {pid_host: pid_number} if pid_host is not None and pid_number is not None else None
+        report = await _capture(ctx, options, target, pid=pid_number, pids=pids, ranks=ranks, job_id=job_id)
     return await _answer(
         ctx, report, full=full, full_ranks=full_ranks, ranks=ranks, saved=from_paths is not None
     )
@@ -172,6 +180,7 @@ async def _capture(
     target: StacksTarget,
     *,
     pid: int | None,
+    pids: dict[str, int] | None = None,
     ranks: list[int] | None,
     job_id: str | None,
 ) -> StacksReport:
@@ -182,7 +191,9 @@ async def _capture(
         place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
         await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
         await progress(ctx, 1, 3, f"capturing stacks on {place}")
-        return await in_thread(api.dump_stacks_remote, target, options, pid=pid, job_id=job_id)
+        return await in_thread(
+            api.dump_stacks_remote, target, options, pid=None if pids else pid, pids=pids, job_id=job_id
+        )
     await progress(ctx, 0, 3, "finding the job's ranks on this host")
     await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
     return await in_thread(api.dump_stacks, pid, options, ranks=ranks, job_id=job_id)

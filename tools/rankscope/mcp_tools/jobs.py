@@ -55,11 +55,7 @@ async def list_jobs(
 @guard
 async def dump_stacks(
     pid: Annotated[
-        int | str | None,
-        arg(
-            "A rank or launcher pid from list_jobs, or HOST:PID of one on another host (its job is then "
-            "inspected on every host); default: the job started in this folder, or the only job here."
-        ),
+        int | str | None, arg("A pid from list_jobs (rank or launcher), or HOST:PID on another host.")
     ] = None,
     native: Annotated[
         bool, arg("Include C/C++ frames (NCCL, gloo, CUDA): decides GPU waits. Slower.")
@@ -122,11 +118,7 @@ async def dump_stacks(
         timeout=timeout,
     )
     pid_host, pid_number = host_pid(pid) if pid is not None else (None, None)
-    if pid_host is not None and pid_host not in (hosts or []):
-        hosts = [*(hosts or []), pid_host]  # a launcher on another host: its job, on every host
-    target = StacksTarget(
-        hosts=None if hosts is None else tuple(hosts), via=via, job=job, namespace=namespace
-    )
+    target = StacksTarget(hosts=_with_host(hosts, pid_host), via=via, job=job, namespace=namespace)
     api.check_stacks_call(
         pid=pid_number, ranks=ranks, target=target, full_ranks=full_ranks, from_paths=from_paths, last=last
     )
@@ -136,8 +128,7 @@ async def dump_stacks(
         await progress(ctx, 0, 2, f"reading saved stacks from {len(from_paths)} path(s)")
         report = await in_thread(api.stacks_from_files, from_paths, backend=_backend(backend))
     else:
-        pids = {pid_host: pid_number} if pid_host is not None and pid_number is not None else None
-        report = await _capture(ctx, options, target, pid=pid_number, pids=pids, ranks=ranks, job_id=job_id)
+        report = await _capture(ctx, options, target, pid=(pid_host, pid_number), ranks=ranks, job_id=job_id)
     return await _answer(
         ctx, report, full=full, full_ranks=full_ranks, ranks=ranks, saved=from_paths is not None
     )
@@ -174,29 +165,37 @@ async def _answer(
     return api.answer(report, full=full, full_ranks=full_ranks)
 
 
+def _with_host(hosts: list[str] | None, host: str | None) -> tuple[str, ...] | None:
+    """The hosts to ask, with the host of a ``HOST:PID`` among them: its job, on every host."""
+    if host is None or host in (hosts or []):
+        return None if hosts is None else tuple(hosts)
+    return (*(hosts or []), host)
+
+
 async def _capture(
     ctx: Context[Any, Any] | None,
     options: DumpOptions,
     target: StacksTarget,
     *,
-    pid: int | None,
-    pids: dict[str, int] | None = None,
+    pid: tuple[str | None, int | None],
     ranks: list[int] | None,
     job_id: str | None,
 ) -> StacksReport:
     """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps;
     on a Slurm cluster a plain call may mean a Slurm job's nodes (``api.slurm_target``)."""
-    target = await in_thread(api.slurm_target, target, pid=pid, job_id=job_id, ranks=ranks)
+    host, number = pid  # HOST:PID: a launcher or rank on another host
+    pids = {host: number} if host is not None and number is not None else None
+    target = await in_thread(api.slurm_target, target, pid=number, job_id=job_id, ranks=ranks)
     if target.remote:
         place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
         await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
         await progress(ctx, 1, 3, f"capturing stacks on {place}")
         return await in_thread(
-            api.dump_stacks_remote, target, options, pid=None if pids else pid, pids=pids, job_id=job_id
+            api.dump_stacks_remote, target, options, pid=None if pids else number, pids=pids, job_id=job_id
         )
     await progress(ctx, 0, 3, "finding the job's ranks on this host")
     await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
-    return await in_thread(api.dump_stacks, pid, options, ranks=ranks, job_id=job_id)
+    return await in_thread(api.dump_stacks, number, options, ranks=ranks, job_id=job_id)
 
 
 def register(server: MCPServer) -> None:

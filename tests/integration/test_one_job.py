@@ -147,11 +147,11 @@ def test_a_rank_that_left_early_says_why_from_torchruns_log_folder(
         f"--master_port={port}",
     )
     job = jobs.start(argv, nproc=2, port=port, tag="logdir")
-    job.wait_ready(["rank0", "rank1"], timeout=READY_S)
+    job.wait_ready(["rank0", "rank1", "rank0-waits"], timeout=READY_S)
     wait_for(lambda: [r.rank for r in find_job(job.pid).ranks] == [0], 60, "rank 1 gone")
     (gone,) = find_job(job.pid).missing
     assert (gone.rank, gone.status) == (1, "exited")
     assert "stderr.log: rank 1: StopIteration: the shard has no batch 2, leaving the loop" in gone.detail
     assert str(logs) in gone.detail
     report = dump_stacks(job.pid)
-    assert report.verdict.suspect_ranks == [1] and report.verdict.kind == "missing_ranks"
+    assert report.verdict.suspect_ranks == [1] and report.verdict.kind == "missing_ranks", report.verdict

@@ -34,6 +34,7 @@ def main() -> None:
         is_master=False,
         timeout=timedelta(seconds=300),
     )
+    mark_ready("rank0-waits")  # connected: from here on rank 0 only waits
     store.wait(["rank1/epoch_done"])
 
 

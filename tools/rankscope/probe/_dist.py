@@ -18,6 +18,7 @@ locally: the "gather" returns this rank's object alone.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from datetime import timedelta
@@ -27,6 +28,11 @@ from rankscope.errors import ProbeTimeout, TorchMissing
 
 DEFAULT_TIMEOUT_S = 120.0
 _groups: dict[tuple[int, tuple[int, ...], float], Any] = {}
+# The probe's groups are the job's too: let them go before the interpreter tears down, as the job's
+# own destroy_process_group() does for its groups. A gloo group still referenced here would
+# otherwise be destroyed at shutdown, where its threads can end the process with SIGABRT
+# ("terminate called without an active exception").
+atexit.register(_groups.clear)
 
 
 def torch_mod() -> Any:

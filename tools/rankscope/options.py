@@ -58,8 +58,9 @@ class DumpOptions:
         ras: read NCCL RAS's per-rank launch counts too (NCCL >= 2.24). Off by default:
             querying RAS has crashed jobs on NCCL 2.26-2.29 (NVIDIA/nccl#2346).
         window: seconds the job is watched before anyone is named (0: a single look). A job
-            that moves in that time (counters, lines of its own code) is never called hung;
-            widen it when a step takes longer than the window.
+            that moves in that time (counters, I/O, lines of its own code) is never called hung,
+            except a rank that over 10 s or more only goes round one loop of its own with
+            nothing else moving: it is stuck there. Widen it when a step takes longer.
         timeout: seconds per rank before the dump of that rank is abandoned (the others
             are still reported); on several hosts, also how long a host is waited for.
     """

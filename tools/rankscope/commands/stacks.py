@@ -55,8 +55,9 @@ class StacksCommand(Command):
             default=DEFAULT_WINDOW_S,
             metavar="SECONDS",
             help=f"watch the job this long before naming anyone (default {DEFAULT_WINDOW_S:g}; 0: one look): a job "
-            "whose counters or lines move is reported as progressing, straggler or busy, never as hung; widen it "
-            "for long steps",
+            "whose counters, I/O or lines move is reported as progressing, straggler or busy, never as hung; over "
+            "10 s or more, a rank that only goes round one loop of its own with nothing else moving is stuck there; "
+            "widen it for long steps",
         )
         parser.add_argument(
             "--no-counters",

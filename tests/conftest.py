@@ -39,8 +39,16 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
 def pyspy_works() -> str:
     """Fail loudly (not skip) when py-spy cannot attach here: the suite needs ptrace."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
+        # its interpreter is up once it prints (before that py-spy finds no Python in it); it prints
+        # or exits, so the read ends either way
+        assert child.stdout is not None and child.stdout.readline() == "ready\n", "python did not start"
         out = subprocess.run(
             [exe, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30
         )

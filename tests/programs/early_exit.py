@@ -27,6 +27,9 @@ def main() -> None:
         print(
             "rank 1: StopIteration: the shard has no batch 2, leaving the loop", file=sys.stderr, flush=True
         )
+        # a clean exit (code 0): without it the gloo group's teardown can abort the rank (SIGABRT)
+        # and torchrun would then end the whole job
+        dist.destroy_process_group()
         return
     store = dist.TCPStore(
         os.environ["MASTER_ADDR"],

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rankscope.analysis.hang.stacks import group_by_op
-from rankscope.analysis.hang.verdict import Facts, facts
+from rankscope.analysis.hang.verdict import Facts, with_evidence
+from rankscope.analysis.hang.verdict_facts import sort_ranks
 from rankscope.models.core import (
     Backend,
     CallSite,
@@ -98,17 +99,19 @@ def facts_of(
         backend=backend,
         recorder=recorder,
     )
-    return facts(
-        job,
-        stacks,
-        group_by_op(stacks),
-        list(errors),
-        sorted(missing),
-        sorted(exited),
-        backend=backend,
-        flight=flight,
-        ras=ras,
-        source=lines,
+    return with_evidence(
+        sort_ranks(
+            job,
+            stacks,
+            group_by_op(stacks),
+            list(errors),
+            sorted(missing),
+            sorted(exited),
+            backend=backend,
+            flight=flight,
+            ras=ras,
+            source=lines,
+        )
     )
 
 

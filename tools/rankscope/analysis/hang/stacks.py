@@ -34,7 +34,8 @@ from rankscope.analysis.hang.frames import (
 from rankscope.analysis.hang.group_members import read_group_locals
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS, progress_verdict
 from rankscope.analysis.hang.progress_verdict import evidence as progress_evidence
-from rankscope.analysis.hang.verdict import BACKWARD_OP, decide, facts
+from rankscope.analysis.hang.verdict import BACKWARD_OP, decide, with_evidence
+from rankscope.analysis.hang.verdict_facts import sort_ranks
 from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.ranges import rank_ranges
@@ -474,17 +475,19 @@ def analyze(
     groups = group_by_op(annotated)
     stack_groups = group_by_stack(annotated)
     verdict = progress_verdict(progress, annotated) or decide(
-        facts(
-            job,
-            annotated,
-            groups,
-            errors,
-            sorted(missing),
-            sorted(exited),
-            backend=backend,
-            flight=flight,
-            source=source,
-            ras=ras,
+        with_evidence(
+            sort_ranks(
+                job,
+                annotated,
+                groups,
+                errors,
+                sorted(missing),
+                sorted(exited),
+                backend=backend,
+                flight=flight,
+                source=source,
+                ras=ras,
+            )
         )
     )
     if progress is not None and verdict.kind not in PROGRESS_KINDS and progress.motion != "unknown":

@@ -14,44 +14,17 @@ Where its parts live:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from rankscope.analysis.hang.verdict_evidence import BACKWARD_OP, evidence
-from rankscope.analysis.hang.verdict_facts import Facts, Ruling, sort_ranks
+from rankscope.analysis.hang.verdict_facts import Facts, Ruling
 from rankscope.analysis.hang.verdict_rules import GLOO_RULES, NCCL_RULES, rule_for
 from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, next_steps
-from rankscope.models.core import Backend, Group, Job, RankError, RankStack, Verdict
-from rankscope.models.flight import FlightReport
-from rankscope.models.ras import RasFinding
+from rankscope.models.core import Verdict
 
 
-def facts(
-    job: Job,
-    annotated: list[RankStack],
-    groups: list[Group],
-    errors: list[RankError],
-    missing: list[int],
-    exited: list[int],
-    *,
-    backend: Backend | None = None,
-    flight: FlightReport | None = None,
-    source: Mapping[tuple[str, int], str] | None = None,
-    ras: RasFinding | None = None,
-) -> Facts:
-    """The facts of one capture, with the evidence every verdict carries. Built here, not in
-    verdict_facts, so that the facts, the phrases and the evidence import in one direction."""
-    f = sort_ranks(
-        job,
-        annotated,
-        groups,
-        errors,
-        missing,
-        exited,
-        backend=backend,
-        flight=flight,
-        source=source,
-        ras=ras,
-    )
+def with_evidence(f: Facts) -> Facts:
+    """The facts of one capture (``verdict_facts.sort_ranks``) with the evidence every verdict
+    carries. Added here, not in verdict_facts, so that the facts, the phrases and the evidence
+    import in one direction."""
     f.evidence = evidence(f)
     return f
 
@@ -81,6 +54,6 @@ __all__ = [
     "Facts",
     "Ruling",
     "decide",
-    "facts",
     "verdict",
+    "with_evidence",
 ]

@@ -106,7 +106,7 @@ def sort_ranks(
     source: Mapping[tuple[str, int], str] | None = None,
     ras: RasFinding | None = None,
 ) -> Facts:
-    """Sort the ranks by what they wait for (the evidence lines are left to verdict.facts)."""
+    """Sort the ranks by what they wait for (the evidence lines are left to verdict.with_evidence)."""
     f = Facts(job, annotated, groups, errors, missing, exited, backend=backend, flight=flight, ras=ras)
     f.source = source or {}
     f.guards = _guards(annotated, f.source)

@@ -324,22 +324,11 @@ def parse_report(host: str, stdout: str) -> StacksReport | RankError:
     text = stdout.strip()
     start = text.find("{")
     if start < 0:
-        return RankError(
-            host=host,
-            kind="failed",
-            message=f"{host}: rankscope printed no JSON report",
-            fix="Check that the rankscope on the host is the same version (`rankscope --version`).",
-        )
+        return _no_json(host)
     try:
         return StacksReport.model_validate_json(text[start:])
     except ValidationError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "invalid report"
-        return RankError(
-            host=host,
-            kind="failed",
-            message=f"{host}: unreadable report ({first})",
-            fix="Install the same rankscope version on every host.",
-        )
+        return _unreadable(host, str(exc).splitlines()[0] if str(exc) else "invalid report")
 
 
 def parse_look(host: str, stdout: str) -> HostLook | RankError:
@@ -357,18 +346,22 @@ def parse_look(host: str, stdout: str) -> HostLook | RankError:
             return rep
         return HostLook(host=host, job=rep.job, stacks=rep.stacks, errors=rep.errors, progress=rep.progress)
     if start < 0:
-        return RankError(
-            host=host,
-            kind="failed",
-            message=f"{host}: rankscope printed no JSON report",
-            fix="Check that the rankscope on the host is the same version (`rankscope --version`).",
-        )
+        return _no_json(host)
     if not isinstance(raw, dict):
         return _unreadable(host, "not JSON")
     try:
         return HostLook.model_validate(raw)
     except ValidationError as exc:
         return _unreadable(host, str(exc).splitlines()[0] if str(exc) else "invalid evidence")
+
+
+def _no_json(host: str) -> RankError:
+    return RankError(
+        host=host,
+        kind="failed",
+        message=f"{host}: rankscope printed no JSON report",
+        fix="Check that the rankscope on the host is the same version (`rankscope --version`).",
+    )
 
 
 def _unreadable(host: str, why: str) -> RankError:

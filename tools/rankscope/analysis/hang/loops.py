@@ -28,7 +28,7 @@ LOOP_LOOK_AHEAD = 40
 """Source lines read below a user frame: the rest of the loop's body, where a ``break`` one rank took
 in an earlier iteration (an early stop it decided alone) stands below the line the others wait on."""
 
-_LOOP = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")
+LOOP_HEADER = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")
 _STOP = re.compile(r"^(async\s+)?(def|class)\s")
 _TARGET = re.compile(r"^\(?\s*([A-Za-z_]\w*)")
 _EXIT = re.compile(r"^(continue|break|return)\b")
@@ -51,14 +51,14 @@ class Loop:
     @property
     def header(self) -> str:
         """The header without its colon and comment: ``for step, (x, y) in enumerate(loader)``."""
-        m = _LOOP.match(self.text)
+        m = LOOP_HEADER.match(self.text)
         return f"{m.group('kw')} {m.group('head')}" if m is not None else self.text
 
     @property
     def counter(self) -> str | None:
         """The first name a ``for`` binds (``step`` of ``for step, (x, y) in ...``): the loop's count
         when it enumerates, which the progress counters hold per rank."""
-        m = _LOOP.match(self.text)
+        m = LOOP_HEADER.match(self.text)
         if m is None or m.group("kw") != "for":
             return None
         target = m.group("head").split(" in ", 1)[0]
@@ -96,7 +96,7 @@ def enclosing_loops(frame: Frame, source: Mapping[tuple[str, int], str]) -> list
         stripped = text.strip()
         if _STOP.match(stripped):
             break
-        if _LOOP.match(stripped):
+        if LOOP_HEADER.match(stripped):
             found.append(Loop(frame.file, frame.function, lineno, stripped))
         if level == 0:
             break
@@ -263,6 +263,7 @@ def _below(frames: list[Frame], at: Frame) -> list[Frame]:
 
 
 __all__ = [
+    "LOOP_HEADER",
     "LOOP_LOOK_AHEAD",
     "LOOP_LOOK_BACK",
     "Exit",

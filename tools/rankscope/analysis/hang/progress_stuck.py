@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from rankscope.analysis.hang.conditions import indent
 from rankscope.analysis.hang.counters import internal_file
-from rankscope.analysis.hang.loops import Loop, enclosing_loops
+from rankscope.analysis.hang.loops import LOOP_HEADER, Loop, enclosing_loops
 from rankscope.analysis.hang.progress_signals import frame_values
 from rankscope.models.core import Frame
 
@@ -35,7 +35,6 @@ MAX_VALUES = 3
 MAX_VALUE = 160
 """Characters of one value quoted at most."""
 
-_LOOP = re.compile(r"^(async\s+)?(?P<kw>for|while)\s+(?P<head>.+?):\s*(#.*)?$")
 _EXIT_IF = re.compile(r"^(el)?if\s+(?P<cond>.+?):\s*(?P<inline>(break|return|raise)\b.*)?(#.*)?$")
 _EXIT = re.compile(r"^(break|return|raise)\b")
 _NAME = re.compile(r"(?<![.\w'\"])([A-Za-z_]\w*)(?!\s*\()")
@@ -64,7 +63,7 @@ def loop_of(frame: Frame, source: Mapping[tuple[str, int], str]) -> Loop | None:
     """The loop a frame's line is in: the line itself when it is a loop's header (``while not
     ready(p):`` spins at its header), else the innermost loop around it."""
     text = source.get((frame.file, frame.line)) if frame.line is not None else None
-    if text is not None and _LOOP.match(text.strip()):
+    if text is not None and LOOP_HEADER.match(text.strip()):
         return Loop(frame.file, frame.function, frame.line or 0, text.strip())
     loops = enclosing_loops(frame, source)
     return loops[0] if loops else None
@@ -176,7 +175,7 @@ def stuck_loop(
     for frame in _own(last)[:LOOP_FRAMES]:
         loop = loop_of(frame, source)
         if loop is not None and _turns(loop, stacks, source):
-            m = _LOOP.match(loop.text)
+            m = LOOP_HEADER.match(loop.text)
             head = m.group("head") if m is not None else loop.text
             if m is not None and m.group("kw") == "for":
                 head = head.split(" in ", 1)[-1]

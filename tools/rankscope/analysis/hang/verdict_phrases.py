@@ -125,25 +125,7 @@ def loop_phrase(f: Facts, suspects: Group, majority: Group, left: LoopLeft) -> s
         return say(
             "still_in_the_loop", be=("is" if one else "are"), have=("have" if many else "has"), **fields
         )
-    found = left.exit
-    if left.same_body and found is not None and found.guard is not None:
-        return say(
-            "skipped_in_body",
-            who=who,
-            be="is" if one else "are",
-            they=they,
-            loop_at=left.loop.at,
-            header=left.loop.header,
-            count=loop_count(f, majority.ranks, left.loop),
-            why=say(
-                "left_by_exit",
-                cond=found.guard.condition,
-                guard_at=found.guard_at,
-                statement=found.statement,
-                exit_at=found.at,
-            ),
-        )
-    why = say("left_uneven")
+    found, why = left.exit, say("left_uneven")
     if found is not None and found.guard is not None:
         why = say(
             "left_by_exit",
@@ -152,6 +134,8 @@ def loop_phrase(f: Facts, suspects: Group, majority: Group, left: LoopLeft) -> s
             statement=found.statement,
             exit_at=found.at,
         )
+        if left.same_body:
+            return say("skipped_in_body", be="is" if one else "are", why=why, **fields)
     return say(
         "left_the_loop",
         why=why,

@@ -217,7 +217,7 @@ def test_the_hosts_recorder_dumps_are_analysed_together(monkeypatch: pytest.Monk
         seen["flight"] = args[3]
         return StacksReport(job=args[0], verdict=Verdict(kind="inconclusive", summary="x"))
 
-    monkeypatch.setattr("rankscope.analysis.hang.stacks.analyze", analyze)
+    monkeypatch.setattr("rankscope.capabilities.judge.analyze", analyze)
     report = judge_looks(looks, ["node1", "node2"], [])
     flight = seen["flight"]
     assert isinstance(flight, FlightReport) and flight.ranks == [0, 1]

@@ -16,11 +16,12 @@ import json
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rankscope.capabilities import discovery, remote, stacks
+from rankscope.capabilities import discovery, judge, remote, stacks
 from rankscope.capabilities.recorder import debug_server
 from rankscope.cli import build_parser
 from rankscope.errors import InvalidInput
@@ -33,6 +34,7 @@ from rankscope.options import (
     option_flags,
 )
 from rankscope.runtime import net, pyspy, subproc
+from tests.paths import DATA
 
 ASKED: dict[str, Any] = {
     "native": True,
@@ -303,9 +305,10 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Capture]:
     monkeypatch.setattr(stacks, "find_probes", lambda job: {})
     monkeypatch.setattr(stacks, "pick_up", step("flight recorder: this run's dumps", None))
     monkeypatch.setattr(
-        stacks, "exception_dump_note", step("flight recorder: the store's exception dump", None)
+        judge, "exception_dump_note", step("flight recorder: the store's exception dump", None)
     )
-    monkeypatch.setattr(stacks, "debug_server_flight", step("flight recorder: the debug server", None))
+    monkeypatch.setattr(judge, "debug_server_flight", step("flight recorder: the debug server", None))
+    monkeypatch.setattr(stacks, "worker_servers", lambda job: True)
     monkeypatch.setattr(stacks, "read_ras", step("NCCL RAS", (None, "RAS read")))
     monkeypatch.setattr(stacks, "source_lines", lambda stacks_: {})
     yield seen
@@ -374,3 +377,27 @@ def test_the_target_parses_hosts_once_and_says_whether_it_is_remote() -> None:
     ):
         with pytest.raises(InvalidInput):
             StacksTarget(**bad)  # type: ignore[arg-type]
+
+
+def test_a_window_asks_the_recorder_once_at_each_end(
+    capture: _Capture, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Ranks that opened a channel are asked for a dump at the window's start (the capture's
+    recorder and the window's first end at once) and at its end: twice in all, never three times."""
+    from rankscope.capabilities.recorder import pickup
+
+    folder = DATA / "flight" / "gloo_skip"
+    asked: list[list[Path]] = []
+
+    def request(job: Job, have: list[Path], **kw: Any) -> list[Path]:
+        asked.append(list(have))
+        return [folder / f"fr_trace_rank_{r}" for r in (0, 1)]
+
+    probe = pickup.Probe(dump_dir=tmp_path, signal=10)
+    monkeypatch.setattr(stacks, "find_probes", lambda job: {100: probe, 101: probe})
+    monkeypatch.setattr(pickup, "request_dumps", request)
+    monkeypatch.setattr(pickup, "find_dumps", lambda job, environs=None, probes=None: [])
+    report = stacks.dump_stacks(None, DEFAULTS)
+    assert asked == [[], []]  # fresh at both ends, whatever the ranks wrote before
+    assert "flight recorder: 2 dump(s) this run wrote, analysed with the stacks" in report.job.notes
+    assert "flight recorder: this run's dumps" not in capture.steps  # the one ask served the pickup too

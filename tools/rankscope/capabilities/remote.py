@@ -26,7 +26,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -38,6 +38,7 @@ from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
 from rankscope.errors import InvalidInput, NoJobsFound, NotADistributedJob
 from rankscope.models.core import (
+    Backend,
     Job,
     NextStep,
     RankError,
@@ -46,7 +47,7 @@ from rankscope.models.core import (
     StacksReport,
 )
 from rankscope.models.flight import FlightReport
-from rankscope.models.look import HostLook, JobChoice
+from rankscope.models.look import HostLook, JobChoice, SourceLine
 from rankscope.options import DEFAULTS, LOCAL, DumpOptions, StacksTarget, option_flags
 from rankscope.runtime import subproc
 
@@ -471,12 +472,21 @@ def merge_reports(
         world_size=world,
         master_addr=first.master_addr if first else None,
         master_port=first.master_port if first else None,
+        backend=_one_backend(reports.values()),
+        recorder=first.recorder if first else None,
         hosts=list(hosts),
         ranks=sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.host, r.pid)),
         exited_ranks=sorted(exited),
         notes=[*notes, f"answered: {', '.join(answered) or 'none'} of {len(hosts)} host(s)"],
     )
     return job, stacks, errors, notes
+
+
+def _one_backend(reports: Iterable[StacksReport | HostLook]) -> Backend | None:
+    """The hosts' backend: theirs when they agree, ``mixed`` when they do not (the store's note and
+    the NCCL rules need it on the collecting host too)."""
+    seen = {r.job.backend for r in reports if r.job is not None and r.job.backend is not None}
+    return seen.pop() if len(seen) == 1 else ("mixed" if seen else None)
 
 
 def account_for_unseen(report: StacksReport, failed: Sequence[RankError]) -> StacksReport:
@@ -755,7 +765,7 @@ def dump_stacks_remote(
         results = _one_job_everywhere(fan, results, host_list)
     note = f"collected via {target.via} in {time.monotonic() - started:.1f}s"
     found = {h: fan.found[h] for h in host_list if h in fan.found}
-    return judge_looks(results, host_list, [*_found_notes(found), note])
+    return judge_looks(results, host_list, [*_found_notes(found), note], options)
 
 
 def _cwd() -> str | None:
@@ -830,12 +840,16 @@ def _flight(looks: Mapping[str, HostLook], world: int | None) -> tuple[FlightRep
 
 
 def judge_looks(
-    results: Mapping[str, HostLook | StacksReport | RankError], host_list: list[str], notes: Sequence[str]
+    results: Mapping[str, HostLook | StacksReport | RankError],
+    host_list: list[str],
+    notes: Sequence[str],
+    options: DumpOptions = DEFAULTS,
 ) -> StacksReport:
-    """One verdict from every host's evidence (and each failed host's error): one merge, then the
-    same analysis as on one host, with the source lines, the recorder, RAS and the progress window."""
+    """One verdict from every host's evidence (and each failed host's error): the looks merged into
+    one, judged as one host's capture is (:func:`~rankscope.capabilities.judge.judge_look`), with
+    the source lines, the recorder, RAS, the progress window, the follow-ups and the workers."""
     from rankscope.analysis.hang.progress import merge_progress
-    from rankscope.analysis.hang.stacks import analyze
+    from rankscope.capabilities.judge import judge_look
 
     looks = {
         h: (
@@ -860,11 +874,20 @@ def judge_looks(
     progress = merge_progress(
         [lk.progress for lk in looks.values() if lk.progress is not None], merged_job.backend
     )
-    ras = next((lk.ras for lk in looks.values() if lk.ras is not None), None)
-    report = analyze(
-        merged_job, stacks, errors, flight, source=_source(stacks, looks), ras=ras, progress=progress
+    source = _source(stacks, looks)
+    merged = HostLook(
+        host=",".join(looks),
+        job=merged_job,
+        stacks=stacks,
+        errors=errors,
+        progress=progress,
+        flight=flight,
+        ras=next((lk.ras for lk in looks.values() if lk.ras is not None), None),
+        source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(source.items())],
+        workers=[w for lk in looks.values() for w in lk.workers],
+        worker_servers=any(lk.worker_servers for lk in looks.values()),
     )
-    return account_for_unseen(report, failed)
+    return account_for_unseen(judge_look(merged, options), failed)
 
 
 __all__ = [

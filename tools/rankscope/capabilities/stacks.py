@@ -28,25 +28,25 @@ from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_user_frame
 from rankscope.analysis.hang.group_members import read_group_locals
 from rankscope.analysis.hang.loops import LOOP_LOOK_AHEAD, LOOP_LOOK_BACK
 from rankscope.analysis.hang.progress import RankWatch, judge, place_lines, watch_rank, with_recorder
-from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
-from rankscope.analysis.hang.stacks import analyze, op_from_source, p2p_peer, recognise_op, source_frame
+from rankscope.analysis.hang.stacks import op_from_source, p2p_peer, recognise_op, source_frame
 from rankscope.analysis.hang.waits import creating_communicator
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities import discovery
 from rankscope.capabilities.gpu_read import gpu_utilisation
+from rankscope.capabilities.judge import judge_look
 from rankscope.capabilities.progress_watch import Window, main_frames
 from rankscope.capabilities.ras_read import read_ras
 from rankscope.capabilities.recorder.pickup import (
     ask_again,
-    debug_server_flight,
-    exception_dump_note,
     find_probes,
     has_channel,
     pick_up,
+    pick_up_fresh,
     recorder_plan,
+    worker_servers,
 )
-from rankscope.capabilities.workers import follow_workers
+from rankscope.capabilities.workers import worker_notes
 from rankscope.errors import DUMP_FIXES, InvalidInput, NoJobsFound, PermissionDenied, ProcessNotFound
 from rankscope.models.core import (
     Job,
@@ -527,8 +527,9 @@ def _check_ranks(job: Job, ranks: list[int] | None) -> None:
 
 
 @dataclass(frozen=True)
-class _Analysis:
-    """Everything besides the stacks that the verdict reads; :meth:`run` analyses a set of stacks."""
+class _Evidence:
+    """What one host's capture found besides the stacks, as it is gathered: the job (with its
+    notes), the recorder, RAS, the source lines, the window's progress."""
 
     job: Job
     errors: list[RankError]
@@ -538,25 +539,13 @@ class _Analysis:
     options: DumpOptions = DEFAULTS
     progress: Progress | None = None
     channel: Callable[[], FlightReport | None] | None = None
-    """Asks the ranks for a fresh recorder dump, where they opened a channel for one (progress window)."""
+    """Asks the ranks for a fresh recorder dump, where they opened a channel for one (the window's last end)."""
     recorder_start: FlightReport | None = None
     """The fresh dump asked for at the start of the window."""
 
-    def run(self, stacks: list[RankStack]) -> StacksReport:
-        return analyze(
-            self.job,
-            stacks,
-            self.errors,
-            self.flight,
-            source=self.source,
-            ras=self.ras,
-            progress=self.progress,
-        )
-
-    def noting(self, note: str, flight: FlightReport | None = None) -> _Analysis:
-        """The same analysis with one more job note (and, when given, the recorder it is about)."""
-        job = self.job.model_copy(update={"notes": [*self.job.notes, note]})
-        return dataclasses.replace(self, job=job, flight=flight or self.flight)
+    def noting(self, note: str) -> _Evidence:
+        """The same evidence with one more job note."""
+        return dataclasses.replace(self, job=self.job.model_copy(update={"notes": [*self.job.notes, note]}))
 
 
 def dump_stacks(
@@ -566,26 +555,26 @@ def dump_stacks(
     ranks: list[int] | None = None,
     job_id: str | None = None,
 ) -> StacksReport:
-    """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), watch it for
-    ``options.window`` seconds, dump all its ranks (only ``ranks``, when given), analyse them.
+    """Discover the job of ``pid`` (or the job ``job_id``, or the only job here), capture it
+    (:func:`capture`: only ``ranks``, when given) and judge the evidence
+    (:func:`~rankscope.capabilities.judge.judge_look`), as the collecting host of a multi-host call
+    judges every host's.
 
     ``options`` (:class:`DumpOptions`) says how: ``window``, how long the job is watched (0: one
     look, as a saved dump); a job that moves in that time gets a progress verdict (progressing,
-    straggler, busy), never a hang one. ``counters``: when the first verdict is not sure
-    (confidence below high), read the ranks' integer locals (step, epoch) (from the window's last
-    look, or one more pass). ``flight_recorder``: analyse the recorder dumps the ranks already
-    wrote in this run, ask the ranks that opened a channel for it (a debug pipe,
-    rankscope.probe's signal, a worker socket) for one, and, when the verdict is still unsure,
-    the job's debug server. ``ras``: read NCCL RAS's launch counts twice (never by default:
-    querying it has crashed jobs on some NCCL versions).
+    straggler, busy), never a hang one. ``counters``: read the ranks' integer locals (step, epoch)
+    (from the window's last look, or one more pass). ``flight_recorder``: analyse the recorder
+    dumps the ranks already wrote in this run, ask the ranks that opened a channel for it (a debug
+    pipe, rankscope.probe's signal, a worker socket) for one, and, when the verdict is still unsure,
+    the job's store and debug server. ``ras``: read NCCL RAS's launch counts twice (never by
+    default: querying it has crashed jobs on some NCCL versions).
     Raises PermissionDenied when no rank at all could be attached for lack of permission;
     any other per-rank failure stays inside the report's ``errors``.
     """
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
     job = discovery.find_job(pid, job_id)
     _check_ranks(job, ranks)
-    analysis, stacks, last = _look(job, options, ranks, exe)
-    return _decide(analysis, stacks, exe, last=last)
+    return judge_look(capture(job, options, ranks, exe), options)
 
 
 def look_here(
@@ -595,9 +584,8 @@ def look_here(
     job_id: str | None = None,
     here: str | None = None,
 ) -> HostLook:
-    """This host's evidence for a multi-host call (``stacks --local``): the same capture as
-    :func:`dump_stacks` (the window, the stacks, the recorder, RAS, the source lines the frames
-    need) and the counters read, but no verdict: the collecting host judges every host's ranks
+    """This host's evidence for a multi-host call (``stacks --local``): :func:`capture`, the same
+    pass :func:`dump_stacks` makes, and no verdict: the collecting host judges every host's ranks
     together. The job is picked by ``pid`` or ``job_id``, else the one started in ``here`` (the
     caller's folder), else the only one; several and none picked: the jobs, as choices."""
     exe = pyspy.check_pyspy()
@@ -610,31 +598,42 @@ def look_here(
         return HostLook(host=discovery.this_host(), absent=exc.message)
     if job is None:
         return HostLook(host=discovery.this_host(), choices=choices)
-    analysis, stacks, last = _look(job, options, None, exe)
-    moving = analysis.progress is not None and analysis.progress.motion == "moving"
+    return capture(job, options, None, exe).model_copy(update={"chosen_by": chosen_by})
+
+
+def capture(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -> HostLook:
+    """One host's capture of ``job``, in one pass, as evidence: the window and the stacks (only
+    ``ranks``, when given), the recorder asked once at each end of the window, RAS, the source lines
+    the frames need, the counters (from the window's last look, or one more pass), and the busy
+    workers of the ranks that wait on them; unless the job moved, when counters and workers say
+    nothing a verdict needs."""
+    evidence, stacks, last = _look(job, options, ranks, exe)
+    moving = evidence.progress is not None and evidence.progress.motion == "moving"
     if options.counters and not options.locals and not moving:
-        stacks, analysis = _locals_pass(stacks, analysis, exe, None, last)
-    source = analysis.source  # the frames' lines, and every place the window saw
+        stacks, evidence = _locals_pass(stacks, evidence, exe, None, last)
+    job = evidence.job
     return HostLook(
         host=discovery.this_host(),
-        job=analysis.job,
-        chosen_by=chosen_by,
+        job=job,
         stacks=stacks,
-        errors=analysis.errors,
-        progress=analysis.progress,
-        flight=analysis.flight,
-        ras=analysis.ras,
-        source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(source.items())],
+        errors=evidence.errors,
+        progress=evidence.progress,
+        flight=evidence.flight,
+        ras=evidence.ras,
+        source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(evidence.source.items())],
+        workers=[] if moving else worker_notes(job, stacks, exe, options),
+        worker_servers=options.flight_recorder and evidence.flight is None and worker_servers(job),
     )
 
 
 def _look(
     job: Job, options: DumpOptions, ranks: list[int] | None, exe: str
-) -> tuple[_Analysis, list[RankStack], dict[int, list[ThreadStack]] | None]:
+) -> tuple[_Evidence, list[RankStack], dict[int, list[ThreadStack]] | None]:
     """Watch ``job`` for the options' window and capture its ranks (only ``ranks``, when given):
     the evidence, the stacks, and the window's last look (taken with locals), before any verdict."""
     environs: dict[int, dict[str, str]] = {}
-    util: dict[int, int] = {}
+    util: dict[int, int] = {}  # by pid: mp.spawn ranks may be renumbered by the capture
+    pid_of = {r.rank: r.pid for r in job.ranks if r.rank is not None}
     watch = (
         Window.open([r.pid for r in job.ranks if ranks is None or r.rank in ranks], exe)
         if options.window > 0
@@ -647,7 +646,9 @@ def _look(
             ranks=ranks,
             exe=exe,
             environs=environs,
-            during=lambda: util.update(gpu_utilisation(job)),
+            during=lambda: util.update(
+                {pid_of[r]: u for r, u in gpu_utilisation(job).items() if r in pid_of}
+            ),
             window=watch,
         )
         if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
@@ -655,9 +656,7 @@ def _look(
         if ranks is not None:
             stacks = [s for s in stacks if s.rank in ranks]
         if util:
-            stacks = [
-                s.model_copy(update={"gpu_util": util.get(s.rank)}) if s.rank in util else s for s in stacks
-            ]
+            stacks = [s.model_copy(update={"gpu_util": util[s.pid]}) if s.pid in util else s for s in stacks]
         if watch is not None:
             watch.sample(job.ranks, {s.pid: s.state for s in stacks})
         analysis = _gather(job, stacks, errors, environs, options, ranks=ranks, watching=watch is not None)
@@ -671,8 +670,8 @@ def _look(
 
 
 def _close_window(
-    watch: Window, analysis: _Analysis, stacks: list[RankStack], exe: str
-) -> tuple[_Analysis, dict[int, list[ThreadStack]]]:
+    watch: Window, analysis: _Evidence, stacks: list[RankStack], exe: str
+) -> tuple[_Evidence, dict[int, list[ThreadStack]]]:
     """End the window: the last look with locals, then what moved (with the source of every place seen)."""
 
     def last_look(pids: list[int]) -> dict[int, list[ThreadStack]]:
@@ -729,42 +728,6 @@ def _look_again(
     return added
 
 
-def _decide(
-    analysis: _Analysis, stacks: list[RankStack], exe: str, *, last: dict[int, list[ThreadStack]] | None
-) -> StacksReport:
-    """The verdict; when unsure, again with the ranks' counters and group tables, then the debug server's
-    recorder. Counters are read unless the options say not to, or the stacks already carry every local."""
-    options = analysis.options
-    report = analysis.run(stacks)
-    unsure = report.verdict.confidence != "high"
-    if options.flight_recorder and unsure and report.verdict.kind not in PROGRESS_KINDS:
-        # only a hang the stacks leave open needs it: reading the store imports torch (seconds on CUDA builds)
-        told = exception_dump_note(analysis.job)
-        if told is not None:
-            analysis = analysis.noting(told)
-            report = analysis.run(stacks)
-    if (
-        options.counters
-        and not options.locals
-        and report.verdict.kind not in PROGRESS_KINDS
-        and (unsure or report.verdict.kind == "mismatched_collectives")
-    ):
-        # sure of a mismatch: read the suspects, whose collective may run on a subgroup, and one rank
-        # of each other group, whose loop counter says how far the others got (uneven inputs)
-        leads = {g.ranks[0] for g in report.groups if g.ranks}
-        only = None if unsure else set(report.verdict.suspect_ranks) | leads
-        stacks, analysis = _locals_pass(stacks, analysis, exe, only, last)
-        if any(s.counters or s.subgroup is not None or s.group_locals is not None for s in stacks):
-            report = analysis.run(stacks)
-    if options.flight_recorder and analysis.flight is None and report.verdict.confidence != "high":
-        # still unsure: a debug server the job started has every rank's recorder
-        flight = debug_server_flight(analysis.job)
-        if flight is not None:
-            note = f"flight recorder: {len(flight.dumps)} trace(s) from the job's debug server, analysed with the stacks"
-            report = analysis.noting(note, flight=flight).run(stacks)
-    return follow_workers(report, exe, options)  # a suspect waiting on its DataLoader: its workers too
-
-
 def _gather(
     job: Job,
     stacks: list[RankStack],
@@ -774,7 +737,7 @@ def _gather(
     *,
     ranks: list[int] | None,
     watching: bool = False,
-) -> _Analysis:
+) -> _Evidence:
     """The evidence besides the stacks: the recorder, RAS, source lines. ``watching``: a progress
     window is open; where the job opened a recorder channel, a fresh dump is asked for now and
     another at the window's end (an older dump would make a hung job look as if it moved)."""
@@ -783,7 +746,12 @@ def _gather(
         notes.append(f"only ranks {sorted(ranks)} were captured (--only-rank): the verdict covers them alone")
     # read once: the pickup looks for their dumps and asks them, the NCCL recorder plan names them
     probes = find_probes(job) if options.flight_recorder or job.backend in ("nccl", "mixed") else {}
-    flight = pick_up(job, environs=environs, probes=probes) if options.flight_recorder else None
+    channel = options.flight_recorder and watching and has_channel(job, environs, probes)
+    start: FlightReport | None = None
+    if channel:  # asked once now, for the capture and the window's first end alike
+        flight, start = pick_up_fresh(job, environs=environs, probes=probes)
+    else:
+        flight = pick_up(job, environs=environs, probes=probes) if options.flight_recorder else None
     if flight is not None:
         notes.append(f"flight recorder: {len(flight.dumps)} dump(s) this run wrote, analysed with the stacks")
     ras_finding = None
@@ -791,22 +759,19 @@ def _gather(
         ras_finding, note = _ras(job, stacks, environs)
         notes.append(note)
     job = job.model_copy(update={"notes": notes, "recorder": recorder_plan(job, environs, probes)})
-    again, start = None, None
-    if watching and flight is not None and has_channel(job, environs, probes):
-        again = functools.partial(ask_again, job, environs=environs, probes=probes)
-        start = again()
-    return _Analysis(
+    again = functools.partial(ask_again, job, environs=environs, probes=probes) if channel else None
+    return _Evidence(
         job, errors, flight, ras_finding, source_lines(stacks), options, channel=again, recorder_start=start
     )
 
 
 def _locals_pass(
     stacks: list[RankStack],
-    analysis: _Analysis,
+    analysis: _Evidence,
     exe: str,
     only: set[int] | None,
     last: dict[int, list[ThreadStack]] | None = None,
-) -> tuple[list[RankStack], _Analysis]:
+) -> tuple[list[RankStack], _Evidence]:
     """One more pass with locals: counters, subgroups, group tables (of every rank when a suspect's
     group is in one). ``last``: the window's last look, taken with locals: read instead of a pass."""
     job = analysis.job

@@ -3,10 +3,11 @@ call (or the threads that feed the queue it waits on, already in its stack).
 
 A rank named for being "blocked in _BaseDataLoaderIter.__next__" is waiting on a worker; the
 worker is where the hang is (a shard that is a FIFO with no writer, a dead NFS mount, a lock).
-Discovery already knows each rank's children: each suspect whose main thread waits on them has
-its children dumped (py-spy, a bounded number, each within the capture's timeout) and their
-kernel waits read (``runtime/kernel_wait.py``); the workers that are on data, not waiting for
-work, become the verdict's evidence, and the first of them ends its summary.
+Discovery already knows each rank's children: each rank whose main thread waits on them has its
+children dumped on its own host (py-spy, a bounded number, each within the capture's timeout) and
+their kernel waits read (``runtime/kernel_wait.py``), as part of that host's evidence; the workers
+that are on data, not waiting for work, become the verdict's evidence for the ranks it names, and
+the first of them ends its summary.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rankscope.analysis.hang.workers import (
     worker_line,
 )
 from rankscope.errors import DumpFailed
-from rankscope.models.core import Frame, NextStep, RankStack, StacksReport
+from rankscope.models.core import Frame, Job, NextStep, RankStack, StacksReport
+from rankscope.models.look import WorkerLine
 from rankscope.options import DumpOptions
 from rankscope.runtime import pyspy
 from rankscope.runtime.kernel_wait import settled_kernel_wait
@@ -69,30 +71,43 @@ def _thread_lines(stack: RankStack, rank: int) -> list[str]:
     return lines
 
 
-def worker_lines(report: StacksReport, exe: str, options: DumpOptions) -> list[str]:
-    """One line per busy child of each suspect that waits on its children, and per busy thread of each
-    suspect that waits on a queue or event of its own: where it waits, and on what."""
-    children = {r.rank: r.children for r in report.job.ranks if r.rank is not None}
-    stacks = {s.rank: s for s in report.stacks if s.rank is not None}
+def _children_lines(rank: int, children: list[int], exe: str, options: DumpOptions, budget: int) -> list[str]:
+    """One line per busy child among the first ``budget`` of ``children``: dumped (py-spy) after
+    its kernel wait is read (its syscall restarts once the dump stops it)."""
     lines: list[str] = []
-    dumped = 0  # children dumped, over every suspect: the call stays short when many ranks are named
-    for rank in report.verdict.suspect_ranks:
-        stack = stacks.get(rank)
-        thread = main_thread(stack) if stack is not None else None
-        if stack is not None and thread is not None and waits_on_threads(thread.frames):
-            lines.extend(_thread_lines(stack, rank))
-        if thread is None or not children.get(rank) or not waits_on_children(thread.frames):
-            continue
-        for pid in children[rank][: max(0, MAX_WORKERS - dumped)]:
-            dumped += 1
-            wait = settled_kernel_wait(pid)  # before py-spy stops it: its syscall restarts after the dump
-            frames = _worker_frames(pid, exe, options)
-            if isinstance(frames, str):
-                line = unread_worker_line(rank, pid, frames, wait)
-                lines.extend([line] if line else [])
-            elif frames and worker_busy(frames):
-                lines.append(worker_line(rank, pid, frames, wait, _source(frames)))
+    for pid in children[: max(0, budget)]:
+        wait = settled_kernel_wait(pid)
+        frames = _worker_frames(pid, exe, options)
+        if isinstance(frames, str):
+            line = unread_worker_line(rank, pid, frames, wait)
+            lines.extend([line] if line else [])
+        elif frames and worker_busy(frames):
+            lines.append(worker_line(rank, pid, frames, wait, _source(frames)))
     return lines
+
+
+def worker_notes(job: Job, stacks: list[RankStack], exe: str, options: DumpOptions) -> list[WorkerLine]:
+    """The busy children of each rank whose main thread waits on them (a DataLoader's next batch),
+    and the busy threads of each rank that waits on a queue or event of its own: one line each.
+
+    Part of a host's evidence, read before any verdict (on the rank's own host, where the children
+    are): the verdict quotes the lines of the ranks it names. At most :data:`MAX_WORKERS` children
+    are dumped per call, over every rank, so the call stays short when many ranks wait on data.
+    """
+    children = {r.pid: r.children for r in job.ranks}
+    notes: list[WorkerLine] = []
+    dumped = 0
+    for stack in sorted(stacks, key=lambda s: (s.rank is None, s.rank or 0)):
+        thread = main_thread(stack)
+        if stack.rank is None or thread is None:
+            continue
+        lines = _thread_lines(stack, stack.rank) if waits_on_threads(thread.frames) else []
+        kids = children.get(stack.pid) or []
+        if kids and waits_on_children(thread.frames):
+            lines += _children_lines(stack.rank, kids, exe, options, MAX_WORKERS - dumped)
+            dumped += min(len(kids), max(0, MAX_WORKERS - dumped))
+        notes.extend(WorkerLine(rank=stack.rank, text=line) for line in lines)
+    return notes
 
 
 WORKER_STEP = NextStep(
@@ -104,10 +119,10 @@ WORKER_STEP = NextStep(
 """The first step once a suspect's worker is found: its wait, not the rank's collective, is the fix."""
 
 
-def follow_workers(report: StacksReport, exe: str, options: DumpOptions) -> StacksReport:
+def with_workers(report: StacksReport, notes: list[WorkerLine]) -> StacksReport:
     """The report with its suspects' busy DataLoader workers (or threads) as evidence, the first one
-    in the summary, and the step that points at its wait first."""
-    lines = worker_lines(report, exe, options)
+    in the summary, and the step that points at its wait first; the other ranks' lines are left out."""
+    lines = [n.text for rank in report.verdict.suspect_ranks for n in notes if n.rank == rank]
     if not lines:
         return report
     v = report.verdict
@@ -121,4 +136,4 @@ def follow_workers(report: StacksReport, exe: str, options: DumpOptions) -> Stac
     return report.model_copy(update={"verdict": verdict})
 
 
-__all__ = ["follow_workers", "worker_lines"]
+__all__ = ["with_workers", "worker_notes"]

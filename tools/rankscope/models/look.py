@@ -32,6 +32,15 @@ class SourceLine(Model):
     text: str
 
 
+class WorkerLine(Model):
+    """One busy DataLoader worker (or feeder thread) of a rank that waits on it, found on the rank's
+    host: where it waits, and on what (its line and its kernel wait). The verdict carries the lines
+    of the ranks it names."""
+
+    rank: int
+    text: str
+
+
 class JobChoice(Model):
     """One job of a host that runs several, as a person knows it: id, ranks here, folder."""
 
@@ -56,6 +65,14 @@ class HostLook(Model):
     source: list[SourceLine] = Field(
         default_factory=list,
         description="The source lines the ranks' frames need (guards, loops, call sites).",
+    )
+    workers: list[WorkerLine] = Field(
+        default_factory=list,
+        description="The busy workers (or threads) of each rank whose main thread waits on them.",
+    )
+    worker_servers: bool = Field(
+        default=False,
+        description="Some rank listens on [::], where torch's debug server binds its worker servers.",
     )
     choices: list[JobChoice] = Field(
         default_factory=list, description="Several jobs here and none chosen: each of them; no job then."

@@ -38,7 +38,7 @@ from rankscope.analysis.recorder.flight import analyze as analyze_flight
 from rankscope.capabilities.recorder.debug_server import debug_server_trace, debug_server_urls
 from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.errors import RankscopeError
-from rankscope.models.core import Job, RankProcess
+from rankscope.models.core import Job, RankError, RankProcess
 from rankscope.models.flight import FlightReport
 from rankscope.probe.flight import BUSY_PREFIX, MARKER_PREFIX, TRACE_PREFIX
 from rankscope.runtime import net, procfs, signals, tcpstore
@@ -390,18 +390,23 @@ def _worker_sockets(job: Job, environs: Mapping[int, dict[str, str]]) -> dict[in
 DEBUG_SERVER_TIMEOUT_S = 10.0
 
 
-def debug_server_flight(job: Job) -> FlightReport | None:
+def worker_servers(job: Job) -> bool:
+    """Whether some rank of this host listens on ``[::]``, where torch's debug server binds each
+    rank's worker server (:func:`~rankscope.runtime.procfs.listens_on_any_ipv6`): a cheap sign read
+    with a host's evidence, so that the collecting host asks the job's store for the servers only
+    where one may be."""
+    return any(procfs.listens_on_any_ipv6(p.pid) for p in job.ranks)
+
+
+def debug_server_flight(job: Job, listening: bool) -> FlightReport | None:
     """The recorder traces of every rank, from the worker servers ``start_debug_server`` registered
     in the job's TCPStore; None without torch, without a reachable store or without a server.
 
     Not read by default: it needs torch here (a second or two to import) and a connection to the
-    job's store, so :func:`~rankscope.capabilities.stacks.dump_stacks` asks only when the stacks
-    leave the verdict unsure, and only when some rank listens on ``[::]``, where worker servers
-    bind (:func:`~rankscope.runtime.procfs.listens_on_any_ipv6`).
+    job's store, so the verdict asks only when the stacks leave it unsure, and only when some rank
+    listens where worker servers bind (``listening``, :func:`worker_servers` on the ranks' hosts).
     """
-    if not job.master_addr or not job.master_port:
-        return None
-    if not any(procfs.listens_on_any_ipv6(p.pid) for p in job.ranks):
+    if not job.master_addr or not job.master_port or not listening:
         return None  # no rank listens where a worker server would: no torch import, no store connection
     try:
         urls = debug_server_urls(job.master_addr, job.master_port, STORE_TIMEOUT_S)
@@ -449,11 +454,11 @@ def pick_up(
     return _analyse(job, paths, environs, sockets=ask)
 
 
-def _analyse(
+def _loaded(
     job: Job, paths: list[Path], environs: Mapping[int, dict[str, str]], *, sockets: bool
-) -> FlightReport | None:
+) -> tuple[list[LoadedDump], list[RankError]]:
     """The dumps at ``paths`` (and, with ``sockets``, the worker sockets' traces of the ranks without
-    one) analysed together; None when there are none."""
+    one), read, with the errors of those that could not be."""
     dumps, errors = read_dumps([os.fspath(p) for p in paths]) if paths else ([], [])
     if sockets:
         have = {d.rank for d in dumps}
@@ -463,9 +468,34 @@ def _analyse(
             trace = worker_trace(sock)
             if trace is not None:
                 dumps.append(LoadedDump(path=f"{sock} (fr_trace_json)", rank=rank, format="json", data=trace))
-    if not dumps:
-        return None
-    return analyze_flight(dumps, errors, world_size=job.world_size)
+    return dumps, errors
+
+
+def _analyse(
+    job: Job, paths: list[Path], environs: Mapping[int, dict[str, str]], *, sockets: bool
+) -> FlightReport | None:
+    """The dumps at ``paths`` (and the worker sockets' traces) analysed together; None when there are none."""
+    dumps, errors = _loaded(job, paths, environs, sockets=sockets)
+    return analyze_flight(dumps, errors, world_size=job.world_size) if dumps else None
+
+
+def pick_up_fresh(
+    job: Job, *, environs: Mapping[int, dict[str, str]], probes: Mapping[int, Probe]
+) -> tuple[FlightReport | None, FlightReport | None]:
+    """The recorder at the start of a progress window, asked of the ranks once: every rank that
+    opened a channel is asked for a fresh dump (whether or not it wrote one already), and the
+    answer is both the capture's recorder (with this run's older dumps of the ranks that did not
+    answer) and the window's first end (only the fresh dumps: an older one would make a hung job
+    look as if it moved between the ends)."""
+    fresh = request_dumps(job, [], environs=environs, probes=probes)
+    older = [p for p in find_dumps(job, environs, probes) if p not in fresh]
+    dumps, errors = _loaded(job, fresh, environs, sockets=True)
+    old, old_errors = read_dumps([os.fspath(p) for p in older]) if older else ([], [])
+    have = {d.rank for d in dumps}
+    every = [*dumps, *(d for d in old if d.rank not in have)]
+    flight = analyze_flight(every, [*errors, *old_errors], world_size=job.world_size) if every else None
+    start = analyze_flight(dumps, errors, world_size=job.world_size) if dumps else None
+    return flight, start
 
 
 def ask_again(
@@ -487,9 +517,11 @@ __all__ = [
     "find_probes",
     "has_channel",
     "pick_up",
+    "pick_up_fresh",
     "probe_of",
     "read_exception_dump",
     "recorder_plan",
     "request_dumps",
+    "worker_servers",
     "worker_trace",
 ]

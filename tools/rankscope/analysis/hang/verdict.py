@@ -14,6 +14,8 @@ Where its parts live:
 
 from __future__ import annotations
 
+import dataclasses
+
 from rankscope.analysis.hang.verdict_evidence import BACKWARD_OP, evidence
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
 from rankscope.analysis.hang.verdict_rules import GLOO_RULES, NCCL_RULES, rule_for
@@ -31,7 +33,19 @@ def with_evidence(f: Facts) -> Facts:
 
 def decide(f: Facts) -> Verdict:
     """The first rule of the backend's table that matches (the last word when none does), in words."""
-    return verdict(rule_for(f))
+    return verdict(_without_echo(rule_for(f), f))
+
+
+def _without_echo(ruling: Ruling, f: Facts) -> Ruling:
+    """A sure ruling without the counters' line when that line only names its suspects again: it
+    decides nothing and costs the reader bytes. It stays where the verdict is unsure, where the
+    counters name others, and where they decided (their split is in the summary)."""
+    split = f.counters
+    if split is None or ruling.confidence != "high" or split.suspects != sorted(ruling.suspects):
+        return ruling
+    if split.evidence.split(": ", 1)[-1] in ruling.summary:
+        return ruling
+    return dataclasses.replace(ruling, evidence=[e for e in ruling.evidence if e != split.evidence])
 
 
 def verdict(ruling: Ruling) -> Verdict:

@@ -511,6 +511,7 @@ def _job_id(
     return f"{launcher}:pid{launcher_pid}"
 
 
+@procfs.reading_once()
 def list_jobs(pid: int | None = None) -> JobList:
     """Every distributed job on this host (or only the job of ``pid`` when given)."""
     host = _hostname()
@@ -663,6 +664,7 @@ def of_slurm_job(jobs: list[Job], procs: dict[int, ProcInfo], slurm_job: str | N
     ]
 
 
+@procfs.reading_once()  # each stable fact once per call (maps: torch's, then the backend's)
 def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     """The job that ``pid`` belongs to (launcher, rank, a rank's child), the job named ``job_id``,
     or the only job here."""
@@ -694,6 +696,7 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
     )
 
 
+@procfs.reading_once()
 def pick_job(
     pid: int | None, job_id: str | None, here: str | None
 ) -> tuple[Job | None, ChosenBy | None, list[JobChoice]]:

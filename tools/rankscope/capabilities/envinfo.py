@@ -468,8 +468,9 @@ def collect_env(pid: int | None = None, *, include_torch: bool = True) -> EnvRep
     errors: list[str] = []
     check_pid(pid)
     if pid is not None:
-        job = find_ranks(pid)
-        ranks, errors = rank_envs(job, redactor)
+        with procfs.reading_once():  # discovery and rank_envs read the same environ, cmdline, maps, exe
+            job = find_ranks(pid)
+            ranks, errors = rank_envs(job, redactor)
         job = job.model_copy(
             update={
                 "ranks": [rp.model_copy(update={"cmdline": redactor.argv(rp.cmdline)}) for rp in job.ranks]

@@ -10,16 +10,27 @@ Read-only, never blocking: every function reads one small file. The plain
 ``read_*`` functions return None (or an empty value) when the process is gone
 or unreadable; the bare-noun ones (``environ``, ``cmdline``, ``text``) raise
 ``OSError`` so a caller can tell "permission denied" from "gone".
+
+One capture asks several modules about the same ranks (discovery, the redactor, the GPU reader,
+the recorder pickup). Inside ``with reading_once():`` the facts that stay put while a process
+runs (its open files, environment, command line, executable, working directory, start time,
+thread names and mapped files) are read once per pid; the facts of a moment (stat's state and
+CPU time, I/O counters, kernel waits, ``status``) are read afresh every time, so a rank that
+exits mid-capture still reads as gone. Outside a scope nothing is kept: the long-lived MCP
+server never answers from stale facts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from rankscope.analysis.hang.backend import ProcessSigns
 
@@ -46,6 +57,98 @@ def path(pid: int, name: str) -> Path:
     return PROC / str(pid) / name
 
 
+# -- the three raw accesses: every read of /proc/PID goes through one of them -----------------------
+
+
+def _read_bytes(file: Path) -> bytes:
+    """The bytes of one /proc file (one place, so that the reads can be counted)."""
+    with open(file, "rb") as fh:
+        return fh.read()
+
+
+def _listdir(folder: Path) -> list[str]:
+    """The names in one /proc folder (``fd``, ``task``)."""
+    return os.listdir(folder)
+
+
+def _readlink(link: Path) -> str:
+    """The target of one /proc link (``exe``, ``cwd``, ``fd/N``)."""
+    return os.readlink(link)
+
+
+# -- the scope: what does not change during one capture is read once --------------------------------
+
+_T = TypeVar("_T")
+
+STABLE_FILES = frozenset({"environ", "cmdline", "maps"})
+"""The files of /proc/PID whose content a process does not change while one capture looks at it;
+read once per pid inside :func:`reading_once` (with the fd walk, ``exe``, ``cwd``, the start time
+and the thread names). Never ``stat``, ``io``, ``wchan``, ``syscall`` or ``status``: they measure a
+moment, and the progress window compares two of them."""
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A read that failed, kept so that the next caller sees the same refusal (or absence)."""
+
+    error: OSError
+
+
+_MEMO: ContextVar[dict[tuple[str, int], object] | None] = ContextVar("rankscope_procfs_memo", default=None)
+
+
+@contextlib.contextmanager
+def reading_once() -> Iterator[None]:
+    """Within this scope each stable fact of a process (see :data:`STABLE_FILES`) is read once per
+    pid, whoever asks for it; a scope opened inside another one shares the outer one's facts. One
+    host's capture runs inside one scope; outside any scope every call reads /proc again."""
+    if _MEMO.get() is not None:
+        yield
+        return
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def _once(fact: str, pid: int, read: Callable[[], _T]) -> _T:
+    """``read()``, kept for ``(fact, pid)`` while a :func:`reading_once` scope is open (its
+    ``OSError`` too, raised again to the next caller); called every time outside a scope."""
+    memo = _MEMO.get()
+    if memo is None:
+        return read()
+    key = (fact, pid)
+    if key not in memo:
+        try:
+            memo[key] = read()
+        except OSError as exc:
+            memo[key] = _Failed(exc)
+    got = memo[key]
+    if isinstance(got, _Failed):
+        raise got.error.with_traceback(None)
+    return cast(_T, got)
+
+
+def _file(pid: int, name: str) -> bytes:
+    """The bytes of ``/proc/PID/NAME``, read once per scope for :data:`STABLE_FILES`; raises OSError."""
+    if name in STABLE_FILES:
+        return _once(name, pid, lambda: _read_bytes(path(pid, name)))
+    return _read_bytes(path(pid, name))
+
+
+def _link(pid: int, name: str) -> str | None:
+    """The target of ``/proc/PID/NAME`` (``exe``, ``cwd``: read once per scope), or None when unreadable."""
+
+    def read() -> str | None:
+        try:
+            return _readlink(path(pid, name))
+        except OSError:
+            return None
+
+    return _once(f"link:{name}", pid, read)
+
+
 def pids() -> Iterator[int]:
     """Every pid currently listed in /proc (processes may vanish while iterating)."""
     for entry in PROC.iterdir():
@@ -55,7 +158,7 @@ def pids() -> Iterator[int]:
 
 def text(pid: int, name: str) -> str:
     """The text of ``/proc/PID/NAME``; raises OSError when gone or unreadable."""
-    return path(pid, name).read_text(errors="replace")
+    return _file(pid, name).decode(errors="replace")
 
 
 def read_text(pid: int, name: str) -> str | None:
@@ -85,16 +188,26 @@ def own_text(name: str) -> str:
     return (PROC / "self" / name).read_text()
 
 
+_START_FIELD = 19
+"""``starttime`` (field 22 of /proc/PID/stat) in :func:`stat_fields`' numbering."""
+
+
 def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after ``comm`` (state is [0], ppid [1]), or None when gone.
 
     ``comm`` may contain spaces and parentheses, so the split starts after the last ')'.
+    Never kept (state and CPU time change); inside a scope its start time is noted, for
+    :func:`start_epoch`.
     """
     try:
-        stat = path(pid, "stat").read_text()
+        stat = _read_bytes(path(pid, "stat")).decode(errors="replace")
     except OSError:
         return None
-    return stat[stat.rfind(")") + 2 :].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    memo = _MEMO.get()
+    if memo is not None and len(fields) > _START_FIELD and fields[_START_FIELD].isdigit():
+        memo.setdefault(("start", pid), int(fields[_START_FIELD]))
+    return fields
 
 
 def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
@@ -103,7 +216,7 @@ def read_stat(pid: int) -> tuple[int | None, ProcState, int] | None:
     if fields is None:
         return None
     try:
-        return int(fields[1]), STATES.get(fields[0], "unknown"), int(fields[19])
+        return int(fields[1]), STATES.get(fields[0], "unknown"), int(fields[_START_FIELD])
     except (IndexError, ValueError):
         return None
 
@@ -205,16 +318,27 @@ def start_epoch(pid: int) -> float | None:
 
     Read as its age (``/proc/uptime`` minus the start ticks in ``stat``) taken from now, which
     does not depend on ``btime`` (whole seconds, and off after the wall clock was stepped).
+    Inside a :func:`reading_once` scope it is read once per pid (and then stays, even once the
+    process is gone: :func:`proc_state` and :func:`is_alive` say that).
     """
+    return _once("start_epoch", pid, lambda: _epoch_of(_once("start", pid, lambda: _start_ticks(pid))))
+
+
+def _start_ticks(pid: int) -> int | None:
     stat = read_stat(pid)
-    if stat is None:
+    return None if stat is None else stat[2]
+
+
+def _epoch_of(ticks: int | None) -> float | None:
+    """The epoch of a start time in clock ticks since boot (None: None)."""
+    if ticks is None:
         return None
     try:
         with open(PROC / "uptime", encoding="ascii") as fh:
             uptime = float(fh.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    age = uptime - stat[2] / os.sysconf("SC_CLK_TCK")
+    age = uptime - ticks / _TICKS
     return time.time() - max(age, 0.0)
 
 
@@ -255,7 +379,7 @@ def parse_environ(raw: bytes) -> dict[str, str]:
 
 def environ(pid: int) -> dict[str, str]:
     """The process's initial environment; raises OSError (PermissionError for another user's process)."""
-    return parse_environ(path(pid, "environ").read_bytes())
+    return parse_environ(_file(pid, "environ"))
 
 
 def read_environ(pid: int) -> dict[str, str] | None:
@@ -268,7 +392,7 @@ def read_environ(pid: int) -> dict[str, str] | None:
 
 def cmdline(pid: int) -> list[str]:
     """argv of the process (empty for zombies and kernel threads); raises OSError when gone."""
-    raw = path(pid, "cmdline").read_bytes()
+    raw = _file(pid, "cmdline")
     return [w.decode(errors="replace") for w in raw.split(b"\0") if w]
 
 
@@ -282,118 +406,100 @@ def read_cmdline(pid: int) -> list[str]:
 
 def read_exe(pid: int) -> str | None:
     """The executable the process runs (/proc/PID/exe), or None when unreadable."""
-    try:
-        return os.readlink(path(pid, "exe"))
-    except OSError:
-        return None
+    return _link(pid, "exe")
 
 
 def read_cwd(pid: int) -> str | None:
     """The process's working directory (/proc/PID/cwd), or None when unreadable."""
+    return _link(pid, "cwd")
+
+
+def _maps_lines(pid: int) -> list[bytes]:
+    """The lines of /proc/PID/maps (read once per scope); empty when unreadable."""
     try:
-        return os.readlink(path(pid, "cwd"))
+        return _file(pid, "maps").splitlines()
     except OSError:
-        return None
+        return []
 
 
 def maps_mention(pid: int, needles: tuple[bytes, ...]) -> bool:
-    """True when a line of /proc/PID/maps contains one of ``needles`` (streamed: maps can be large)."""
-    try:
-        with open(path(pid, "maps"), "rb") as fh:
-            return any(any(n in line for n in needles) for line in fh)
-    except OSError:
-        return False
+    """True when a line of /proc/PID/maps contains one of ``needles``."""
+    return any(any(n in line for n in needles) for line in _maps_lines(pid))
 
 
 _SIGN_WORDS = (b"nccl", b"cuda", b"/dev/nvidia", b"/dev/shm/")
 MAX_FDS = 4096
-"""Open fds read per process at most when looking for /dev/nvidia* (a rank may hold thousands)."""
+"""Open fds read per process at most (a rank may hold thousands)."""
 
 
 def thread_names(pid: int) -> tuple[str, ...]:
-    """The names of the process's threads (/proc/PID/task/*/comm); empty when unreadable."""
-    names: list[str] = []
-    try:
-        tids = os.listdir(path(pid, "task"))
-    except OSError:
-        return ()
-    for tid in tids:
+    """The names of the process's threads (/proc/PID/task/*/comm; read once per scope); empty when
+    unreadable."""
+
+    def read() -> tuple[str, ...]:
+        names: list[str] = []
         try:
-            with open(path(pid, f"task/{tid}/comm"), encoding="utf-8", errors="replace") as fh:
-                names.append(fh.read().strip())
+            tids = _listdir(path(pid, "task"))
         except OSError:
-            continue
-    return tuple(names)
+            return ()
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                names.append(_read_bytes(path(pid, f"task/{tid}/comm")).decode(errors="replace").strip())
+        return tuple(names)
+
+    return _once("threads", pid, read)
 
 
 def mapped_paths(pid: int, words: tuple[bytes, ...] = _SIGN_WORDS) -> frozenset[str]:
-    """The mapped file paths of /proc/PID/maps that contain one of ``words`` (streamed)."""
+    """The mapped file paths of /proc/PID/maps that contain one of ``words``."""
     found: set[str] = set()
-    try:
-        with open(path(pid, "maps"), "rb") as fh:
-            for line in fh:
-                if any(w in line for w in words):
-                    parts = line.split(maxsplit=5)
-                    if len(parts) == 6:
-                        found.add(parts[5].strip().decode(errors="replace"))
-    except OSError:
-        return frozenset()
+    for line in _maps_lines(pid):
+        if any(w in line for w in words):
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6:
+                found.add(parts[5].strip().decode(errors="replace"))
     return frozenset(found)
+
+
+def fd_targets(pid: int) -> tuple[tuple[str, str], ...]:
+    """(``/proc/PID/fd/N``, link target) of the process's open fds, at most :data:`MAX_FDS` read:
+    the one walk over its open files, read once per :func:`reading_once` scope; empty when gone or
+    unreadable. The ``/proc`` path opens the very file the process holds, whatever its mount
+    namespace."""
+
+    def read() -> tuple[tuple[str, str], ...]:
+        try:
+            fds = _listdir(path(pid, "fd"))
+        except OSError:
+            return ()
+        out: list[tuple[str, str]] = []
+        for fd in fds[:MAX_FDS]:
+            link = path(pid, f"fd/{fd}")
+            with contextlib.suppress(OSError):
+                out.append((os.fspath(link), _readlink(link)))
+        return tuple(out)
+
+    return _once("fds", pid, read)
 
 
 def device_fds(pid: int, prefix: str = "/dev/") -> tuple[str, ...]:
-    """Targets of the process's open fds under ``prefix`` (at most :data:`MAX_FDS` read)."""
-    out: list[str] = []
-    try:
-        fds = os.listdir(path(pid, "fd"))
-    except OSError:
-        return ()
-    for fd in fds[:MAX_FDS]:
-        try:
-            target = os.readlink(path(pid, f"fd/{fd}"))
-        except OSError:
-            continue
-        if target.startswith(prefix):
-            out.append(target)
-    return tuple(out)
+    """Targets of the process's open fds under ``prefix`` (from :func:`fd_targets`)."""
+    return tuple(target for _, target in fd_targets(pid) if target.startswith(prefix))
 
 
 def open_files(pid: int, name_prefix: str) -> tuple[tuple[str, str], ...]:
-    """(``/proc/PID/fd/N``, target) of the open fds whose file name starts with ``name_prefix``.
-
-    The ``/proc`` path opens the very file the process holds, whatever its mount namespace.
-    """
-    out: list[tuple[str, str]] = []
-    try:
-        fds = os.listdir(path(pid, "fd"))
-    except OSError:
-        return ()
-    for fd in fds[:MAX_FDS]:
-        link = path(pid, f"fd/{fd}")
-        try:
-            target = os.readlink(link)
-        except OSError:
-            continue
-        if os.path.basename(target).startswith(name_prefix):
-            out.append((os.fspath(link), target))
-    return tuple(out)
+    """(``/proc/PID/fd/N``, target) of the open fds whose file name starts with ``name_prefix``
+    (from :func:`fd_targets`)."""
+    return tuple(pair for pair in fd_targets(pid) if os.path.basename(pair[1]).startswith(name_prefix))
 
 
 def socket_inodes(pid: int) -> frozenset[int]:
-    """Inodes of the process's open sockets (``socket:[N]`` fd links; at most :data:`MAX_FDS` read)."""
-    found: set[int] = set()
-    try:
-        fds = os.listdir(path(pid, "fd"))
-    except OSError:
-        return frozenset()
-    for fd in fds[:MAX_FDS]:
-        try:
-            target = os.readlink(path(pid, f"fd/{fd}"))
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target.endswith("]"):
-            found.add(int(target[8:-1]))
-    return frozenset(found)
+    """Inodes of the process's open sockets (``socket:[N]`` fd links, from :func:`fd_targets`)."""
+    return frozenset(
+        int(target[8:-1])
+        for _, target in fd_targets(pid)
+        if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit()
+    )
 
 
 _LISTEN = "0A"
@@ -441,11 +547,13 @@ def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
 __all__ = [
     "IO_FIELDS",
     "PROC",
+    "STABLE_FILES",
     "STATES",
     "caught_signals",
     "cmdline",
     "device_fds",
     "environ",
+    "fd_targets",
     "host_has",
     "host_text",
     "io_counters",
@@ -467,6 +575,7 @@ __all__ = [
     "read_exe",
     "read_stat",
     "read_text",
+    "reading_once",
     "socket_inodes",
     "start_epoch",
     "stat_fields",

@@ -1,0 +1,56 @@
+"""One host's capture inside ``procfs.reading_once()`` reads each rank's stable /proc facts once:
+discovery, the redactor, the backend and GPU readers, the recorder pickup and the debug-server check
+all ask, and each rank's fd folder is listed once and its environ read once (a real gloo job)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rankscope.capabilities.stacks import dump_stacks
+from rankscope.options import DumpOptions
+from rankscope.runtime import procfs
+from tests.jobs import JobFactory, wait_for
+
+pytestmark = pytest.mark.slow
+
+READY_S = 180.0
+"""Readiness can take long when the 2 cores are shared: every rank imports torch."""
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
+    """(pid, what under /proc/PID) -> how many times it was read or listed, from now on."""
+    counts: Counter[tuple[int, str]] = Counter()
+
+    def counted(real: Callable[[Path], object]) -> Callable[[Path], object]:
+        def wrapper(p: Path) -> object:
+            rel = Path(p).relative_to(procfs.PROC)
+            if rel.parts[0].isdigit():
+                counts[(int(rel.parts[0]), "/".join(rel.parts[1:]))] += 1
+            return real(p)
+
+        return wrapper
+
+    for name in ("_read_bytes", "_listdir"):
+        monkeypatch.setattr(procfs, name, counted(getattr(procfs, name)))
+    return counts
+
+
+def test_one_capture_lists_each_ranks_fds_and_reads_its_environ_once(
+    jobs: JobFactory, pyspy_works: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
+    job.wait_ready(timeout=READY_S)
+    wait_for(lambda: len(job.rank_pids()) >= 2, READY_S, "2 ranks")
+    reads = count_reads(monkeypatch)
+    with procfs.reading_once():
+        report = dump_stacks(job.pid, DumpOptions(window=0))
+    ranks = sorted(s.pid for s in report.stacks)
+    assert len(ranks) == 2 and all(s.threads for s in report.stacks), report.errors
+    for pid in ranks:
+        assert reads[(pid, "fd")] == 1, (pid, reads[(pid, "fd")])
+        assert reads[(pid, "environ")] == 1, (pid, reads[(pid, "environ")])
+        assert reads[(pid, "stat")] >= 1  # the facts of a moment are read as often as asked

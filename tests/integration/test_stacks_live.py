@@ -245,7 +245,9 @@ def test_async_collectives_lagging_counter_names_the_laggard(jobs: JobFactory, p
     }
     assert all(f.locals is None for s in with_counters for t in s.threads for f in t.frames)
     again = analyze(found, with_counters, errors)
-    assert any("rank 1: step=3" in e and "ranks 0,2: step=11" in e for e in again.verdict.evidence)
+    # they name the rank the stacks already named, surely: the answer does not repeat them
+    assert again.verdict.suspect_ranks == [1] and again.verdict.confidence == "high"
+    assert not any("step=3" in e for e in again.verdict.evidence)
 
 
 def test_counters_come_from_the_locals_already_asked_for(jobs: JobFactory, pyspy_works: str) -> None:
@@ -253,7 +255,7 @@ def test_counters_come_from_the_locals_already_asked_for(jobs: JobFactory, pyspy
     job.wait_ready(timeout=READY_S)
     report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1], options=DumpOptions(locals=True))
     assert report.stacks[1].counters.get("hang_collectives.py:run_async:step") == 3
-    assert any("progress counter step" in e for e in report.verdict.evidence)
+    assert "progress counters read in a second pass" not in " ".join(report.job.notes)
 
 
 def test_even_split_is_decided_by_the_rank_condition_above_the_call(

@@ -63,7 +63,7 @@ from rankscope.models.look import HostLook, SourceLine
 from rankscope.models.progress import Progress, RankMotion
 from rankscope.models.ras import RasFinding
 from rankscope.options import DEFAULTS, DumpOptions
-from rankscope.runtime import pyspy
+from rankscope.runtime import procfs, pyspy
 
 log = logging.getLogger("rankscope.capabilities.stacks")
 
@@ -572,9 +572,11 @@ def dump_stacks(
     any other per-rank failure stays inside the report's ``errors``.
     """
     exe = pyspy.check_pyspy()  # fail fast, before touching the job
-    job = discovery.find_job(pid, job_id)
-    _check_ranks(job, ranks)
-    return judge_look(capture(job, options, ranks, exe), options)
+    with procfs.reading_once():  # discovery's reads of environ, fds, maps serve the capture too
+        job = discovery.find_job(pid, job_id)
+        _check_ranks(job, ranks)
+        look = capture(job, options, ranks, exe)
+    return judge_look(look, options)
 
 
 def look_here(
@@ -589,16 +591,17 @@ def look_here(
     together. The job is picked by ``pid`` or ``job_id``, else the one started in ``here`` (the
     caller's folder), else the only one; several and none picked: the jobs, as choices."""
     exe = pyspy.check_pyspy()
-    try:
-        job, chosen_by, choices = discovery.pick_job(pid, job_id, here)
-    except (NoJobsFound, ProcessNotFound) as exc:
-        if pid is not None:
-            raise  # the pid was named on this host: it must be here
-        # no rank of it here: the collecting host counts its ranks on the others
-        return HostLook(host=discovery.this_host(), absent=exc.message)
-    if job is None:
-        return HostLook(host=discovery.this_host(), choices=choices)
-    return capture(job, options, None, exe).model_copy(update={"chosen_by": chosen_by})
+    with procfs.reading_once():
+        try:
+            job, chosen_by, choices = discovery.pick_job(pid, job_id, here)
+        except (NoJobsFound, ProcessNotFound) as exc:
+            if pid is not None:
+                raise  # the pid was named on this host: it must be here
+            # no rank of it here: the collecting host counts its ranks on the others
+            return HostLook(host=discovery.this_host(), absent=exc.message)
+        if job is None:
+            return HostLook(host=discovery.this_host(), choices=choices)
+        return capture(job, options, None, exe).model_copy(update={"chosen_by": chosen_by})
 
 
 def capture(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -> HostLook:

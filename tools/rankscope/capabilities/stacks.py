@@ -174,11 +174,11 @@ def _p2p_peers(dumps: list[_Dump], exe: str) -> dict[int, int]:
             peers[d.pid] = peer
 
     for d in dumps:
-        if d.rank is None or recognise_op(main_frames(d.threads or []))[0] not in P2P_DIRECTION:
+        if d.rank is None:
             continue
         if d.options.locals:
-            read(d)
-        else:
+            read(d)  # the op is recognised once, by read itself
+        elif recognise_op(main_frames(d.threads or []))[0] in P2P_DIRECTION:
             again.append(_Dump(pid=d.pid, rank=d.rank, options=_with_locals(d.options), state=d.state))
     if again:
         _run_dumps(again, exe, lambda: None)

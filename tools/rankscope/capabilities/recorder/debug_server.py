@@ -22,6 +22,7 @@ from typing import Any
 from rankscope.analysis.hostlist import host_port
 from rankscope.errors import InvalidInput
 from rankscope.models.core import Frame, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
+from rankscope.models.look import HostLook
 from rankscope.options import DEFAULTS, OPTION_FLAGS, DumpOptions, StacksTarget
 from rankscope.runtime import net, tcpstore
 
@@ -192,7 +193,6 @@ def dump_stacks_debug_server(target: StacksTarget, options: DumpOptions = DEFAUL
         ranks=ranks,
         notes=[_debug_server_note(options)],
     )
-    from rankscope.analysis.hang.stacks import analyze
     from rankscope.analysis.recorder.flight import LoadedDump
     from rankscope.analysis.recorder.flight import analyze as analyze_flight
 
@@ -202,7 +202,11 @@ def dump_stacks_debug_server(target: StacksTarget, options: DumpOptions = DEFAUL
         if t
     ]
     flight = analyze_flight(dumps, world_size=len(urls)) if dumps else None
-    report = analyze(job_model, stacks, errors, flight)
+    # judged as any capture is: the same verdict and follow-ups as the local and multi-host calls
+    from rankscope.capabilities.judge import judge_look
+
+    look = HostLook(host=f"{addr}:{port}", job=job_model, stacks=stacks, errors=errors, flight=flight)
+    report = judge_look(look, options)
     if flight is not None and "flight recorder" not in report.verdict.summary:
         evidence = [
             *report.verdict.evidence,

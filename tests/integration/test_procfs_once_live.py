@@ -5,38 +5,18 @@ all ask, and each rank's fd folder is listed once and its environ read once (a r
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from rankscope.capabilities.stacks import dump_stacks, look_here
 from rankscope.options import DumpOptions
-from rankscope.runtime import procfs
 from tests.jobs import JobFactory, wait_for
+from tests.unit.test_procfs_once import count_reads
 
 pytestmark = pytest.mark.slow
 
 READY_S = 180.0
 """Readiness can take long when the 2 cores are shared: every rank imports torch."""
-
-
-def count_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
-    """(pid, what under /proc/PID) -> how many times it was read or listed, from now on."""
-    counts: Counter[tuple[int, str]] = Counter()
-
-    def counted(real: Callable[[Path], object]) -> Callable[[Path], object]:
-        def wrapper(p: Path) -> object:
-            rel = Path(p).relative_to(procfs.PROC)
-            if rel.parts[0].isdigit():
-                counts[(int(rel.parts[0]), "/".join(rel.parts[1:]))] += 1
-            return real(p)
-
-        return wrapper
-
-    for name in ("_read_bytes", "_listdir"):
-        monkeypatch.setattr(procfs, name, counted(getattr(procfs, name)))
-    return counts
 
 
 def test_one_capture_lists_each_ranks_fds_and_reads_its_environ_once(

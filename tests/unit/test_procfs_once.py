@@ -34,9 +34,8 @@ def child() -> Iterator[int]:
         proc.wait(timeout=30)
 
 
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
-    """(pid, what under /proc/PID) -> how many times it was read, listed or followed."""
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
+    """(pid, what under /proc/PID) -> how many times it was read, listed or followed, from now on."""
     counts: Counter[tuple[int, str]] = Counter()
 
     def counted(real: Callable[[Path], object]) -> Callable[[Path], object]:
@@ -51,6 +50,11 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
     for name in ("_read_bytes", "_listdir", "_readlink"):
         monkeypatch.setattr(procfs, name, counted(getattr(procfs, name)))
     return counts
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
+    return count_reads(monkeypatch)
 
 
 def read_stable(pid: int) -> None:

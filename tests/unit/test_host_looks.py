@@ -227,7 +227,7 @@ def test_the_hosts_recorder_dumps_are_analysed_together(monkeypatch: pytest.Monk
 
 def test_a_pid_on_another_host_adds_that_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--pid node2:4242`` asks node2 for the launcher's job and the other hosts for it by id."""
-    from rankscope import api
+    from rankscope.capabilities import live_call
     from rankscope.cli import main
 
     calls: list[tuple[object, dict[str, object]]] = []
@@ -236,7 +236,7 @@ def test_a_pid_on_another_host_adds_that_host(monkeypatch: pytest.MonkeyPatch) -
         calls.append((target, kw))
         return StacksReport(job=Job(job_id="j"), verdict=Verdict(kind="inconclusive", summary="x"))
 
-    monkeypatch.setattr(api, "dump_stacks_remote", fake, raising=False)
+    monkeypatch.setattr(live_call, "dump_stacks_remote", fake)
     assert main(["stacks", "--hosts", "node1", "--pid", "node2:4242", "--json"]) == 0
     [(target, kw)] = calls
     assert target.hosts == ("node1", "node2")  # type: ignore[attr-defined]

@@ -33,6 +33,7 @@ EXPORTS: dict[str, str] = {
     "verify_repro": "rankscope.capabilities.repro",
     # beyond one host / after the fact
     "dump_stacks_remote": "rankscope.capabilities.remote",
+    "live_stacks": "rankscope.capabilities.live_call",
     "slurm_target": "rankscope.capabilities.slurm",
     "analyze_flight_recorder": "rankscope.capabilities.recorder.flight",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.last_capture import with_whole_suspects as with_whole_suspects
     from rankscope.capabilities.launch import run_all_ranks as run_all_ranks
     from rankscope.capabilities.launch import run_job as run_job
+    from rankscope.capabilities.live_call import live_stacks as live_stacks
     from rankscope.capabilities.memory import inspect_memory as inspect_memory
     from rankscope.capabilities.memory import memory_budget as memory_budget
     from rankscope.capabilities.placements import inspect_placements as inspect_placements

@@ -117,17 +117,10 @@ class StacksCommand(Command):
             backend = None if args.backend == "auto" else args.backend
             report = api.stacks_from_files(args.from_paths, backend=backend)
             api.save_capture(report, partial=True)
-        elif target.remote:
-            pids = {pid_host: pid} if pid_host is not None and pid is not None else None
-            report = api.dump_stacks_remote(
-                target, options, pid=None if pids else pid, pids=pids, job_id=job_id
-            )
-            api.save_capture(report, partial=False)
         else:
-            report = api.dump_stacks(pid, options, ranks=args.ranks, job_id=job_id)
-            if args.ranks is not None:
-                report = api.with_whole_suspects(report, args.ranks)
-            api.save_capture(report, partial=args.ranks is not None)
+            report = api.live_stacks(
+                target, options, pid=pid, pid_host=pid_host, ranks=args.ranks, job_id=job_id
+            )
         emit(report, bool(args.json), full=bool(args.full), brief=args.brief, full_ranks=args.show_ranks)
         return 0
 

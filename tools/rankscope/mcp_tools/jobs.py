@@ -129,9 +129,7 @@ async def dump_stacks(
         report = await in_thread(api.stacks_from_files, from_paths, backend=_backend(backend))
     else:
         report = await _capture(ctx, options, target, pid=(pid_host, pid_number), ranks=ranks, job_id=job_id)
-    return await _answer(
-        ctx, report, full=full, full_ranks=full_ranks, ranks=ranks, saved=from_paths is not None
-    )
+    return await _answer(ctx, report, full=full, full_ranks=full_ranks, saved=from_paths is not None)
 
 
 def _backend(backend: str) -> Literal["nccl", "gloo"] | None:
@@ -150,16 +148,14 @@ async def _answer(
     *,
     full: bool,
     full_ranks: list[int] | None,
-    ranks: list[int] | None,
     saved: bool,
 ) -> StacksReport:
-    """Keep the whole report for the next call (a repro from it, ``last=true``), here and for the
-    CLI's ``--last``; a capture of some ``ranks`` says that its verdict covers them alone. Return it
+    """Keep the whole report for the next call (a repro from it, ``last=true``), here and, for saved
+    stacks, for the CLI's ``--last`` (a live capture was kept by ``api.live_stacks``). Return it
     bounded unless ``full``."""
     await progress(ctx, 2, 3, f"analysed {len(report.stacks)} rank(s)")
-    if ranks is not None:
-        report = await in_thread(api.with_whole_suspects, report, ranks)
-    await in_thread(api.save_capture, report, partial=saved or ranks is not None)
+    if saved:  # a live capture was kept by the call itself (api.live_stacks)
+        await in_thread(api.save_capture, report, partial=True)
     LAST_ANSWERS.stacks = report
     await progress(ctx, 3, 3, f"verdict: {report.verdict.kind}")
     return api.answer(report, full=full, full_ranks=full_ranks)
@@ -184,18 +180,17 @@ async def _capture(
     """A live capture, on this host or (a remote ``target``) on the job's hosts, with its progress steps;
     on a Slurm cluster a plain call may mean a Slurm job's nodes (``api.slurm_target``)."""
     host, number = pid  # HOST:PID: a launcher or rank on another host
-    pids = {host: number} if host is not None and number is not None else None
     target = await in_thread(api.slurm_target, target, pid=number, job_id=job_id, ranks=ranks)
-    if target.remote:
-        place = (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
-        await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
-        await progress(ctx, 1, 3, f"capturing stacks on {place}")
-        return await in_thread(
-            api.dump_stacks_remote, target, options, pid=None if pids else number, pids=pids, job_id=job_id
-        )
-    await progress(ctx, 0, 3, "finding the job's ranks on this host")
-    await progress(ctx, 1, 3, "capturing stacks with py-spy on this host")
-    return await in_thread(api.dump_stacks, number, options, ranks=ranks, job_id=job_id)
+    place = (
+        (f"{len(target.hosts)} host(s)" if target.hosts else "the job's hosts") + f" via {target.via}"
+        if target.remote
+        else "this host"
+    )
+    await progress(ctx, 0, 3, f"finding the job's ranks on {place}")
+    await progress(ctx, 1, 3, f"capturing stacks on {place}")
+    return await in_thread(
+        api.live_stacks, target, options, pid=number, pid_host=host, ranks=ranks, job_id=job_id
+    )
 
 
 def register(server: MCPServer) -> None:

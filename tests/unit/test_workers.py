@@ -41,6 +41,15 @@ def test_a_rank_in_its_dataloader_waits_on_its_children_and_a_worker_on_data_is_
     assert worker_busy(WORKER) and not worker_busy(IDLE) and not worker_busy([])
 
 
+def test_a_worker_waiting_for_work_deep_in_its_queue_get_is_idle() -> None:
+    """Its index queue's get reaches selectors' poll (Python 3.11): still waiting for work, not on data;
+    a worker fetching is busy wherever it waits (a file, a lock, a queue of the dataset's own)."""
+    deep = [Frame(function="_PollLikeSelector.select", file=f"{STDLIB}selectors.py", line=415), *IDLE]
+    assert not worker_busy(deep)
+    in_queue = [Frame(function="Queue.get", file=f"{STDLIB}queue.py", line=180), *WORKER]
+    assert worker_busy(in_queue)
+
+
 def test_the_workers_line_and_what_it_waits_on() -> None:
     fifo = KernelWait(
         wchan="wait_for_partner", syscall="openat", path="/data/shard2", kind="fifo", fstype="ext4"

@@ -34,6 +34,9 @@ _WAITS_ON_THREADS = ("/queue.py", "/threading.py")
 _WORKER_LOOP = "torch/utils/data/_utils/worker.py"
 """The DataLoader worker's loop: the frames below it are its parent's, inherited by the fork."""
 
+_FETCH = "torch/utils/data/_utils/fetch.py"
+"""torch's fetcher: a worker with it on its stack is getting a batch from the dataset."""
+
 _WORKER_IDLE = ("multiprocessing/queues.py", "multiprocessing/connection.py", "/queue.py")
 """Files a worker is in when it waits for work from its rank, not on data."""
 
@@ -74,11 +77,16 @@ def thread_busy(frames: list[Frame]) -> bool:
 
 
 def worker_busy(frames: list[Frame]) -> bool:
-    """True when a worker is on data (in the dataset's code, or fetching), not waiting for work."""
-    python = [f for f in frames if not f.native]
-    if not python:
+    """True when a worker is on data (fetching a batch: in the dataset's code), not waiting for work.
+
+    Fetching shows torch's fetcher among the worker's own frames; without it, a worker anywhere in
+    its index queue's ``get`` is idle, however deep the wait goes (``selectors``, ``select``)."""
+    own = [f.file.replace("\\", "/") for f in _own(frames)]
+    if not own:
         return False
-    return not any(p in python[0].file.replace("\\", "/") for p in _WORKER_IDLE)
+    if any(f.endswith(_FETCH) for f in own):
+        return True
+    return not any(p in f for f in own for p in _WORKER_IDLE)
 
 
 def _file_words(wait: KernelWait) -> str:

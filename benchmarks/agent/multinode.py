@@ -97,7 +97,9 @@ def set_up(spec: dict[str, Any], jobs_dir: Path, workdir: Path, wait_s: float = 
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(jobs_dir / job["script"], folder / "train.py")
         if job.get("prepare"):  # the job's data, made by a script the agent never sees
-            subprocess.run([sys.executable, str(jobs_dir / job["prepare"])], cwd=folder, check=True, timeout=300)
+            subprocess.run(
+                [sys.executable, str(jobs_dir / job["prepare"])], cwd=folder, check=True, timeout=300
+            )
         _start_job(nodes, folder, job)
         folders.append((folder, job["ready"]))
     try:

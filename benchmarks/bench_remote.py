@@ -1,7 +1,7 @@
 """Cross-host collection: merge + analysis at scale, and fan-out wall time vs number of hosts.
 
-1. Merge and judge 128 hosts x 8 ranks of synthetic per-host reports (parse each
-   host's JSON, merge into one job, run the stacks analysis): target < 2 s.
+1. Merge and judge 128 hosts x 8 ranks of synthetic per-host evidence (parse each
+   host's JSON look, merge them into one, judge it once): target < 2 s.
 2. Fan-out with simulated hosts: ``via="local"`` runs a fake ``rankscope`` per
    host that sleeps (0.2 s, one slow host 1.0 s) and prints a canned report.
    Wall time should track the slowest host, not the number of hosts.
@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rankscope.analysis.hang.stacks import analyze
-from rankscope.capabilities.remote import dump_stacks_remote, merge_reports, parse_report
+from rankscope.capabilities.remote import dump_stacks_remote, judge_looks, parse_look
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
+from rankscope.models.look import HostLook
 from rankscope.options import DumpOptions, StacksTarget
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -62,18 +62,16 @@ def host_report(host: str, node: int, per_node: int, world: int, culprit: int) -
 
 def bench_merge(hosts: int = 128, per_node: int = 8, repeat: int = 5) -> tuple[float, str]:
     world = hosts * per_node
-    texts = {
-        f"node{i:03d}": host_report(f"node{i:03d}", i, per_node, world, culprit=world - 3).model_dump_json()
-        for i in range(hosts)
-    }
+    texts = {}
+    for i in range(hosts):
+        r = host_report(f"node{i:03d}", i, per_node, world, culprit=world - 3)
+        texts[f"node{i:03d}"] = HostLook(host=f"node{i:03d}", job=r.job, stacks=r.stacks).model_dump_json()
     times = []
     verdict = ""
     for _ in range(repeat):
         t0 = time.perf_counter()
-        reports = {h: parse_report(h, t) for h, t in texts.items()}
-        ok = {h: r for h, r in reports.items() if isinstance(r, StacksReport)}
-        job, stacks, errors, _ = merge_reports(ok, [], list(texts))
-        report = analyze(job, stacks, errors)
+        looks = {h: parse_look(h, t) for h, t in texts.items()}  # each host's evidence, as it answers
+        report = judge_looks(looks, list(texts), [])  # one merge, one verdict
         times.append(time.perf_counter() - t0)
         verdict = f"{report.verdict.kind} {report.verdict.suspect_ranks}"
     return statistics.median(times), verdict
@@ -124,7 +122,7 @@ def main() -> None:
         "",
         "| step | median of 5 | target |",
         "|---|---|---|",
-        f"| parse 128 JSON reports + merge + stacks analysis | {merge_s:.3f} s | < 2 s |",
+        f"| parse 128 JSON looks + merge + one verdict | {merge_s:.3f} s | < 2 s |",
         "",
         f"Verdict on the synthetic job: `{verdict}` (rank 1021 is the planted culprit).",
         "",

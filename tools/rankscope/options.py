@@ -50,8 +50,8 @@ class DumpOptions:
             counters; may carry secrets, so it is off unless asked.
         nonblocking: sample without pausing the ranks. Safer for latency-sensitive jobs,
             less consistent stacks.
-        counters: when the first verdict is not sure, read the ranks' progress counters
-            (integer locals: step, epoch, i) in one more py-spy pass; every other local is
+        counters: read the ranks' progress counters (integer locals: step, epoch, i) from the
+            window's last look (with no window, in one more py-spy pass); every other local is
             dropped. On NCCL they often are the only CPU-side evidence naming the laggard.
         flight_recorder: analyse the flight-recorder dumps the ranks already wrote in this
             run together with the stacks (on NCCL its sequence numbers outrank CPU positions).

@@ -63,8 +63,8 @@ class StacksCommand(Command):
             "--no-counters",
             dest="counters",
             action="store_false",
-            help="do not read progress counters (step, epoch: integer locals) in a second pass when the "
-            "first verdict is not sure",
+            help="do not read progress counters (step, epoch: integer locals; from the window's last look, "
+            "or a second pass with --window 0)",
         )
         parser.add_argument(
             "--no-fr",

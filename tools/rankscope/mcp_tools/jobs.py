@@ -79,7 +79,7 @@ async def dump_stacks(
     namespace: Annotated[str | None, arg("Kubernetes namespace (via=kubectl).")] = None,
     timeout: Annotated[float, arg("Seconds per rank.")] = DEFAULT_TIMEOUT_S,
     counters: Annotated[
-        bool, arg("When unsure, read progress counters (step, epoch) in one more pass.")
+        bool, arg("Read progress counters (step, epoch): free with a window, one more pass without.")
     ] = True,
     flight_recorder: Annotated[
         bool, arg("Read this run's recorder dumps, asking ranks with a dump channel for one.")

@@ -71,11 +71,11 @@ def _thread_lines(stack: RankStack, rank: int) -> list[str]:
     return lines
 
 
-def _children_lines(rank: int, children: list[int], exe: str, options: DumpOptions, budget: int) -> list[str]:
-    """One line per busy child among the first ``budget`` of ``children``: dumped (py-spy) after
-    its kernel wait is read (its syscall restarts once the dump stops it)."""
+def _children_lines(rank: int, children: list[int], exe: str, options: DumpOptions) -> list[str]:
+    """One line per busy child of ``children``: each dumped (py-spy) after its kernel wait is read
+    (its syscall restarts once the dump stops it)."""
     lines: list[str] = []
-    for pid in children[: max(0, budget)]:
+    for pid in children:
         wait = settled_kernel_wait(pid)
         frames = _worker_frames(pid, exe, options)
         if isinstance(frames, str):
@@ -102,10 +102,10 @@ def worker_notes(job: Job, stacks: list[RankStack], exe: str, options: DumpOptio
         if stack.rank is None or thread is None:
             continue
         lines = _thread_lines(stack, stack.rank) if waits_on_threads(thread.frames) else []
-        kids = children.get(stack.pid) or []
+        kids = (children.get(stack.pid) or [])[: MAX_WORKERS - dumped]
         if kids and waits_on_children(thread.frames):
-            lines += _children_lines(stack.rank, kids, exe, options, MAX_WORKERS - dumped)
-            dumped += min(len(kids), max(0, MAX_WORKERS - dumped))
+            lines += _children_lines(stack.rank, kids, exe, options)
+            dumped += len(kids)
         notes.extend(WorkerLine(rank=stack.rank, text=line) for line in lines)
     return notes
 

@@ -490,7 +490,7 @@ def pick_up_fresh(
     fresh = request_dumps(job, [], environs=environs, probes=probes)
     older = [p for p in find_dumps(job, environs, probes) if p not in fresh]
     dumps, errors = _loaded(job, fresh, environs, sockets=True)
-    old, old_errors = read_dumps([os.fspath(p) for p in older]) if older else ([], [])
+    old, old_errors = _loaded(job, older, environs, sockets=False)
     have = {d.rank for d in dumps}
     every = [*dumps, *(d for d in old if d.rank not in have)]
     flight = analyze_flight(every, [*errors, *old_errors], world_size=job.world_size) if every else None

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
-from rankscope.capabilities.recorder.debug_server import dump_stacks_debug_server
+from rankscope.capabilities.recorder.debug_server import debug_server_look
 from rankscope.errors import InvalidInput, NoJobsFound, NotADistributedJob
 from rankscope.models.core import (
     Backend,
@@ -736,7 +736,7 @@ def dump_stacks_remote(
     host's only job; several jobs and no choice: one error that lists them, for all hosts.
     """
     if target.via == "debug-server":
-        return dump_stacks_debug_server(target, options)
+        return judge_debug_server(debug_server_look(target, options), options)
     host_list = _host_list(target, options.timeout)
     if target.via in ("ssh", "kubectl", "srun"):
         _need(target.via, target.via)
@@ -839,6 +839,25 @@ def _flight(looks: Mapping[str, HostLook], world: int | None) -> tuple[FlightRep
     return best, [f"flight recorder: the dumps read on {host} analysed ({len(have)} hosts had some)"]
 
 
+def judge_debug_server(look: HostLook, options: DumpOptions = DEFAULTS) -> StacksReport:
+    """The debug servers' look judged as any capture is (the same verdict and follow-ups as the
+    local and multi-host calls), with the recorder's own verdict among the evidence when the
+    verdict does not already name it."""
+    from rankscope.capabilities.judge import judge_look
+
+    report = judge_look(look, options)
+    flight = look.flight
+    if flight is not None and "flight recorder" not in report.verdict.summary:
+        evidence = [
+            *report.verdict.evidence,
+            f"flight recorder ({flight.verdict.kind}): {flight.verdict.summary}",
+        ]
+        report = report.model_copy(
+            update={"verdict": report.verdict.model_copy(update={"evidence": evidence})}
+        )
+    return report
+
+
 def judge_looks(
     results: Mapping[str, HostLook | StacksReport | RankError],
     host_list: list[str],
@@ -895,6 +914,7 @@ __all__ = [
     "dump_stacks_remote",
     "expand_hostlist",
     "hosts_from_environment",
+    "judge_debug_server",
     "judge_looks",
     "kubectl_exec_argv",
     "kubectl_get_pods_argv",

@@ -4,7 +4,7 @@ recorder trace over HTTP, with no ssh at all.
 ``start_debug_server`` registers each rank's worker server in the job's TCPStore
 (``debug_server/rank<R>`` = ``http://host:port``). This client finds them there and asks each for
 its Python stacks (``dump_traceback``) and its flight-recorder trace (``fr_trace_json``). Two
-callers: ``rankscope stacks --via debug-server`` (:func:`dump_stacks_debug_server`, reached
+callers: ``rankscope stacks --via debug-server`` (:func:`debug_server_look`, judged by
 through :func:`rankscope.capabilities.remote.dump_stacks_remote`), and the recorder pickup of a
 local capture whose verdict is still unsure (:mod:`rankscope.capabilities.recorder.pickup`).
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from rankscope.analysis.hostlist import host_port
 from rankscope.errors import InvalidInput
-from rankscope.models.core import Frame, Job, RankError, RankProcess, RankStack, StacksReport, ThreadStack
+from rankscope.models.core import Frame, Job, RankError, RankProcess, RankStack, ThreadStack
 from rankscope.models.look import HostLook
 from rankscope.options import DEFAULTS, OPTION_FLAGS, DumpOptions, StacksTarget
 from rankscope.runtime import net, tcpstore
@@ -162,10 +162,12 @@ def _debug_server_note(options: DumpOptions) -> str:
     return f"{note}; not applied: {'; '.join(asked)}" if asked else note
 
 
-def dump_stacks_debug_server(target: StacksTarget, options: DumpOptions = DEFAULTS) -> StacksReport:
+def debug_server_look(target: StacksTarget, options: DumpOptions = DEFAULTS) -> HostLook:
     """Stacks (and, unless ``options.flight_recorder`` is off, flight-recorder traces) of every rank
     through their PyTorch debug servers, found in the store ``target.hosts[0]`` or ``target.job``
-    (else MASTER_ADDR:MASTER_PORT)."""
+    (else MASTER_ADDR:MASTER_PORT): evidence, not a verdict. The caller judges it
+    (:func:`rankscope.capabilities.remote.dump_stacks_remote`), so this client, which the recorder
+    pickup asks for traces, never imports the judge that asks the pickup."""
     addr, port = store_address(target.hosts, target.job, os.environ)
     urls = debug_server_urls(addr, port, min(options.timeout, 15.0))
     if not urls:
@@ -202,28 +204,15 @@ def dump_stacks_debug_server(target: StacksTarget, options: DumpOptions = DEFAUL
         if t
     ]
     flight = analyze_flight(dumps, world_size=len(urls)) if dumps else None
-    # judged as any capture is: the same verdict and follow-ups as the local and multi-host calls
-    from rankscope.capabilities.judge import judge_look
-
-    look = HostLook(host=f"{addr}:{port}", job=job_model, stacks=stacks, errors=errors, flight=flight)
-    report = judge_look(look, options)
-    if flight is not None and "flight recorder" not in report.verdict.summary:
-        evidence = [
-            *report.verdict.evidence,
-            f"flight recorder ({flight.verdict.kind}): {flight.verdict.summary}",
-        ]
-        report = report.model_copy(
-            update={"verdict": report.verdict.model_copy(update={"evidence": evidence})}
-        )
-    return report
+    return HostLook(host=f"{addr}:{port}", job=job_model, stacks=stacks, errors=errors, flight=flight)
 
 
 __all__ = [
     "DEBUG_PREFIX",
     "DEBUG_SERVER_LIMITS",
+    "debug_server_look",
     "debug_server_trace",
     "debug_server_urls",
-    "dump_stacks_debug_server",
     "parse_faulthandler",
     "store_address",
 ]

@@ -48,7 +48,11 @@ def main():
 def c10d_stack(rank: int, op: str, line: int) -> RankStack:
     """A rank waiting in a c10d ``op`` called from ``main`` at ``line`` of train.py."""
     frames = [
-        Frame(function=op, file="/sp/torch/distributed/distributed_c10d.py", line=3000),
+        Frame(
+            function=op,
+            file="/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+            line=3000,
+        ),
         Frame(function="main", file=TRAIN, line=line),
     ]
     return RankStack(
@@ -164,7 +168,11 @@ def test_a_guard_every_rank_passes_through_explains_nothing() -> None:
 
     def stack(rank: int, op: str, line: int) -> RankStack:
         frames = [
-            Frame(function=op, file="/sp/torch/distributed/distributed_c10d.py", line=3000),
+            Frame(
+                function=op,
+                file="/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+                line=3000,
+            ),
             Frame(function="main", file=TRAIN, line=line),
             Frame(function="<module>", file=TRAIN, line=8),
         ]
@@ -189,7 +197,11 @@ def test_repro_choice_for_a_rank_past_the_loop_is_the_data_dependent_skip() -> N
 
     def stack(rank: int, op: str, line: int) -> RankStack:
         frames = [
-            Frame(function=op, file="/sp/torch/distributed/distributed_c10d.py", line=3000),
+            Frame(
+                function=op,
+                file="/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+                line=3000,
+            ),
             Frame(function="train", file=TRAIN, line=line),
         ]
         return RankStack(
@@ -226,7 +238,7 @@ def test_a_rank_condition_leaves_no_guess_of_a_skipped_batch() -> None:
     from rankscope.models.core import Job
 
     def stack(rank: int) -> RankStack:
-        c10d = "/sp/torch/distributed/distributed_c10d.py"
+        c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
         inner = (
             [
                 Frame(function="barrier", file=c10d, line=5356),

@@ -24,7 +24,16 @@ from rankscope.capabilities.remote import (
     stacks_argv,
 )
 from rankscope.errors import NoJobsFound
-from rankscope.models.core import Frame, Job, RankProcess, RankStack, StacksReport, ThreadStack, Verdict
+from rankscope.models.core import (
+    CodeRoots,
+    Frame,
+    Job,
+    RankProcess,
+    RankStack,
+    StacksReport,
+    ThreadStack,
+    Verdict,
+)
 from rankscope.models.flight import FlightReport
 from rankscope.models.look import HostLook, JobChoice, SourceLine
 from rankscope.options import DumpOptions
@@ -41,7 +50,7 @@ def train():
         if rank == 0 and step % 50 == 0:
             save_checkpoint(model)
 """
-C10D = "/sp/torch/distributed/distributed_c10d.py"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
 
 def _stack(rank: int, host: str) -> RankStack:
@@ -304,3 +313,25 @@ def test_a_job_moving_on_every_host_is_progressing_not_hung() -> None:
     report = judge_looks(results, ["node1", "node2"], [])
     assert report.progress is not None and report.progress.motion == "moving"
     assert report.verdict.kind == "progressing", report.verdict
+
+
+def test_each_hosts_roots_travel_with_its_look_and_tell_the_jobs_own_frames() -> None:
+    """A script in a folder named ``site-packages``: from the path alone it would read as a library;
+    the roots each host read from its ranks say it is the job's own, on the collecting host too."""
+    own = "/home/u/proj/site-packages/train.py"
+    roots = CodeRoots(stdlib=["/usr/lib/python3.11"], site=["/venv/lib/python3.11/site-packages"])
+
+    def sent(host: str, ranks: list[int], with_roots: bool) -> HostLook:
+        look = _look(host, ranks, code_roots=roots if with_roots else None)
+        moved = look.model_dump_json().replace(TRAIN, own)  # as a host answers: JSON, no frame origins
+        parsed = parse_look(host, moved)
+        assert isinstance(parsed, HostLook)
+        return parsed
+
+    told = {"node1": sent("node1", [0, 1], True), "node2": sent("node2", [2, 3], True)}
+    assert told["node1"].code_roots == roots
+    report = judge_looks(told, ["node1", "node2"], [])
+    assert report.verdict.suspect_ranks == [0]
+    assert "`if rank == 0 and step % 50 == 0:` guards the barrier" in report.verdict.summary
+    untold = {"node1": sent("node1", [0, 1], False), "node2": sent("node2", [2, 3], False)}
+    assert "guards the barrier" not in judge_looks(untold, ["node1", "node2"], []).verdict.summary

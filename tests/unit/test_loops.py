@@ -10,7 +10,7 @@ from tests.paths import ROOT
 from tests.unit.test_stacks_analysis import load as load_capture
 
 TRAIN = "/job/train.py"
-C10D = "/sp/torch/distributed/distributed_c10d.py"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
 
 def src(text: str) -> dict[tuple[str, int], str]:

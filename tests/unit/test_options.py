@@ -158,7 +158,7 @@ def test_every_option_reaches_every_remote_host(name: str, via: str, runs: _Runs
 
 FAULTHANDLER = (
     "Thread 0x00007fdba67ccb80 (most recent call first):\n"
-    '  File "/venv/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+    '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
     '  File "/job/train.py", line 41 in main\n'
     '  File "/job/train.py", line 46 in <module>\n'
 )

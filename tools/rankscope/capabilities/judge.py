@@ -11,6 +11,7 @@ job's debug server, whose recorder is then judged with the rest: the verdict's s
 
 from __future__ import annotations
 
+from rankscope.analysis.code_origin import label_stacks
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.hang.stacks import analyze
 from rankscope.capabilities.recorder.pickup import debug_server_flight, exception_dump_note
@@ -23,7 +24,10 @@ from rankscope.options import DEFAULTS, DumpOptions
 
 def _verdict(look: HostLook, job: Job, flight: FlightReport | None) -> StacksReport:
     source = {(s.file, s.line): s.text for s in look.source}
-    return analyze(job, look.stacks, look.errors, flight, source=source, ras=look.ras, progress=look.progress)
+    stacks = label_stacks(
+        look.stacks, look.code_roots
+    )  # merged from other hosts: their frames lost their origins
+    return analyze(job, stacks, look.errors, flight, source=source, ras=look.ras, progress=look.progress)
 
 
 def _open(report: StacksReport, options: DumpOptions) -> bool:

@@ -110,7 +110,8 @@ class Window:
         """Stop every sampler (interrupted, reaped, killed if need be) and read what each saw."""
         samples: dict[int, list[tuple[list[Frame], int]]] = {}
         for pid, (proc, out) in list(self.samplers.items()):
-            samples[pid] = parse_record(pyspy.stop_record(proc, out)).get(pid, [])  # main thread: tid == pid
+            text = pyspy.stop_record(proc, out)
+            samples[pid] = parse_record(text, procfs.code_roots(pid)).get(pid, [])  # main thread: tid == pid
             del self.samplers[pid]
         if self.folder:
             with contextlib.suppress(OSError):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from rankscope.analysis.code_origin import merge_roots
 from rankscope.analysis.hostlist import expand_hostlist
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
@@ -905,6 +906,7 @@ def judge_looks(
         source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(source.items())],
         workers=[w for lk in looks.values() for w in lk.workers],
         worker_servers=any(lk.worker_servers for lk in looks.values()),
+        code_roots=merge_roots(lk.code_roots for lk in looks.values()),
     )
     return account_for_unseen(judge_look(merged, options), failed)
 

@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rankscope.analysis.code_origin import merge_roots
 from rankscope.analysis.hang.backend import job_backend
 from rankscope.analysis.hang.conditions import LOOK_BACK, USER_FRAMES
-from rankscope.analysis.hang.counters import int_locals, internal_file, on_subgroup
-from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_user_frame
+from rankscope.analysis.hang.counters import int_locals, on_subgroup
+from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_internal_frame, is_user_frame
 from rankscope.analysis.hang.group_members import read_group_locals
 from rankscope.analysis.hang.loops import LOOP_LOOK_AHEAD, LOOP_LOOK_BACK
 from rankscope.analysis.hang.progress import RankWatch, judge, place_lines, watch_rank, with_recorder
@@ -142,7 +143,7 @@ def source_lines(
             wanted.add((frames[0].file, frames[0].line))
         user = [(f.file, f.line) for f in frames if is_user_frame(f) and f.line is not None][:USER_FRAMES]
         # a training library's loop (a Trainer's fit) is where ranks part as often as the job's own
-        loops = [(f.file, f.line) for f in frames if f.line is not None and not internal_file(f.file)]
+        loops = [(f.file, f.line) for f in frames if f.line is not None and not is_internal_frame(f)]
         for file, line in [*user, *loops[:USER_FRAMES]]:
             end = line or 0
             start = max(1, end - max(LOOK_BACK, LOOP_LOOK_BACK))
@@ -275,7 +276,7 @@ def _run_dumps(dumps: list[_Dump], exe: str, meanwhile: Callable[[], None]) -> N
                 continue
             try:
                 raw = pyspy.finish_dump(d.proc, d.pid, d.options.timeout, d.started)
-                d.threads = pyspy.parse_dump(raw, d.pid)
+                d.threads = pyspy.parse_dump(raw, d.pid, procfs.code_roots(d.pid))
             except pyspy.DumpFailed as exc:
                 d.failure = exc
             start_next()
@@ -626,6 +627,7 @@ def capture(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -
         source=[SourceLine(file=f, line=n, text=t) for (f, n), t in sorted(evidence.source.items())],
         workers=[] if moving else worker_notes(job, stacks, exe, options),
         worker_servers=options.flight_recorder and evidence.flight is None and worker_servers(job),
+        code_roots=merge_roots(procfs.code_roots(r.pid) for r in job.ranks),
     )
 
 

@@ -28,6 +28,8 @@ def compact(value: Any, *, top: bool = True) -> Any:
     if isinstance(value, BaseModel):
         out: dict[str, Any] = {}
         for name, field in type(value).model_fields.items():
+            if field.exclude:  # never serialised (a frame's origin): the JSON dump leaves it out too
+                continue
             item = getattr(value, name)
             if top:
                 if item is None or (name == "left_out" and not item):

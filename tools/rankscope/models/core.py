@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
 from rankscope.models.base import Model as Model
 from rankscope.models.progress import Progress
@@ -34,6 +35,11 @@ one; ``allocator`` = the CUDA caching allocator synchronizes or frees; ``other``
 (compute, data loading, a lock, I/O)."""
 
 Confidence = Literal["high", "medium", "low"]
+
+FrameOrigin = Literal["user", "torch", "library", "rankscope", "stdlib", "generated", "native"]
+"""Where a frame's code comes from: the job's own (``user``), torch, another installed library,
+rankscope itself, Python's standard library (and code the interpreter made: ``<frozen ...>``),
+code torch.compile generated, or C/C++ (``native``)."""
 
 MissingStatus = Literal["not_visible", "exited", "stopped", "zombie"]
 """Why a rank of the world has no stack here: ``not_visible`` = not on this host (or not found);
@@ -107,9 +113,26 @@ class Frame(Model):
     module: str | None = None
     native: bool = Field(default=False, description="True for C/C++ frames (py-spy --native).")
     locals: list[LocalVar] | None = None
+    origin: SkipJsonSchema[FrameOrigin | None] = Field(
+        default=None,
+        exclude=True,
+        description="Where the frame's code comes from, told by the roots of the interpreter that ran it "
+        "(rankscope.analysis.code_origin); None until told. Never serialised: a host's look carries the roots "
+        "instead (HostLook.code_roots), which tell it again.",
+    )
 
     def where(self) -> str:
         return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every serialised field is: the origin is what the roots tell of the rest, so a
+        frame read back from JSON equals the one written."""
+        if not isinstance(other, Frame):
+            return NotImplemented
+        mine = {k: v for k, v in self.__dict__.items() if k != "origin"}
+        return mine == {k: v for k, v in other.__dict__.items() if k != "origin"}
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as every pydantic model
 
 
 class ThreadStack(Model):
@@ -122,6 +145,19 @@ class ThreadStack(Model):
     owns_gil: bool | None = None
     is_main: bool = False
     frames: list[Frame] = Field(default_factory=list)
+
+
+class CodeRoots(Model):
+    """The folders a job's interpreter imports its code from, read from its ranks (``/proc/PID/exe``,
+    the mapped ``lib-dynload``, ``site-packages`` and torch libraries, the environment): a frame under
+    one of them is not the job's own, whatever the folder names above the job's own files."""
+
+    stdlib: list[str] = Field(default_factory=list, description="The standard library's folders.")
+    site: list[str] = Field(
+        default_factory=list, description="site-packages / dist-packages folders (venv, prefix, user site)."
+    )
+    torch: list[str] = Field(default_factory=list, description="The folders torch is imported from.")
+    rankscope: list[str] = Field(default_factory=list, description="The folders rankscope is imported from.")
 
 
 class RankProcess(Model):

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from rankscope.models.base import Model
-from rankscope.models.core import Job, RankError, RankStack
+from rankscope.models.core import CodeRoots, Job, RankError, RankStack
 from rankscope.models.flight import FlightReport
 from rankscope.models.progress import Progress
 from rankscope.models.ras import RasFinding
@@ -79,4 +79,9 @@ class HostLook(Model):
     )
     absent: str | None = Field(
         default=None, description="Why no rank of the job runs here (no job here, or not the one asked for)."
+    )
+    code_roots: CodeRoots | None = Field(
+        default=None,
+        description="Where the ranks' interpreter imports its code from, read from the ranks: what tells the "
+        "job's own frames from the libraries' on the host that judges them.",
     )

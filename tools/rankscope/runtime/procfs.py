@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from rankscope.analysis.code_origin import roots_of
 from rankscope.analysis.hang.backend import ProcessSigns
 
 if TYPE_CHECKING:
-    from rankscope.models.core import ProcState
+    from rankscope.models.core import CodeRoots, ProcState
 
 PROC = Path("/proc")
 
@@ -534,6 +535,26 @@ def caught_signals(pid: int) -> frozenset[int]:
     return frozenset()
 
 
+_ROOT_WORDS = (b"lib-dynload", b"site-packages", b"dist-packages", b"libpython", b"torch/lib/")
+"""The mapped files that say where an interpreter imports from (:func:`code_roots`)."""
+
+
+def code_roots(pid: int) -> CodeRoots | None:
+    """Where the process's interpreter imports its code from (read once per scope), from its
+    executable, command line, environment and mapped files: no ptrace, nothing run in it. None
+    when the process is gone or unreadable."""
+
+    def read() -> CodeRoots | None:
+        exe = read_exe(pid)
+        if exe is None:
+            return None
+        argv = read_cmdline(pid)
+        env = read_environ(pid) or {}
+        return roots_of(exe, argv[0] if argv else None, env, sorted(mapped_paths(pid, _ROOT_WORDS)))
+
+    return _once("roots", pid, read)
+
+
 def process_signs(pid: int, env: dict[str, str] | None = None) -> ProcessSigns:
     """What /proc shows of a rank's backend (see :mod:`rankscope.analysis.hang.backend`); no ptrace."""
     return ProcessSigns(
@@ -551,6 +572,7 @@ __all__ = [
     "STATES",
     "caught_signals",
     "cmdline",
+    "code_roots",
     "device_fds",
     "environ",
     "fd_targets",

@@ -22,9 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rankscope.analysis.code_origin import origin_of
 from rankscope.errors import DumpFailed, PySpyNotFound
-from rankscope.models.core import Frame, LocalVar, ThreadStack
+from rankscope.models.core import CodeRoots, Frame, LocalVar, ThreadStack
 from rankscope.options import DumpOptions
+from rankscope.runtime import procfs
 from rankscope.runtime.procfs import is_alive
 
 MIN_VERSION = (0, 3, 14)
@@ -103,8 +105,9 @@ def classify_error(stderr: str, pid: int, alive: bool) -> tuple[str, str]:
     return "failed", f"py-spy failed on pid {pid}: {first} {causes}".strip()
 
 
-def parse_dump(data: list[dict[str, Any]], pid: int) -> list[ThreadStack]:
-    """py-spy ``dump --json`` output -> ThreadStacks (main thread flagged)."""
+def parse_dump(data: list[dict[str, Any]], pid: int, roots: CodeRoots | None = None) -> list[ThreadStack]:
+    """py-spy ``dump --json`` output -> ThreadStacks (main thread flagged); ``roots``: the rank's
+    (:func:`rankscope.runtime.procfs.code_roots`), which tell each frame's origin."""
     threads: list[ThreadStack] = []
     for raw in data:
         frames: list[Frame] = []
@@ -113,10 +116,12 @@ def parse_dump(data: list[dict[str, Any]], pid: int) -> list[ThreadStack]:
             is_native = f.get("module") is not None or (
                 f.get("line") == 0 and f.get("filename", "").endswith((".so", ".0"))
             )
+            file = str(f.get("filename", ""))
             frames.append(
                 Frame(
                     function=str(f.get("name", "?")),
-                    file=str(f.get("filename", "")),
+                    file=file,
+                    origin="native" if is_native else origin_of(file, roots),
                     line=f.get("line") if not is_native else None,
                     module=f.get("module"),
                     native=bool(is_native),
@@ -228,8 +233,9 @@ def dump_raw(pid: int, options: DumpOptions, exe: str | None = None) -> list[dic
 
 
 def dump(pid: int, options: DumpOptions, exe: str | None = None) -> list[ThreadStack]:
-    """All threads of ``pid`` as ThreadStacks (locals not yet redacted: the caller redacts)."""
-    return parse_dump(dump_raw(pid, options, exe), pid)
+    """All threads of ``pid`` as ThreadStacks (locals not yet redacted: the caller redacts), each
+    frame's origin told by the roots ``pid`` imports from."""
+    return parse_dump(dump_raw(pid, options, exe), pid, procfs.code_roots(pid))
 
 
 def record_argv(pid: int, exe: str, output: str, *, rate: int) -> list[str]:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rankscope.analysis.hang.frames import is_user_frame
+from rankscope.analysis.hang.frames import is_internal_frame, is_user_frame
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Confidence, Frame, LocalVar, RankStack
 
@@ -70,7 +70,7 @@ def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
     """
     out: dict[str, int] = {}
     for frame in frames:
-        if frame.native or not frame.locals or internal_file(frame.file):
+        if frame.native or not frame.locals or is_internal_frame(frame):
             continue
         for local in frame.locals:
             value = _int_value(local)
@@ -80,14 +80,6 @@ def int_locals(frames: Iterable[Frame]) -> dict[str, int]:
             if len(out) >= MAX_COUNTERS_PER_RANK:
                 return out
     return out
-
-
-def internal_file(file: str) -> bool:
-    """Whether a frame is torch's, rankscope's or the standard library's: their locals say nothing of the job."""
-    path = file.replace("\\", "/")
-    if "/torch/" in path or "/rankscope/" in path or path.startswith("<"):
-        return True
-    return bool(re.search(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)", path))
 
 
 def _int_value(local: LocalVar) -> int | None:

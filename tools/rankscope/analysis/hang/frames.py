@@ -6,9 +6,9 @@ Pure helpers shared by the stacks analysis (recognition, grouping) and the verdi
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 
+from rankscope.analysis.code_origin import NOT_OWN, frame_origin
 from rankscope.models.core import CallSite, Frame, RankStack, ThreadStack
 
 STUCK_STATES: frozenset[str] = frozenset({"stopped", "tracing_stop", "disk_sleep"})
@@ -16,33 +16,25 @@ GONE_STATES: frozenset[str] = frozenset({"zombie", "dead"})
 NO_PTRACE_STATES: frozenset[str] = frozenset({"stopped", "tracing_stop"}) | GONE_STATES
 """States py-spy must not attach to: a stopped process would block it, a gone one has no stack."""
 
-_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?t?/(?!site-packages/|dist-packages/)")
-_THIRD_PARTY = ("/site-packages/", "/dist-packages/", "/torch/", "/rankscope/probe/")
-
-
 # -- frames ------------------------------------------------------------------------------------
-
-
-GENERATED_MARKER = "/torchinductor_"
-"""torch.compile's generated code lives in inductor's cache (``/tmp/torchinductor_<user>/``)."""
 
 
 def is_generated_frame(frame: Frame) -> bool:
     """True for a frame of code that torch.compile generated (inductor's ``Runner.call``)."""
-    return not frame.native and GENERATED_MARKER in frame.file.replace("\\", "/")
+    return frame_origin(frame) == "generated"
 
 
 def is_user_frame(frame: Frame) -> bool:
-    """True for a Python frame in the job's own code (not torch, site-packages, the stdlib, or
-    code torch.compile generated)."""
-    if frame.native:
-        return False
-    path = frame.file.replace("\\", "/")
-    if not path or path.startswith("<") or GENERATED_MARKER in path:
-        return False
-    if any(part in path for part in _THIRD_PARTY):
-        return False
-    return not _STDLIB.search(path)
+    """True for a Python frame in the job's own code (not torch, another library, rankscope, the
+    stdlib, or code torch.compile generated), told by where its code comes from
+    (:mod:`rankscope.analysis.code_origin`), never by a word in its path."""
+    return frame_origin(frame) == "user"
+
+
+def is_internal_frame(frame: Frame) -> bool:
+    """True for a frame of torch, rankscope or the standard library: its locals and loops say
+    nothing of the job (a third-party training loop's, a Trainer's ``fit``, do)."""
+    return frame_origin(frame) in NOT_OWN
 
 
 def main_thread(stack: RankStack) -> ThreadStack | None:
@@ -78,9 +70,9 @@ def short_path(path: str) -> str:
     return path
 
 
-def is_torch_or_stdlib(path: str) -> bool:
-    """True for a file of torch or of Python's standard library (``/``-separated path)."""
-    return "/torch/" in path or _STDLIB.search(path) is not None
+def is_torch_or_stdlib(frame: Frame) -> bool:
+    """True for a frame of torch or of Python's standard library."""
+    return frame_origin(frame) in ("torch", "stdlib")
 
 
 def lib_where(frame: Frame) -> str:

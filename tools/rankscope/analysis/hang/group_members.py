@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
-from rankscope.analysis.hang.counters import internal_file
+from rankscope.analysis.hang.frames import is_internal_frame
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import Frame, GroupLocals, RankStack
 
@@ -128,7 +128,7 @@ def read_group_locals(frames: Sequence[Frame], rank: int | None, world: int | No
     slot: str | None = None
     lists: dict[tuple[int, ...], str] = {}
     for frame in frames:
-        if frame.native or not frame.locals or internal_file(frame.file):
+        if frame.native or not frame.locals or is_internal_frame(frame):
             continue
         for local in frame.locals:
             key = _key(frame, local.name)

@@ -16,8 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rankscope.analysis.hang.conditions import Guard, guard_of, indent
-from rankscope.analysis.hang.counters import internal_file
-from rankscope.analysis.hang.frames import parting
+from rankscope.analysis.hang.frames import is_internal_frame, parting
 from rankscope.models.core import CallSite, Frame
 
 LOOP_LOOK_BACK = 60
@@ -196,7 +195,7 @@ def loop_left(
         return _left(here[0], inner, suspect_inside, source)
     stack = suspect if suspect_inside else others
     for frame in _below(list(stack), inner):
-        loops = [] if internal_file(frame.file) else enclosing_loops(frame, source)
+        loops = [] if is_internal_frame(frame) else enclosing_loops(frame, source)
         if loops:
             return _left(loops[0], frame, suspect_inside, source)
     if not suspect_inside and around_inner and around_inner[0] in around_outer:

@@ -36,7 +36,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rankscope.analysis.hang.counters import KNOWN_COUNTERS, internal_file
+from rankscope.analysis.code_origin import origin_of
+from rankscope.analysis.hang.counters import KNOWN_COUNTERS
+from rankscope.analysis.hang.frames import is_internal_frame
 from rankscope.analysis.hang.loops import LOOP_LOOK_BACK
 from rankscope.analysis.hang.progress_signals import io_moved, io_progress, kernel_shares, locals_moved
 from rankscope.analysis.hang.progress_stuck import lines_around, stuck_loop
@@ -44,7 +46,7 @@ from rankscope.analysis.hang.progress_verdict import BUSY_CPU_PCT
 from rankscope.analysis.hang.stacks import recognise_op
 from rankscope.analysis.hang.waits import GPU_LIKE, classify_wait
 from rankscope.analysis.ranges import ranks_phrase, value_span
-from rankscope.models.core import Backend, Frame
+from rankscope.models.core import Backend, CodeRoots, Frame
 from rankscope.models.flight import FlightReport
 from rankscope.models.progress import JobMotion, Motion, Progress, RankMotion
 
@@ -89,11 +91,12 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
 _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)")
 
 
-def parse_record(text: str) -> dict[int, list[tuple[list[Frame], int]]]:
+def parse_record(text: str, roots: CodeRoots | None = None) -> dict[int, list[tuple[list[Frame], int]]]:
     """py-spy ``record --format raw --threads`` output -> os thread id -> [(frames innermost first, count)].
 
     Each line is ``thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT``, outermost
     first. Lines that do not parse are skipped: a sampler's garbled line never fails a capture.
+    ``roots``: the rank's (:class:`CodeRoots`), which tell each frame's origin.
     """
     out: dict[int, list[tuple[list[Frame], int]]] = {}
     for line in text.splitlines():
@@ -110,16 +113,16 @@ def parse_record(text: str) -> dict[int, list[tuple[list[Frame], int]]]:
             fm = _FRAME.match(part)
             if fm is None:
                 continue
-            frames.append(
-                Frame(function=fm["func"], file=fm["file"], line=int(fm["line"]) if fm["line"] else None)
-            )
+            file = fm["file"]
+            lineno = int(fm["line"]) if fm["line"] else None
+            frames.append(Frame(function=fm["func"], file=file, line=lineno, origin=origin_of(file, roots)))
         out.setdefault(tid, []).append((frames, int(count)))
     return out
 
 
 def own_frame(frames: Sequence[Frame]) -> Frame | None:
     """The innermost frame of the job's own code (or a third-party training loop): where the rank is."""
-    return next((f for f in frames if not f.native and f.file and not internal_file(f.file)), None)
+    return next((f for f in frames if not f.native and f.file and not is_internal_frame(f)), None)
 
 
 def _place(frames: Sequence[Frame]) -> tuple[str, int | None] | None:

@@ -19,7 +19,8 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from rankscope.analysis.hang.counters import counter_key, internal_file
+from rankscope.analysis.hang.counters import counter_key
+from rankscope.analysis.hang.frames import is_internal_frame
 from rankscope.analysis.units import fmt_bytes
 from rankscope.models.core import Frame
 
@@ -151,7 +152,7 @@ def own_reprs(frames: Sequence[Frame]) -> dict[str, str]:
     standard library's): kept in memory to tell whether they moved and what a loop waits on."""
     out: dict[str, str] = {}
     for frame in frames:
-        if frame.native or not frame.locals or internal_file(frame.file):
+        if frame.native or not frame.locals or is_internal_frame(frame):
             continue
         for local in frame.locals:
             if local.repr is None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rankscope.analysis.hang.conditions import indent
-from rankscope.analysis.hang.counters import internal_file
+from rankscope.analysis.hang.frames import is_internal_frame
 from rankscope.analysis.hang.loops import LOOP_HEADER, Loop, enclosing_loops
 from rankscope.analysis.hang.progress_signals import frame_values
 from rankscope.models.core import Frame
@@ -56,7 +56,7 @@ class StuckLoop:
 
 
 def _own(frames: Sequence[Frame]) -> list[Frame]:
-    return [f for f in frames if not f.native and f.file and f.line is not None and not internal_file(f.file)]
+    return [f for f in frames if not f.native and f.file and f.line is not None and not is_internal_frame(f)]
 
 
 def loop_of(frame: Frame, source: Mapping[tuple[str, int], str]) -> Loop | None:

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rankscope.analysis.code_origin import origin_of
 from rankscope.analysis.units import MiB
 
 BlockExtra = Callable[[Mapping[str, Any]], tuple[list[Any], int]]
@@ -50,13 +51,11 @@ def frame_filter_fallback(name: str, filename: str) -> bool:
 
 
 def is_user_file(filename: str) -> bool:
-    """True for frames outside torch, site-packages, the stdlib and native code."""
-    if not filename or filename.startswith("<") or filename == "??":
+    """True for frames of the job's own Python code (not torch, another library, the stdlib or
+    native code)."""
+    if not filename or filename == "??" or filename.endswith(_NATIVE_SUFFIX):
         return False
-    if filename.endswith(_NATIVE_SUFFIX):
-        return False
-    markers = ("/site-packages/", "/dist-packages/", "/torch/", "/lib/python3", "/lib64/python3")
-    return not any(m in filename for m in markers)
+    return origin_of(filename) == "user"
 
 
 def _fmt_frame(f: Mapping[str, Any]) -> str:

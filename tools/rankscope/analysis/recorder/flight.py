@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rankscope.analysis.code_origin import origin_of
 from rankscope.analysis.p2p import Waits, cycle_phrase, find_cycle, verb
 from rankscope.analysis.ranges import ranks_phrase
 from rankscope.models.core import CallSite, Frame, NextStep, RankError, StacksReport, Verdict
@@ -46,8 +47,6 @@ NATIVE_STACK_STEP = NextStep(
 )
 """The recorder's one step that reads native frames: the hang verdict, passing it on, asks the
 call for them (analysis/hang/verdict_texts.py), which the step's words alone would not tell it."""
-
-_LIB_MARKERS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
 
 
 @dataclass(frozen=True)
@@ -128,9 +127,9 @@ def _frames(value: Any) -> list[Frame]:
 
 
 def user_call_site(frames: list[Frame]) -> CallSite | None:
-    """Innermost recorded frame outside torch, site-packages and the standard library."""
+    """Innermost recorded frame of the job's own code (not torch, another library or the stdlib)."""
     for fr in frames:
-        if not any(marker in fr.file for marker in _LIB_MARKERS):
+        if origin_of(fr.file) == "user":
             return CallSite(file=fr.file, line=fr.line, function=fr.function)
     return None
 

@@ -77,7 +77,7 @@ def _trim(frames: list[Frame], common: int, limit: int) -> list[Frame]:
     for i, frame in enumerate(frames[: max(keep_until, 1)]):
         if frame.native and classify_native_frame(frame.function) is None:
             continue
-        if not frame.native and i != innermost and is_torch_or_stdlib(frame.file.replace("\\", "/")):
+        if not frame.native and i != innermost and is_torch_or_stdlib(frame):
             continue
         out.append(_slim_frame(frame))
     if len(out) > limit:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rankscope.analysis.code_origin import origin_of
+
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
 _EXCEPTION_LINE = re.compile(
     r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)\w*)(?:: (?P<exc_message>.*))?$"
 )
-_LIBRARY_FILES = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "/torch/")
 _TRACE_SPAN = 60
 """A user frame more than this many lines before an error is not that error's traceback."""
 
@@ -55,7 +56,7 @@ class Tracebacks:
             return True
         fm = _FRAME.match(text)
         if fm is not None:
-            if not any(part in fm["file"] for part in _LIBRARY_FILES):
+            if origin_of(fm["file"]) == "user":
                 self._frames[(source, rank)] = (line_no, f"{fm['file']}:{fm['line']} in {fm['func']}")
             return True
         return False

@@ -1,10 +1,12 @@
 """README.md's code blocks, read the way tests/integration/test_readme.py runs them.
 
-Every fenced block is one of three things, said by the HTML comment on the line before it:
+Every fenced block is one of four things, said by the HTML comment on the line before it:
 ``<!-- readme-test: file NAME -->`` (the block is a file the commands use, written as NAME),
 ``<!-- readme-test: skip: REASON -->`` (it cannot run here: a GPU, a cluster, a client this
-machine lacks; the reason says which), or nothing, for a ``console`` block: its ``$ `` lines are
-run and what follows each is the output they must print. Pids, ports, paths, host names,
+machine lacks; the reason says which), ``<!-- readme-test: shell -->`` (lines a reader runs once
+in their shell, from the repository root, before the commands: what puts them on PATH), or
+nothing, for a ``console`` block: its ``$ `` lines are run and what follows each is the output they
+must print. Pids, ports, paths, host names,
 timings and percentages may differ (:func:`normalised`); nothing else may.
 """
 
@@ -17,7 +19,7 @@ from tests.paths import ROOT
 
 README = ROOT / "README.md"
 
-_MARK = re.compile(r"<!--\s*readme-test:\s*(?P<what>file|skip)[:\s]\s*(?P<arg>.*?)\s*-->")
+_MARK = re.compile(r"<!--\s*readme-test:\s*(?P<what>file|skip|shell)[:\s]\s*(?P<arg>.*?)\s*-->")
 
 
 @dataclass
@@ -91,7 +93,7 @@ def normalised(text: str, *, folder: str, host: str) -> str:
     if host != "vm":
         text = re.sub(rf"\b{re.escape(host)}\b", "vm", text)
     text = re.sub(r"\b(pids?|PID) \d[\d,-]*", r"\1 N", text)
-    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
+    text = re.sub(r"\b(127\.0\.0\.1|localhost):\d+", r"\1:PORT", text)
     text = re.sub(r"\b\d+(\.\d+)? ?s\b", "Ts", text)
     text = re.sub(r"\b\d+%", "N%", text)
     return "\n".join(re.sub(r" {2,}", " ", line).rstrip() for line in text.splitlines()).strip()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from rankscope import cli
+from rankscope.errors import NoJobsFound
+from tests.jobs import JobFactory, free_port, torchrun_argv
 
 GONE_PID = str(2**22 + 4243)
 
@@ -69,7 +72,57 @@ def test_stacks_with_no_job_on_the_host_is_nothing_to_read(monkeypatch: pytest.M
     monkeypatch.setattr(discovery, "scan", dict)
     code, out, err = _cli("stacks")
     assert code == 2 and out == "" and "No distributed PyTorch job found on this host" in err
-    assert "rankscope triage" in err.partition("\nFix: ")[2]
+    fix = err.partition("\nFix: ")[2]
+    assert fix.startswith(NoJobsFound.check) and "ps -eo user,pid,args" in fix  # first: this host? this user?
+    assert "rankscope looked on host " in fix and "rankscope triage" in fix
+
+
+def test_a_pid_that_is_not_a_jobs_says_what_it_is(jobs: JobFactory) -> None:
+    """init is above every job (a job whose launcher's parent exited is reparented to it): ``--pid 1``
+    names it and the jobs here instead of dumping one of them. A shell above the launcher takes the
+    only job below it, and says so."""
+    port = free_port()
+    torchrun = torchrun_argv(
+        "mcp_hang.py",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        args=["--mode", "divergent"],
+    )
+    job = jobs.start(["bash", "-c", f"{shlex.join(torchrun)}; exit $?"], 2, port, tag="shell")
+    job.wait_ready(["rank0", "rank1"], timeout=120)
+    code, out, err = _cli("ps", "--pid", "1")
+    message, _, fix = err.partition("\nFix: ")
+    assert code == 2 and out == "", err
+    assert "pid 1 is init (" in message and "not a rank or launcher of a distributed PyTorch job" in message
+    assert fix.startswith("Pass --pid with a launcher or rank pid") and "jobs here: " in fix
+    code, out, err = _cli("ps", "--pid", str(job.pid), "--json")
+    assert code == 0, err
+    (found,) = json.loads(out)["jobs"]
+    assert found["launcher_pid"] != job.pid
+    note = found["notes"][-1]
+    assert note.startswith(f"pid {job.pid} (bash -c ") and "ancestor of its launcher" in note
+    code, out, err = _cli("ps", "--pid", str(found["launcher_pid"]), "--json")
+    assert code == 0 and not json.loads(out)["jobs"][0].get("notes"), err
+
+
+def test_a_mistyped_flag_shows_its_commands_usage_and_the_nearest_flag() -> None:
+    with pytest.raises(SystemExit) as done, contextlib.redirect_stderr(io.StringIO()) as err:
+        cli.main(["stacks", "--windw", "2"])
+    assert done.value.code == 2
+    usage, _, error = err.getvalue().partition("rankscope stacks: error: ")
+    assert usage.startswith("usage: rankscope stacks ") and "--window SECONDS" in usage
+    assert error.strip() == "unrecognized arguments: --windw 2; did you mean --window?"
+
+
+@pytest.mark.parametrize(
+    ("argv", "meant"), [(["stack"], "'stacks'"), (["repro", "rendr"], "'render'"), (["skil"], "'skill'")]
+)
+def test_a_mistyped_command_names_the_nearest_command(argv: list[str], meant: str) -> None:
+    with pytest.raises(SystemExit) as done, contextlib.redirect_stderr(io.StringIO()) as err:
+        cli.main(argv)
+    assert done.value.code == 2
+    assert f"invalid choice: {argv[-1]!r}; did you mean {meant}? (choose from " in err.getvalue()
 
 
 def test_install_skill_refuses_to_overwrite_an_edit_and_says_how(tmp_path: Path) -> None:

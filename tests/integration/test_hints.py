@@ -14,11 +14,14 @@ import contextlib
 import io
 import json
 import re
+import uuid
 
 import pytest
 
 from rankscope import cli
+from rankscope.capabilities.discovery import ProcInfo, build_jobs
 from tests.jobs import JobFactory, RunningJob
+from tests.readme import README
 
 _CLI_FORM = re.compile(r"\(CLI: ([^)]*)\)")
 
@@ -90,16 +93,52 @@ def test_a_capture_of_some_ranks_says_so_and_keeps_the_suspect_in_view(hung: Run
     whole = _verdict(hung)
     _, out = _cli("stacks", "--pid", str(hung.pid), "--only-rank", "0", "--json")
     part = json.loads(out)["verdict"]
-    assert "this verdict covers only ranks 0" in part["summary"]
-    assert (
-        f"the last capture of every rank said {whole['verdict']['kind']}, suspects: rank(s) 1"  # type: ignore[index]
-        in part["summary"]
+    assert json.loads(out)["only_ranks"] == [0]
+    assert part["summary"].startswith(  # said first: what one rank shows is no verdict on the job
+        "this verdict covers only rank 0 (captured alone); the last capture of every rank said "
+        f"{whole['verdict']['kind']}, suspects: rank(s) 1"  # type: ignore[index]
     )
     _, out = _cli("stacks", "--last", "--json")  # the partial capture is the last one answered
     assert json.loads(out)["verdict"] == part
+    _, brief = _cli("stacks", "--last", "--brief")
+    first, second = brief.splitlines()[:2]
+    assert first.startswith("verdict on rank 0 alone: ")
+    assert second.startswith("this verdict covers only rank 0")
+    _, human = _cli("stacks", "--last")
+    assert any(line.startswith("verdict on rank 0 alone: ") for line in human.splitlines())
     code, _ = _cli("stacks", "--pid", str(hung.pid), "--window", "0", "--json")
     assert code == 0
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         assert cli.main(["stacks", "--rank", "1"]) == 2  # one name, one meaning: the old flag says which
     assert "--show-rank" in err.getvalue() and "--only-rank" in err.getvalue()
+
+
+def _standalone_job_id(run_id: str) -> str:
+    """The id printed for a one-node torchrun job whose ranks have torchrun's variables (as
+    ``torchrun --nproc_per_node=2 train.py`` gives them: its own rendezvous on localhost)."""
+    py = "/usr/bin/python3.11"
+    env = {
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "localhost",
+        "MASTER_PORT": "29513",
+        "TORCHELASTIC_RUN_ID": run_id,
+    }
+    agent = ProcInfo(100, 1, "sleeping", 1, [py, "/venv/bin/torchrun", "train.py"], {}, exe=py)
+    ranks = [
+        ProcInfo(101 + r, 100, "sleeping", 2, [py, "train.py"], {**env, "RANK": str(r)}, exe=py)
+        for r in range(2)
+    ]
+    agent.children = [101, 102]
+    (job,) = build_jobs({p.pid: p for p in (agent, *ranks)}, "vm")
+    return job.job_id
+
+
+def test_readmes_job_ids_are_the_ones_printed() -> None:
+    """torchrun names a one-node run started without a port with a uuid it logs nowhere: the id is
+    the rendezvous address instead, as README shows it (test_readme.py compares README with a live
+    run); a ``--rdzv-id`` the person chose is kept."""
+    shown = set(re.findall(r"\btorchrun:[\w.-]+:\d+", README.read_text(encoding="utf-8")))
+    assert shown == {"torchrun:localhost:29513"}
+    assert _standalone_job_id(str(uuid.uuid4())) == "torchrun:localhost:29513"
+    assert _standalone_job_id("nightly-bert") == "torchrun:nightly-bert"

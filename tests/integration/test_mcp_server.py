@@ -360,7 +360,8 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     assert [s["rank"] for s in only["stacks"]] == [1]
     assert {r for g in only["groups"] for r in g["ranks"]} == {1}
     assert any("only ranks [1] were captured" in n for n in only["job"]["notes"])
-    assert "this verdict covers only ranks 1" in only["verdict"]["summary"]
+    assert only["verdict"]["summary"].startswith("this verdict covers only rank 1 (captured alone)")
+    assert only["only_ranks"] == [1]
     assert (
         "the last capture of every rank said divergent_ranks, suspects: rank(s) 1"
         in only["verdict"]["summary"]

@@ -3,10 +3,13 @@ commands against it, each shown output compared with the real one.
 
 One job serves every block (start-up is the expensive part on 2 cores). What may differ from the
 README is only what differs from run to run (tests/readme.py ``normalised``: pids, ports, paths,
-the host, timings, percentages). Two things a reader would do differently here: ``rankscope ps``
-runs with the job's ``--pid``, because other jobs run on this host while the suite does, and
-torchrun gets a free ``--master_port`` for the same reason; a ``--pid N`` in a command is the job's
-launcher. A second test runs the script on 2 ranks, where it must train and exit cleanly.
+the host, timings, percentages); the job id is compared as printed. Every command, torchrun's
+too, runs as a reader's would: in a fresh bash whose PATH the test leaves without any virtualenv,
+after README's own shell lines (``source .venv/bin/activate``, from the repository root), in the
+demo folder; torchrun starts as README says, with no port given. One thing a reader would do
+differently here: ``rankscope ps`` runs with the job's ``--pid``, because other jobs run on this
+host while the suite does; a ``--pid N`` in a command is the job's launcher. A second test runs
+the script on 2 ranks, where it must train and exit cleanly.
 """
 
 from __future__ import annotations
@@ -14,17 +17,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.jobs import JobFactory, RunningJob, free_port, wait_for
-from tests.readme import Block, Step, blocks, normalised, steps
-
-BIN = Path(sys.executable).parent
+from tests.paths import ROOT
+from tests.readme import README, Block, Step, blocks, normalised, steps
 
 
 def _write_files(folder: Path) -> None:
@@ -33,22 +35,39 @@ def _write_files(folder: Path) -> None:
             (folder / block.arg).write_text(block.text)
 
 
+def _fresh_env() -> dict[str, str]:
+    """This environment as a new login's shell has it: no virtualenv on PATH (the README's shell
+    lines must put the tools there), none active."""
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    kept = [p for p in env.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "activate").exists()]
+    env["PATH"] = os.pathsep.join(kept) or os.defpath
+    return env
+
+
+def _in_shell(command: str, folder: Path) -> list[str]:
+    """``bash -c`` running README's shell lines from the repository root, then ``command`` in ``folder``."""
+    prelude = "".join(b.text for b in blocks() if b.mark == "shell")
+    script = f"cd {shlex.quote(str(ROOT))}\n{prelude}cd {shlex.quote(str(folder))}\n{command}"
+    return ["bash", "-c", script]
+
+
 def _torchrun(jobs: JobFactory, folder: Path, nproc: int) -> RunningJob:
-    port = free_port()
-    argv = [str(BIN / "torchrun"), f"--nproc_per_node={nproc}", f"--master_port={port}", "train.py"]
-    return jobs.start(argv, nproc, port, tag="readme", cwd=folder)
+    """``torchrun --nproc_per_node=N train.py`` as README says it (the launcher keeps the shell's pid)."""
+    command = f"torchrun --nproc_per_node={nproc} train.py"
+    assert f"`{command}`" in README.read_text(encoding="utf-8")
+    env = {"PATH": _fresh_env()["PATH"]}
+    return jobs.start(_in_shell(f"exec {command}", folder), nproc, free_port(), env, tag="readme", cwd=folder)
 
 
 def _run(command: str, folder: Path, launcher: int) -> subprocess.CompletedProcess[str]:
-    """One ``$ `` line as a reader runs it, in the demo folder, with this checkout's rankscope."""
+    """One ``$ `` line as a reader runs it, in the demo folder, after README's shell lines."""
     command = re.sub(r"--pid \d+", f"--pid {launcher}", command)
     if command.strip() == "rankscope ps":
         command += f" --pid {launcher}"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run(
-        ["bash", "-c", command],
+        _in_shell(command, folder),
         cwd=folder,
-        env=env,
+        env=_fresh_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -18,10 +18,14 @@ def test_every_block_is_run_or_marked_with_its_reason() -> None:
             assert len(block.arg) > 10, f"{where}: a skipped block says why it cannot run here"
         elif block.mark == "file":
             assert block.arg and "/" not in block.arg, f"{where}: a file block names the file it is"
+        elif block.mark == "shell":
+            assert block.lang == "bash" and block.text.strip(), f"{where}: a shell block is bash lines to run"
         else:
             assert block.lang == "console", f"{where}: mark it <!-- readme-test: skip: REASON --> or run it"
             assert steps(block), f"{where}: a console block shows at least one `$ ` command"
     assert [b.arg for b in found if b.mark == "file"] == ["train.py"]
+    (shell,) = [b for b in found if b.mark == "shell"]  # the quick start's commands live in .venv/bin
+    assert shell.text.startswith("source .venv/bin/activate")
 
 
 def test_the_marks_and_steps_are_read_as_written() -> None:
@@ -42,4 +46,7 @@ def test_only_what_may_differ_is_normalised() -> None:
     assert normalised(shown, folder="/x", host="vm") == normalised(real, folder="/x", host="box")
     assert normalised("rank 2", folder="/x", host="vm") != normalised("rank 3", folder="/x", host="vm")
     assert normalised("(pids 14133-14134,14137)", folder="/x", host="vm") == "(pids N)"
+    assert normalised("torchrun:localhost:29513", folder="/x", host="vm") == "torchrun:localhost:PORT"
+    made_up = "torchrun:5f059911-7ad4-4d5d-8e72-645b568149b9"  # the job id as torchrun's run id once printed
+    assert normalised(made_up, folder="/x", host="vm") != "torchrun:localhost:PORT"
     assert normalised("/tmp/w1/train.py:8", folder="/tmp/w1", host="vm") == "/tmp/demo/train.py:8"

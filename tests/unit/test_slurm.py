@@ -264,7 +264,8 @@ def test_no_job_here_on_a_slurm_login_node_names_the_srun_call(
     _fake_tool(login_node / "bin", "squeue", "exit 0\n")
     with pytest.raises(NoJobsFound) as slurm:
         discovery.find_job()
-    assert slurm.value.fix.startswith("On a Slurm cluster: `rankscope stacks --via srun --job JOBID`")
+    assert slurm.value.fix.startswith(NoJobsFound.check)  # first the host and the user, checked in a second
+    assert "On a Slurm cluster: `rankscope stacks --via srun --job JOBID`" in slurm.value.fix
 
 
 def test_allocation_nodes_join_the_jobs_and_the_steps_lists() -> None:

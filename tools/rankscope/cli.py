@@ -80,12 +80,65 @@ def _formatter() -> type[argparse.HelpFormatter]:
     return Formatter
 
 
-def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    """The parser and the command table: every command, or just ``only`` (a command name)."""
+def nearest(word: str, names: Sequence[str]) -> str | None:
+    """The name closest to a mistyped ``word``, when one is close enough to be what was meant."""
+    import difflib
+
+    found = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """argparse's parser, which names the nearest choice of a mistyped one (a command, a subcommand,
+    a choice of a flag): argparse lists the choices (before Python 3.14) but not the one meant."""
     import argparse
 
+    class Parser(argparse.ArgumentParser):
+        def _check_value(self, action: argparse.Action, value: object) -> None:
+            choices = action.choices
+            if choices is not None and value not in choices and isinstance(value, str):
+                near = nearest(value, [str(c) for c in choices])
+                if near is not None:
+                    listed = ", ".join(repr(str(c)) for c in choices)
+                    raise argparse.ArgumentError(
+                        action, f"invalid choice: {value!r}; did you mean {near!r}? (choose from {listed})"
+                    )
+            super()._check_value(action, value)
+
+    return Parser
+
+
+def _parser_of(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.ArgumentParser:
+    """The (sub)parser the words reached: ``stacks --windw`` is a mistake of ``stacks``, whose usage
+    and flags are the ones to show, not the top level's."""
+    import argparse
+
+    current = parser
+    for word in words:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            current = subs[0].choices[word]
+    return current
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, words: Sequence[str], extra: Sequence[str]) -> None:
+    """Exit 2 with the usage of the command the unknown arguments were given to, and the flag
+    nearest to each mistyped one (``--windw`` -> ``--window``)."""
+    command = _parser_of(parser, words)
+    flags = [s for a in command._actions for s in a.option_strings if s.startswith("--")]
+    near = [
+        found
+        for word in extra
+        if word.startswith("-") and (found := nearest(word.split("=", 1)[0], flags)) is not None
+    ]
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    """The parser and the command table: every command, or just ``only`` (a command name)."""
     formatter, epilog = _formatter(), exit_codes_text()
-    parser = argparse.ArgumentParser(
+    parser = _parser_class()(
         prog="rankscope",
         description="Debug distributed PyTorch jobs from the outside: which rank, which line, what to do.",
         epilog=epilog,
@@ -130,7 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve()
     parser, table = build_parser(_invoked_command(words))
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        _refuse_unknown(parser, words, extra)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,

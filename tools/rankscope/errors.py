@@ -95,12 +95,17 @@ class NotADistributedJob(UsageError):
 class NoJobsFound(RankscopeError):
     """Nothing on this host looks like a distributed PyTorch job."""
 
-    default_fix = (
-        "Check that the job runs on this host and as a user you can inspect (same user or root). "
+    check = (
+        "Check the host and the user first: the job must run on this host (`hostname`) as your user, or "
+        "rankscope must run as root; `ps -eo user,pid,args | grep -E '[t]orchrun|[p]ython'` lists its "
+        "processes with their user."
+    )
+    elsewhere = (
         "On another node, use `rankscope stacks --hosts ...` (MCP: dump_stacks(hosts=[...])); for a job that "
         "already died, `rankscope triage` (triage_logs) on its logs or `rankscope fr` (analyze_flight_recorder) "
         "on flight-recorder dumps."
     )
+    default_fix = f"{check} {elsewhere}"
 
 
 class PermissionDenied(RankscopeError):

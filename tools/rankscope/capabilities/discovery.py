@@ -494,12 +494,19 @@ def read_backends(members: list[_Candidate]) -> dict[int, tuple[Backend, list[st
     }
 
 
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def _job_id(
     launcher: str, env: dict[str, str], launcher_pid: int | None, addr: str | None, port: int | None
 ) -> str:
+    """An id a person recognises. torchrun's run id is the ``--rdzv-id`` given (kept: the person chose
+    it), ``none`` without one, or a uuid torchrun made up for a one-node run started without
+    ``--master-port`` (``torchrun --nproc_per_node=4 train.py``, logged nowhere by default): for
+    those two, the rendezvous address and port the ranks were given (``torchrun:localhost:29513``)."""
     if launcher == "torchrun":
         run_id = env.get("TORCHELASTIC_RUN_ID", "")
-        if run_id and run_id != "none":
+        if run_id and run_id != "none" and not (_UUID.fullmatch(run_id) and addr and port):
             return f"torchrun:{run_id}"
         return f"torchrun:{addr}:{port}" if addr and port else f"torchrun:pid{launcher_pid}"
     if launcher == "slurm" and env.get("SLURM_JOB_ID"):
@@ -528,19 +535,59 @@ def list_jobs(pid: int | None = None) -> JobList:
     return JobList(host=host, jobs=build_jobs(procs, host), errors=errors)
 
 
-def _job_of(pid: int, jobs: list[Job], procs: dict[int, ProcInfo]) -> Job | None:
+def _job_of(pid: int, jobs: list[Job]) -> Job | None:
+    """The job ``pid`` is part of: its launcher, one of its ranks, or a rank's child."""
     for job in jobs:
         if job.launcher_pid == pid or pid in job.launcher_pids:
             return job
         for r in job.ranks:
             if r.pid == pid or pid in r.children:
                 return job
-    # an ancestor of a launcher (srun, a shell script, mpirun)
-    for job in jobs:
-        for r in job.ranks:
-            if pid in _ancestors(r.pid, procs):
-                return job
     return None
+
+
+def _refuse_init(jobs: list[Job], procs: dict[int, ProcInfo]) -> NotADistributedJob:
+    """init (pid 1), when it is no job's launcher (in a container it may be torchrun): it is above
+    every job, and a job whose launcher's parent exited is reparented to it, so ``--pid 1`` was
+    once taken for that job's launcher and the job dumped."""
+    name = os.path.basename(procs[1].cmdline[0]) if 1 in procs and procs[1].cmdline else "unknown"
+    here = f"jobs here: {describe_jobs(jobs)}" if jobs else "no job runs here now (`rankscope ps`)"
+    return NotADistributedJob(
+        f"pid 1 is init ({name}), the ancestor of every process here, not a rank or launcher of a "
+        "distributed PyTorch job.",
+        fix=f"Pass --pid with a launcher or rank pid (MCP: pid=), or --job JOB_ID; {here}.",
+    )
+
+
+def _job_below(pid: int, jobs: list[Job], procs: dict[int, ProcInfo]) -> Job | None:
+    """The one job ``pid`` is an ancestor of (a wrapper between launcher and ranks; a shell script,
+    srun or mpirun that started the launcher), said in its notes when ``pid`` is above the launcher.
+    An ancestor of several jobs names none: refused, with the jobs."""
+    below = [j for j in jobs if any(pid in _ancestors(r.pid, procs) for r in j.ranks)]
+    if not below:
+        return None
+    what = _what(pid, procs)
+    if len(below) > 1:
+        raise NotADistributedJob(
+            f"pid {pid} ({what}) is not a rank or launcher of a distributed PyTorch job but an ancestor of "
+            f"{len(below)} of them: {describe_jobs(below)}.",
+            fix="Pass --pid with a launcher or rank pid of the job to inspect (MCP: pid=), or --job JOB_ID.",
+        )
+    job = below[0]
+    launchers = job.launcher_pids or ([job.launcher_pid] if job.launcher_pid is not None else [])
+    if not any(pid in _ancestors(lp, procs) for lp in launchers):
+        return job
+    note = (
+        f"pid {pid} ({what}) is not a rank or launcher of this job but an ancestor of its launcher "
+        f"(pid {launchers[0]}): the only job below it was taken"
+    )
+    return job.model_copy(update={"notes": [*job.notes, note]})
+
+
+def _what(pid: int, procs: dict[int, ProcInfo]) -> str:
+    """A process as a person knows it: its command line, redacted and cut."""
+    info = procs.get(pid)
+    return " ".join(Redactor().argv(info.cmdline))[:200] if info and info.cmdline else f"pid {pid}"
 
 
 def describe_jobs(jobs: list[Job]) -> str:
@@ -599,14 +646,27 @@ def _started_here(jobs: list[Job], here: str) -> Job | None:
 
 
 def _no_job_fix() -> str:
-    """Where a job that is not here runs: on a Slurm cluster (its login node has ``squeue``), on the
-    nodes of a Slurm job, which one call reaches."""
+    """First the commonest cause, checked in a second: another host or another user (this call's
+    host and user named); then where a job that is not here runs: on a Slurm cluster (its login
+    node has ``squeue``), on the nodes of a Slurm job, which one call reaches."""
+    looked = f"rankscope looked on host {_hostname()} as user {_user()}. "
     if shutil.which("squeue") is None:
-        return NoJobsFound.default_fix
+        return f"{NoJobsFound.check} {looked}{NoJobsFound.elsewhere}"
     return (
+        f"{NoJobsFound.check} {looked}"
         'On a Slurm cluster: `rankscope stacks --via srun --job JOBID` (MCP: dump_stacks(via="srun", '
-        "job=JOBID); `squeue --me` lists your jobs). " + NoJobsFound.default_fix
+        f"job=JOBID); `squeue --me` lists your jobs). {NoJobsFound.elsewhere}"
     )
+
+
+def _user() -> str:
+    """This call's user name (its uid where the name is unknown)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
 
 
 def _only_or_here(jobs: list[Job]) -> Job:
@@ -679,11 +739,14 @@ def find_job(pid: int | None = None, job_id: str | None = None) -> Job:
         return _only_or_here(jobs)
     if pid not in procs:
         raise ProcessNotFound(f"No process with pid {pid} on this host (it may have exited).")
-    job = _job_of(pid, jobs, procs)
+    job = _job_of(pid, jobs)
+    if job is None and pid == 1:
+        raise _refuse_init(jobs, procs)
+    job = job or _job_below(pid, jobs, procs)
     if job is not None:
         return job
     info = procs[pid]
-    what = " ".join(Redactor().argv(info.cmdline))[:200] or f"pid {pid}"
+    what = _what(pid, procs)
     if info.env_denied:
         raise PermissionDenied(f"Cannot read /proc/{pid}/environ ({what}): permission denied.")
     if info.state in ("zombie", "dead"):

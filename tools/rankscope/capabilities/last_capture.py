@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from rankscope.analysis.ranges import ranks_phrase
 from rankscope.analysis.redact import redact_model
 from rankscope.errors import NothingToRead
 from rankscope.models.core import StacksReport
@@ -85,8 +86,9 @@ def last_capture() -> StacksReport:
 def with_whole_suspects(report: StacksReport, ranks: list[int]) -> StacksReport:
     """A capture of ``ranks`` alone, saying so in its verdict, with the suspects the last capture of
     every rank of the same job named: a verdict on some ranks cannot see a rank that diverged
-    outside them."""
-    covered = f"this verdict covers only ranks {', '.join(map(str, sorted(ranks)))} (captured alone)"
+    outside them. Said first (``only_ranks``, the summary's opening), before what those ranks show:
+    "the ranks agree" of one rank is no news about the job."""
+    covered = f"this verdict covers only {ranks_phrase(ranks)} (captured alone)"
     whole = _read(LAST_WHOLE)
     if whole is not None and whole.job.job_id == report.job.job_id and whole.verdict.suspect_ranks:
         suspects = ", ".join(map(str, whole.verdict.suspect_ranks))
@@ -96,8 +98,9 @@ def with_whole_suspects(report: StacksReport, ranks: list[int]) -> StacksReport:
         )
     else:
         covered += "; capture every rank (leave out --only-rank, MCP ranks) for the job's verdict"
-    verdict = report.verdict.model_copy(update={"summary": f"{report.verdict.summary} ({covered})"})
-    return report.model_copy(update={"verdict": verdict})
+    summary = f"{covered}. {ranks_phrase(ranks).capitalize()} alone: {report.verdict.summary}"
+    verdict = report.verdict.model_copy(update={"summary": summary})
+    return report.model_copy(update={"verdict": verdict, "only_ranks": sorted(set(ranks))})
 
 
 __all__ = ["cache_dir", "last_capture", "save_capture", "with_whole_suspects"]

@@ -353,6 +353,11 @@ class StacksReport(Model):
     early has read the answer."""
 
     verdict: Verdict
+    only_ranks: list[int] = Field(
+        default_factory=list,
+        description="Set when only these ranks were captured (--only-rank, MCP ranks): the verdict speaks "
+        "for them alone, not for the job.",
+    )
     progress: Progress | None = Field(
         default=None,
         description="Whether the job moved while it was watched (live captures), and where its time goes.",

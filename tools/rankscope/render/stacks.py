@@ -82,6 +82,12 @@ def _group_lines(
         yield f"     ... {shared_tail} outer frame(s) shared with {ranks_phrase(reference.ranks)}"
 
 
+def verdict_label(report: StacksReport) -> str:
+    """``verdict``, or ``verdict on rank 2 alone`` for a capture of some ranks: a reader who stops
+    at the first word must not take one rank's verdict for the job's."""
+    return f"verdict on {ranks_phrase(report.only_ranks)} alone" if report.only_ranks else "verdict"
+
+
 def render_stacks(report: StacksReport) -> Iterator[str]:
     """Lines for a terminal: job, collapsed stack groups, stuck ranks, errors, verdict."""
     job = report.job
@@ -131,7 +137,7 @@ def render_stacks(report: StacksReport) -> Iterator[str]:
         yield f"progress over {report.progress.window_s:.1f} s: {report.progress.summary}"
     verdict = report.verdict
     yield (
-        f"verdict: {verdict.kind}"
+        f"{verdict_label(report)}: {verdict.kind}"
         + (f" (suspects: {ranks_phrase(verdict.suspect_ranks)})" if verdict.suspect_ranks else "")
         + (f", confidence {verdict.confidence}" if verdict.confidence else "")
     )
@@ -222,7 +228,7 @@ def render_stacks_brief(report: StacksReport) -> Iterator[str]:
     verdict = report.verdict
     suspects = set(verdict.suspect_ranks)
     yield (
-        f"verdict: {verdict.kind}, confidence {verdict.confidence}"
+        f"{verdict_label(report)}: {verdict.kind}, confidence {verdict.confidence}"
         + (f"; suspects: {ranks_phrase(verdict.suspect_ranks)}" if verdict.suspect_ranks else "")
     )
     yield verdict.summary

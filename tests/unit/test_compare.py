@@ -109,7 +109,9 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (data["divergent"][0]["name"], data["divergent"][0]["ranks"]) == ("0.weight", [0])
     assert main(["compare", str(sd)]) == 1
     text = capsys.readouterr().out
-    assert text.startswith("INCONSISTENT: 2 of 4 compared tensors differ (rank 0)")
+    first, second = text.splitlines()[:2]
+    assert first == "rank 0 differs from ranks 1-2 in 2 of 4 compared tensors (first: 0.weight, values)"
+    assert second.startswith("INCONSISTENT: 2 of 4 compared tensors differ (rank 0)")
     assert "0.weight: ranks [0] differ from [1, 2] (values)" in text
     assert main(["compare", str(tmp_path / "missing")]) == 2
     assert "Fix:" in capsys.readouterr().err

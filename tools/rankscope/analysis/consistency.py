@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankscope.analysis.consistency_cause import by_design, cause_steps, find_causes, is_per_rank
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.models.consistency import (
     ConsistencyReport,
@@ -210,8 +211,13 @@ def compare_fingerprints(
     atol: float = 0.0,
     rtol: float = 0.0,
     problems: Sequence[str] = (),
+    file_times: Mapping[str, Mapping[int, float]] | None = None,
 ) -> ConsistencyReport:
-    """Compare the fingerprints of every rank; the same input gives the same report on every rank."""
+    """Compare the fingerprints of every rank; the same input gives the same report on every rank.
+
+    ``file_times``: for saved files, each name pattern's (``rank{R}.pt``) modification time per
+    rank, so that a file much older than the others' is named among the causes.
+    """
     ranks = sorted(per_rank)
     by_rank: dict[int, dict[str, Fingerprint]] = {
         r: {fp.name: fp for fp in per_rank[r].fingerprints} for r in ranks
@@ -223,6 +229,8 @@ def compare_fingerprints(
     tally = _Tally()
     for name in names:
         _compare_tensor(name, ranks, by_rank, tally, atol, rtol)
+    own = [d.name for d in tally.divergent if by_design(d)]
+    tally.divergent = [d for d in tally.divergent if not by_design(d)]
     consistent = not tally.divergent and not tally.missing_keys and not tally.nonfinite and not all_problems
     report = ConsistencyReport(
         consistent=consistent,
@@ -231,19 +239,27 @@ def compare_fingerprints(
         which=whiches[0] if len(whiches) == 1 else None,
         job_ids=sorted({j for r in ranks if (j := per_rank[r].job_id)}),
         tensors=len(names),
-        compared=tally.compared,
+        compared=tally.compared - len(own),
         sharded_not_compared=tally.single,
         divergent=tally.divergent,
         first_divergent=tally.divergent[0].name if tally.divergent else None,
         nonfinite=tally.nonfinite,
         missing_keys=tally.missing_keys,
         partial=tally.partial,
+        per_rank=own,
         problems=all_problems,
         notes=list(dict.fromkeys(n for r in ranks for n in per_rank[r].notes)),
         consistent_modules=_consistent_modules(names, tally.divergent),
     )
     report.summary = summarize(report)
-    report.next_steps = next_steps(report)
+    causes = find_causes(report, per_rank, file_times)
+    report.causes = [c.text for c in causes]
+    first = cause_steps(causes)
+    generic = ("#missing-broadcast", "#read-the-report")  # said better by a cause about a file
+    report.next_steps = [
+        *first,
+        *(s for s in next_steps(report) if not (first and (s.skill_section or "").endswith(generic))),
+    ]
     return report
 
 
@@ -273,7 +289,8 @@ def summarize(report: ConsistencyReport) -> str:
         return f"all {report.compared} compared tensors are identical across ranks {_ranks(report.ranks)}{partial}"
     parts: list[str] = []
     if report.divergent:
-        odd = sorted({r for d in report.divergent for r in d.ranks})
+        named = [d for d in report.divergent if not is_per_rank(d)] or report.divergent
+        odd = sorted({r for d in named for r in d.ranks})
         parts.append(
             f"{len(report.divergent)} of {report.compared} compared tensors differ ({_label(odd)}); "
             f"first in module order: {report.first_divergent}"

@@ -9,18 +9,25 @@ from rankscope.commands.base import Command, add_json_flag, emit
 
 class CompareCommand(Command):
     name = "compare"
-    help = (
-        "compare per-rank fingerprint files or torch.save'd state_dicts: which tensors differ on which ranks"
-    )
+    help = "ranks disagree: compare what each rank saved (checkpoints, optimizer states, probe dumps); the cause first"
     description = (
-        "Compare the fingerprints-rank<R>.json files written by rankscope.probe.dump(model, DIR), or one "
-        "torch.save'd state_dict per rank (rank in the file name, e.g. model_rank3.pt). Reports the tensors "
-        "that differ from the majority, NaN/Inf per rank, keys present on some ranks only, and files that "
-        "come from different jobs. Exit status: 0 consistent, 1 differences or problems found, 2 bad input."
+        "Compare what each rank saved in DIR: torch.save'd checkpoints, state_dicts or optimizer states "
+        "(rank in the file name, e.g. model_rank3.pt, optim_rank3.pt, or a rank3/ folder), or the "
+        "fingerprints-rank<R>.json files of rankscope.probe.dump(model, DIR). The first line names the "
+        "rank and the cause it can see: a step counter behind the others', a file of another run or model, "
+        "keys some ranks lack, a file much older than the others', NaN/Inf; then the tensors that differ "
+        "from the majority. With no per-rank file it says what to add to a live job. Exit status: 0 "
+        "consistent, 1 differences or problems found, 2 bad input or nothing to compare."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("dir", metavar="DIR", help="directory with one file per rank")
+        parser.add_argument(
+            "dir",
+            metavar="DIR",
+            nargs="?",
+            default=".",
+            help="the folder the ranks saved to (default: here); with nothing saved, says what to add to the job",
+        )
         parser.add_argument(
             "--atol", type=float, default=0.0, help="absolute tolerance on sum/abs-max (default: exact bytes)"
         )

@@ -18,21 +18,20 @@ from rankscope.models.placements import PlacementsReport
 
 @guard
 async def check_tensor_consistency(
-    path: Annotated[
-        str, arg("Directory with one file per rank (fingerprints-rank<R>.json or *_rank<R>.pt).")
-    ],
+    path: Annotated[str, arg("The folder the ranks saved to (checkpoints, optimizer states, probe dumps).")],
     atol: Annotated[float, arg("Absolute tolerance (0: bitwise).")] = 0.0,
     rtol: Annotated[float, arg("Relative tolerance (0: bitwise).")] = 0.0,
     full: Full = False,
 ) -> ConsistencyReport:
-    """Compare what each rank saved: which tensors differ on which ranks, NaN/Inf per rank, keys on some ranks only.
+    """Ranks disagree (results or loss differ on one rank): compare what each rank saved, the cause first.
 
-    The files: fingerprints written in the job by rankscope.probe.dump(model,
-    DIR), or torch.save'd state_dicts with the rank in the name. divergent lists,
-    in module order, the tensors whose ranks disagree with the majority; the
-    first one is where to look. problems names unusable files and files from
-    different jobs. Use it for "loss differs between ranks" / "diverges only
-    at N GPUs"; see skill/wrong-results.md for what each pattern means.
+    The files: torch.save'd checkpoints, state_dicts or optimizer states with the
+    rank in the name (model_rank3.pt, optim_rank3.pt) or in a folder (rank3/), or the
+    fingerprints of rankscope.probe.dump(model, DIR). causes[0] names the rank and
+    what it sees: a step counter behind the others', a file of another run or
+    model, keys some ranks lack, a file much older than the others', NaN/Inf;
+    divergent lists, in module order, the tensors whose ranks disagree with the
+    majority. With no per-rank file, the error says what to add to a live job.
     """
     return api.answer(await in_thread(api.compare_dir, path, atol=atol, rtol=rtol), full=full)
 

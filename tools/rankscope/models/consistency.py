@@ -138,12 +138,26 @@ class ConsistencyReport(Model):
     partial: list[str] = Field(
         default_factory=list, description="DTensors with a Partial placement (not reduced yet)."
     )
+    per_rank: list[str] = Field(
+        default_factory=list,
+        description="Random generator states each rank holds its own value of, by design: not counted as differences.",
+    )
     problems: list[str] = Field(
         default_factory=list, description="Inputs that could not be used (bad files, mixed jobs, ...)."
     )
     notes: list[str] = Field(default_factory=list)
     consistent_modules: list[str] = Field(
         default_factory=list, description="Top-level modules none of whose tensors differ, in module order."
+    )
+    causes: list[str] = Field(
+        default_factory=list,
+        description="What the comparison sees as the cause, most decisive first, each naming the rank: a "
+        "step counter behind, a file of another run or model, keys some ranks lack, a file much older than "
+        "the others'. The first leads the answer.",
+    )
+    read: list[str] = Field(
+        default_factory=list,
+        description="The files compared, one line per name pattern: 'rank{R}.pt: ranks 0-3'.",
     )
     summary: str = ""
     next_steps: list[NextStep] = Field(default_factory=list)
@@ -232,6 +246,8 @@ def _divergent_lines(divergent: list[DivergentTensor], budget: int) -> list[str]
 def consistency_text(report: ConsistencyReport) -> str:
     """The text of ``str(report)``: bounded, verdict first (see ``ConsistencyReport.__str__``)."""
     head = ("CONSISTENT: " if report.consistent else "INCONSISTENT: ") + report.summary[:300]
+    if report.causes:  # the cause it can see first, naming the rank
+        head = f"{report.causes[0][:300]}\n{head}"
     tail: list[str] = []
     for n in report.nonfinite[:3]:
         tail.append(f"  NaN/Inf: {n.name} on rank {n.rank}")

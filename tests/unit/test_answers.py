@@ -289,9 +289,13 @@ def test_triage_of_one_jobs_logs_answers_in_4_kb_and_keeps_the_conclusion(log: s
     text, data = shape_answer(bounded)
     assert size_of(data) <= SMALL and len(text.encode()) <= SMALL, (log, size_of(data), len(text))
     assert bounded.suspect_ranks == full.suspect_ranks and bounded.summary == full.summary
-    assert {f.kind for f in bounded.findings} == {f.kind for f in full.findings}  # every kind still shown
+    shown = {f.kind for f in bounded.findings}
+    if full.blocking_calls:  # the summary tells the silent rank's story: one timeout stays as evidence
+        assert "collective_timeout" in shown and any("launcher's findings" in x for x in bounded.left_out)
+    else:
+        assert shown == {f.kind for f in full.findings}  # every kind still shown
     suspects = set(full.suspect_ranks)
-    for kind in {f.kind for f in full.findings if set(f.ranks) & suspects and f.severity != "info"}:
+    for kind in {f.kind for f in full.findings if set(f.ranks) & suspects and f.severity != "info"} & shown:
         assert any(f.explanation for f in bounded.findings if f.kind == kind), kind  # explained once
 
 

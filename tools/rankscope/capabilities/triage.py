@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from rankscope.analysis.triage.logs import SHELL_NEEDLES, LogScanner, conclude
 from rankscope.analysis.triage.postmortem import PostMortem, combine
+from rankscope.analysis.triage.silent import call_lines, read_silent, silent_site, with_silent
 from rankscope.errors import InvalidInput, NothingToRead
 from rankscope.models.core import Finding
-from rankscope.models.logs import FailureRecord, LogSource, SourceKind, TriageReport
+from rankscope.models.logs import FailureRecord, LogSource, SilentRanks, SourceKind, TriageReport
 
 if TYPE_CHECKING:
     from rankscope.models.core import StacksReport
@@ -362,14 +363,22 @@ def _sorted_files(paths: list[str]) -> dict[SourceKind, list[str]]:
     """The files under ``paths`` by what they are (stdin is a log)."""
     kinds: dict[SourceKind, list[str]] = {}
     for p in _expand(list(paths)):
+        if p in paths and p.endswith(".py"):  # a script named beside the logs: read for its code, not scanned
+            kinds.setdefault("source", []).append(p)
+            continue
         kind: SourceKind = "file" if p == "-" else kind_of(Path(p))
         kinds.setdefault("file" if kind == "error_json" else kind, []).append(p)
     return kinds
 
 
-def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int = 50) -> TriageReport:
+def triage_logs(
+    paths: list[str], *, text: str | None = None, max_findings: int = 50, read_code: bool = True
+) -> TriageReport:
     """One verdict for a failed job from what it left (MCP ``triage_logs``, CLI ``rankscope triage``):
-    logs, torchrun's log folder, error.json, flight-recorder dumps and saved stacks, in any mix."""
+    logs, torchrun's log folder, error.json, flight-recorder dumps and saved stacks, in any mix.
+    ``read_code``: read the code the tracebacks name, on this host or among the scripts given, for
+    the calls a silent rank passes; False keeps to what the job left (a record that does not change
+    with the host's files)."""
     if not paths and text is None:
         raise InvalidInput(
             "No logs given.",
@@ -391,6 +400,7 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
         )
     sources = _read_logs(files.get("file", []), text, scanner, redactor)
     sources.extend(LogSource(path=p, kind="answer", skipped=_ANSWER) for p in files.get("answer", []))
+    sources.extend(LogSource(path=p, kind="source", bytes=_size(p)) for p in files.get("source", []))
     flight = _read_flight(files.get("flight_dump", []), sources)
     stack_files = [*files.get("saved_stacks", []), *sorted(scanner.stack_sources - {"-", "<text>"})]
     stacks = _read_stacks(stack_files, sources)
@@ -406,12 +416,42 @@ def triage_logs(paths: list[str], *, text: str | None = None, max_findings: int 
         stacks.groups if stacks else None,
         memory,
     )
+    silent = _silent(findings, post, files.get("source", [])) if read_code else None
+    if silent is not None and (silent.calls or silent.note):
+        post = with_silent(post, silent)
     if memory is not None and post.decided_by == "memory_snapshots":
         _defer_to_memory(findings, memory)
         findings.insert(0, memory)
     elif memory is not None:
         findings.append(memory)
-    return _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
+    report = _report(sources, findings, failures, scanner, post, flight, stacks, max_findings, started)
+    if silent is None or not silent.calls:
+        return report
+    return report.model_copy(update={"blocking_calls": call_lines(silent)})
+
+
+MAX_SOURCE = 2 * 1024 * 1024
+"""A source file larger than this is not read for the silent rank's calls (generated code, not a script)."""
+
+
+def _silent(findings: list[Finding], post: PostMortem, scripts: list[str]) -> SilentRanks | None:
+    """The silent ranks' reading, when the logs lead and their tracebacks name the collective's line:
+    the file as the traceback names it, or a script given by the same name (the job ran elsewhere)."""
+    if post.decided_by not in (None, "logs"):
+        return None
+    site = silent_site(findings, post.suspect_ranks)
+    if site is None:
+        return None
+    name = Path(site.file).name
+    for path in [site.file, *(p for p in scripts if Path(p).name == name)]:
+        try:
+            fp = Path(path)
+            if fp.is_file() and fp.stat().st_size <= MAX_SOURCE:
+                return read_silent(site, fp.read_text(errors="replace"), site.file)
+        except OSError:
+            continue
+    note = f"its code is not on this host: pass the script too (`rankscope triage LOGS {name}`)"
+    return read_silent(site, None, site.file, note)
 
 
 def _defer_to_memory(findings: list[Finding], memory: Finding) -> None:

@@ -9,11 +9,20 @@ from pydantic import Field
 from rankscope.models.core import Finding, Model, NextStep, Verdict
 
 SourceKind = Literal[
-    "file", "stdin", "text", "error_json", "flight_dump", "saved_stacks", "memory_snapshot", "answer"
+    "file",
+    "stdin",
+    "text",
+    "error_json",
+    "flight_dump",
+    "saved_stacks",
+    "memory_snapshot",
+    "answer",
+    "source",
 ]
 """``file`` a log; ``flight_dump`` a flight-recorder dump; ``saved_stacks`` py-spy or faulthandler
 output; ``memory_snapshot`` a CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``); ``answer``
-a rankscope answer saved to a file (not read: it is not the job's own output)."""
+a rankscope answer saved to a file (not read: it is not the job's own output); ``source`` a script named
+beside the logs, read for the code a silent rank passes."""
 DecidedBy = Literal["logs", "flight_recorder", "stacks", "memory_snapshots"]
 
 
@@ -49,6 +58,29 @@ class FailureRecord(Model):
     )
 
 
+class BlockingCall(Model):
+    """A call read from the code that can block for good, passed before the collective."""
+
+    line: int
+    code: str
+    waits_on: str
+    via: str | None = None
+    """The call of the same file it is reached through (``:53 `x = next_batch(q)```)."""
+    later_in_loop: bool = False
+    """After the collective in its loop: passed on the way to the next pass's."""
+
+
+class SilentRanks(Model):
+    """Ranks with no traceback while ``waited`` timed out in ``collective`` (file:line in function)."""
+
+    ranks: list[int]
+    waited: list[int] = Field(default_factory=list)
+    collective: str
+    code: str = ""
+    calls: list[BlockingCall] = Field(default_factory=list)
+    note: str | None = None
+
+
 class TriageReport(Model):
     """Every recognised event, and the reasoning across them."""
 
@@ -82,6 +114,8 @@ class TriageReport(Model):
     stacks: Verdict | None = Field(
         default=None, description="The saved stacks' own verdict, when stack files were read."
     )
+    blocking_calls: list[str] | None = None
+    """Silent ranks only: the blocking calls the code has them pass before the collective."""
     next_steps: list[NextStep] = Field(default_factory=list)
     truncated: bool = Field(
         default=False, description="True when findings beyond max_findings were left out."

@@ -27,6 +27,9 @@ def render_triage(r: TriageReport) -> Iterator[str]:
     yield f"Suspect ranks: {', '.join(map(str, r.suspect_ranks)) or '-'}    Victims: {', '.join(map(str, r.victim_ranks)) or '-'}"
     for e in r.evidence:
         yield f"  - {e}"
+    if r.blocking_calls:
+        yield "Blocking calls on the silent ranks' way to the collective (read from the code, not a stack):"
+        yield from (f"  {line}" for line in r.blocking_calls)
     if r.findings:
         yield ""
         yield f"Findings ({', '.join(f'{k}: {n}' for k, n in r.kinds.items())}):"
@@ -119,6 +122,7 @@ def render_triage_brief(r: TriageReport) -> Iterator[str]:
     ]
     yield "; ".join(x for x in who if x)
     yield _read_line(r)
+    yield from (f"- {line}" for line in r.blocking_calls or [])
     said = r.summary
     for e in r.evidence:
         if e.split(": ", 1)[-1] not in said:

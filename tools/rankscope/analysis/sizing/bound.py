@@ -459,11 +459,34 @@ def _kept_findings(report: TriageReport, notes: list[str]) -> list[Finding]:
     return [f for f in report.findings if id(f) in keep]
 
 
+def _told_by_silent(report: TriageReport, notes: list[str]) -> TriageReport:
+    """A dead job whose silent ranks the code explains (``report.blocking_calls``): the summary says
+    who waited where and who said nothing, so one timeout stays as the log's evidence, and the other
+    timeouts, the launcher's table and SIGTERMs, the evidence lines and the steps after the fix go
+    to full=true."""
+    first = next((f for f in report.findings if f.kind == "collective_timeout"), None)
+    kept = [
+        f
+        for f in report.findings
+        if f is first
+        or (
+            f.kind not in ("collective_timeout", "child_failed")
+            and not (f.kind == "killed_by_signal" and f.facts.get("sent_by_launcher"))
+        )
+    ]
+    notes.append("the other timeouts, the launcher's findings, evidence, more steps: full=true")
+    return report.model_copy(
+        update={"findings": kept, "failures": [], "evidence": [], "next_steps": report.next_steps[:1]}
+    )
+
+
 def bound_triage(report: TriageReport) -> TriageReport:
     """Triage without repeats: at most two findings per kind (the suspects' first), a kind's
     explanation, fix and next steps once, excerpts cut to their first lines, and torchrun's
     failure records of the first observed failure and the suspects only."""
     notes: list[str] = []
+    if report.blocking_calls:
+        report = _told_by_silent(report, notes)
     suspects = set(report.suspect_ranks)
     kept = _kept_findings(report, notes)
     detailed: dict[str, int] = {}  # per kind, the finding that keeps its explanation: a suspect's first

@@ -10,7 +10,9 @@ Modules, in reading order:
 - ``rule_facts``: what one rule's line says (its facts and its wording for them);
 - ``accumulator``: one finding per (kind, rank, source), however often a log repeats it;
 - ``after_scan``: what needs the whole log (findings from the failure records, folding, watchdog aborts);
-- ``postmortem``: which source leads, the recorder's dumps, saved stacks or the logs.
+- ``postmortem``: which source leads, the recorder's dumps, saved stacks or the logs;
+- ``silent``: a rank that left no traceback while the others timed out: where they waited, and the story;
+- ``blocking_calls``: the calls the code has that rank pass before the collective, and what each waits on.
 
 The shell that sorts and reads the files is ``capabilities/triage.py``.
 """

@@ -162,7 +162,7 @@ class LogScanner:
         if isinstance(facts.get("other_rank"), int):
             self.seen_ranks.add(facts["other_rank"])
         facts.pop("rank", None)
-        if rule_facts.takes_call_site(rule):
+        if rule_facts.takes_call_site(rule, text):
             site = self.call_site(source, rank, line_no)
             if site:
                 facts.setdefault("call_site", site)
@@ -619,6 +619,9 @@ def _mismatch_suspects(findings: list[Finding]) -> list[tuple[int, str]]:
     return [(r, f"called a different collective than rank {o}") for r, o in reports.items()]
 
 
+TIMEOUT_SENTENCE = "Collectives timed out: the ranks that waited are victims of the rank that did not arrive."
+"""The summary's sentence for timeouts that name no laggard; a reading of the silent rank's code replaces it."""
+
 _HEADLINE_KINDS = ("duplicate_gpu", "device_assert", "thread_died")
 """Kinds whose own message is the summary's first sentence (they say what happened and where)."""
 
@@ -748,9 +751,7 @@ def _summary(
     elif "collective_timeout" in kinds and story:
         parts.append("Collectives timed out: " + "; ".join(story) + ".")
     elif "collective_timeout" in kinds:
-        parts.append(
-            "Collectives timed out: the ranks that waited are victims of the rank that did not arrive."
-        )
+        parts.append(TIMEOUT_SENTENCE)
     if suspects:
         parts.append(f"Suspect rank(s): {', '.join(map(str, suspects))}.")
     if victims:

@@ -63,8 +63,15 @@ def line_facts(rule: Rule, text: str) -> dict[str, Any] | None:
     return facts
 
 
-def takes_call_site(rule: Rule) -> bool:
-    """Whether a finding of ``rule`` names the user frame it was raised from (not for warnings)."""
+_RAISED = re.compile(r"^\s*[A-Za-z_][\w.]*(?:Error|Exception)\w*: ")
+
+
+def takes_call_site(rule: Rule, text: str = "") -> bool:
+    """Whether a finding of ``rule`` names the user frame it was raised from (not for warnings). A
+    collective's timeout does when its line is the exception that ends a traceback (gloo's, or a
+    blocking wait's), never for the watchdog's own lines, which no traceback of the rank precedes."""
+    if rule.kind == "collective_timeout":
+        return _RAISED.match(text) is not None
     return rule.kind in _TRACED_KINDS and rule.severity != "warning"
 
 

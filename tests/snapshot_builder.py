@@ -331,6 +331,123 @@ def write_leak_job(folder: Path) -> list[Path]:
     return written
 
 
+# ------------------------------------------- one library line, several script lines
+
+VENV = "/opt/torch/.venv/lib/python3.12/site-packages/torch"
+_LINEAR = (f"{VENV}/nn/modules/linear.py", 134, "forward")
+_CALL = (f"{VENV}/nn/modules/module.py", 1786, "_call_impl")
+_BACKWARD = (f"{VENV}/autograd/graph.py", 841, "_engine_run_backward")
+
+
+@dataclass(frozen=True)
+class Forward:
+    """A script line that runs the model: where it is, how often it runs, what it keeps.
+
+    ``line`` in ``func`` of the script, called from ``caller`` (a line of main) when ``func`` is not
+    main. A training forward (``train``) runs backward, which frees the activations; any other
+    keeps every ``keep``-th output (0: none), with the activations of its forward too when
+    ``graph`` (grad enabled, the output still attached).
+    """
+
+    line: int
+    func: str = "main"
+    caller: int | None = None
+    every: int = 1
+    keep: int = 0
+    graph: bool = False
+    train: bool = False
+    activations: int = 8
+    act_bytes: int = 256 * MiB
+    out_bytes: int = 512 * MiB
+
+
+@dataclass(frozen=True)
+class Job:
+    """Where a job's code lives and the lines of its model that allocate (model.py)."""
+
+    script: str = "/workspace/lm/train.py"
+    model: str = "/workspace/lm/model.py"
+    block_line: int = 17
+    loop_line: int = 44
+    head_line: int = 48
+    init_line: int = 39
+    main_line: int = 99
+    params_line: int = 59
+    optim_line: int = 80
+
+
+def forward_stacks(job: Job, fw: Forward) -> dict[str, list[dict[str, Any]]]:
+    """The stacks of one script line's forward: its activations, its output, its backward."""
+    outer = [(job.script, fw.line, fw.func)]
+    if fw.caller is not None:
+        outer.append((job.script, fw.caller, "main"))
+    outer.append((job.script, job.main_line, "<module>"))
+    block = (job.model, job.block_line, "forward")
+    return {
+        "act": real_frames(
+            _LINEAR, _CALL, block, _CALL, (job.model, job.loop_line, "forward"), _CALL, *outer
+        ),
+        "out": real_frames(_LINEAR, _CALL, (job.model, job.head_line, "forward"), _CALL, *outer),
+        "grad": real_frames(_BACKWARD, (job.script, fw.line + 2, fw.func), *outer[1:]),
+    }
+
+
+def run_forward(b: SnapshotBuilder, stacks: dict[str, list[dict[str, Any]]], fw: Forward, keep: bool) -> None:
+    """One call of a forward: its activations, its output, then what it frees."""
+    acts = [b.alloc(fw.act_bytes, stacks["act"]) for _ in range(fw.activations)]
+    out = b.alloc(fw.out_bytes, stacks["out"])
+    if fw.train:
+        grad = b.alloc(fw.out_bytes, stacks["grad"])
+        b.free(grad)
+    if not (keep and fw.graph):
+        for a in reversed(acts):
+            b.free(a)
+    if not keep:
+        b.free(out)
+
+
+def run_steps(
+    b: SnapshotBuilder, job: Job, forwards: list[Forward], steps: range, counts: dict[int, int]
+) -> None:
+    """Steps of a job whose forwards all go through the same model lines; ``counts`` carries how
+    many times each forward ran, so its every-``keep``-th call is kept across calls."""
+    stacks = [forward_stacks(job, fw) for fw in forwards]
+    for step in steps:
+        for i, (fw, st) in enumerate(zip(forwards, stacks, strict=True)):
+            if step % fw.every != fw.every - 1 and fw.every > 1:
+                continue
+            n = counts.get(i, 0)
+            counts[i] = n + 1
+            run_forward(b, st, fw, keep=fw.keep > 0 and n % fw.keep == fw.keep - 1)
+
+
+def start_job(job: Job, params: int = 4 * GiB, optim: int = 8 * GiB) -> SnapshotBuilder:
+    """A builder holding the model's parameters and optimizer states, as at the first step."""
+    b = SnapshotBuilder()
+    main = (job.script, job.main_line, "<module>")
+    b.alloc(
+        params,
+        real_frames((job.model, job.init_line, "__init__"), (job.script, job.params_line, "main"), main),
+    )
+    b.alloc(
+        optim,
+        real_frames(
+            (f"{VENV}/optim/adamw.py", 181, "_init_group"), (job.script, job.optim_line, "main"), main
+        ),
+    )
+    return b
+
+
+def out_of_memory(b: SnapshotBuilder, job: Job, fw: Forward, capacity: float) -> None:
+    """The forward ``fw`` fails allocating its output: the allocator frees its cache and records the OOM."""
+    stacks = forward_stacks(job, fw)
+    for _ in range(fw.activations):
+        b.alloc(fw.act_bytes, stacks["act"])
+    b.release_cached()
+    reserved = sum(seg.size for seg in b.segments)
+    b.oom(fw.out_bytes, device_free=max(0, int(capacity - reserved - 480 * MiB)), frames=stacks["out"])
+
+
 if __name__ == "__main__":  # regenerates tests/data/postmortem/oom_leak's snapshots
     import sys
 

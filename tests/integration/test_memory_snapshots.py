@@ -63,4 +63,4 @@ def test_triage_brief_of_a_dead_oom_folder_names_the_leak() -> None:
     first = out.stdout.splitlines()[0]
     assert first.startswith("verdict: From the memory snapshots: Leak on rank 3")
     assert "model.py:48 in forward <- /workspace/lm/train.py:77 in main" in first and "every 10th" in first
-    assert "next 1: Fix: Stop keeping every 10th tensor" in out.stdout
+    assert "next 1: Fix: /workspace/lm/train.py:82 `last_token_logits.append(logits[:, -1])`" in out.stdout

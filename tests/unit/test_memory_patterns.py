@@ -40,8 +40,12 @@ def test_dead_oom_folder_in_one_triage_call() -> None:
     assert lead.kind == "memory_leak" and lead.ranks == [3]
     assert lead.facts["kept_every"] == 10 and lead.facts["script"] == "/workspace/lm/train.py:77 in main"
     fix = r.next_steps[0].action
-    assert fix.startswith("Fix: Stop keeping every 10th tensor") and "shard" not in (lead.fix or "") + fix
-    assert "expandable_segments" not in fix and "view of a big tensor" in (lead.fix or "")
+    # the statement that keeps them, read in train.py beside the snapshots, and its own remedy
+    keeps = "/workspace/lm/train.py:82 `last_token_logits.append(logits[:, -1])`"
+    assert lead.facts["keeps"] == [keeps] and f"kept by {keeps}" in r.summary
+    assert fix == f"Fix: {lead.fix}" and fix.startswith(f"Fix: {keeps} in main keeps every 10th tensor")
+    assert "`logits[:, -1].detach().cpu()`" in fix and "shard" not in fix and "expandable_segments" not in fix
+    assert "graph" not in r.summary  # its activations were freed by backward: only the logits are kept
     oom = next(f for f in r.findings if f.kind == "cuda_oom")
     assert "memory_leak" in (oom.fix or "")  # the OOM line's generic advice gives way
     assert r.playbook == "skill/oom.md#leak"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.analysis import memory as am
+from rankscope.analysis.memory.keeper import split_frame
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities.discovery import find_job
 from rankscope.errors import InvalidInput, RankscopeError, SnapshotUnreadable
@@ -175,9 +176,15 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
         site.site = red.text(site.site)
         site.stack = [red.text(x) for x in site.stack]
         site.script = red.text(site.script) if site.script else site.script
+        site.caller = red.text(site.caller) if site.caller else site.caller
     for leak in s.leak_suspects:
         leak.site = red.text(leak.site)
         leak.script = red.text(leak.script) if leak.script else leak.script
+        leak.caller = red.text(leak.caller) if leak.caller else leak.caller
+    for g in s.kept_graphs:
+        g.script, g.output_site = red.text(g.script), red.text(g.output_site)
+        g.caller = red.text(g.caller) if g.caller else g.caller
+        g.graph_sites = [red.text(x) for x in g.graph_sites]
     for oom in s.ooms:
         oom.site = red.text(oom.site) if oom.site else oom.site
     if s.allocator_settings:
@@ -218,10 +225,60 @@ def read_snapshots(
     return summaries, errors
 
 
+MAX_SOURCES = 8
+"""The most source files read for one answer: the scripts its leaks' places name."""
+MAX_SOURCE_BYTES = 1 << 20
+
+
+def _source_file(name: str, roots: list[Path]) -> Path | None:
+    """The file a frame names: on this host as named, else the longest tail of its path found under
+    one of ``roots`` (a dead job's folder holds its code beside the snapshots: train.py for
+    /workspace/lm/train.py)."""
+    path = Path(name)
+    if path.is_absolute() and path.is_file():
+        return path
+    parts = [p for p in path.parts if p not in ("/", "")]
+    for root in roots:
+        for k in range(len(parts)):
+            candidate = root.joinpath(*parts[k:])
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def job_sources(summaries: list[SnapshotSummary], near: list[Path]) -> dict[str, str]:
+    """The text of the job's files that the snapshots' places name (script lines, their callers, sites
+    in the script itself), by the path the frames give, for the leak's answer to quote the
+    statements that keep its tensors. Read where the frames say, else beside the snapshot files
+    (``near``) or one folder up; a file not found, too large or not text is left out."""
+    wanted: list[str] = []
+    for s in summaries:
+        places: list[tuple[str, str | None, str | None]] = [
+            *((t.site, t.script, t.caller) for t in s.top_sites),
+            *((t.site, t.script, t.caller) for t in s.leak_suspects),
+        ]
+        for site, script, caller in places:
+            for text in (script, caller, site if script is None else None):
+                frame = split_frame(text)
+                if frame is not None and frame[0] not in wanted:
+                    wanted.append(frame[0])
+    roots = list(dict.fromkeys([*near, *(p.parent for p in near)]))
+    out: dict[str, str] = {}
+    for name in wanted[:MAX_SOURCES]:
+        found = _source_file(name, roots)
+        try:
+            if found is not None and found.stat().st_size <= MAX_SOURCE_BYTES:
+                out[name] = found.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
 def analyze_snapshot_files(paths: list[str], *, top: int = 10) -> MemoryReport:
     """Snapshot files (or directories of per-rank files) to a bounded report, its one memory finding first."""
-    summaries, errors = read_snapshots(snapshot_files(paths), top=top)
-    lead = am.diagnose(summaries)
+    files = snapshot_files(paths)
+    summaries, errors = read_snapshots(files, top=top)
+    lead = am.diagnose(summaries, job_sources(summaries, list(dict.fromkeys(p.parent for p, _ in files))))
     findings = [lead] if lead is not None else []
     findings.extend(f for s in summaries for f in am.snapshot_findings(s))
     findings.extend(am.compare_snapshots(summaries))

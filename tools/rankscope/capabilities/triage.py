@@ -327,7 +327,7 @@ def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
     if not files:
         return None
     from rankscope.analysis.memory import diagnose, rank_from_filename
-    from rankscope.capabilities.memory import read_snapshots
+    from rankscope.capabilities.memory import job_sources, read_snapshots
 
     named = [(Path(p), _snapshot_rank(p, rank_from_filename(Path(p).name))) for p in files]
     summaries, errors = read_snapshots(named, raise_lone=False)
@@ -338,7 +338,7 @@ def _read_memory(files: list[str], sources: list[LogSource]) -> Finding | None:
                 path=str(path), kind="memory_snapshot", rank_hint=rank, bytes=_size(str(path)), skipped=why
             )
         )
-    return diagnose(summaries)
+    return diagnose(summaries, job_sources(summaries, list(dict.fromkeys(p.parent for p, _ in named))))
 
 
 _RANK_DIR = re.compile(r"attempt_\d+/(\d+)/[^/]+$")

@@ -40,7 +40,12 @@ def render_memory(report: MemoryReport) -> Iterator[str]:
             yield f"  {fmt_bytes(s.other_sites_bytes):>10}  in {s.other_sites} other site(s)"
         for leak in s.leak_suspects:
             every = f", every {ordinal(leak.kept_every)} kept" if leak.kept_every else ""
-            yield f"  leak suspect: {leak.site} +{fmt_bytes(leak.growth_bytes)} ({leak.allocs} allocs, {leak.frees} frees{every})"
+            every = ", none freed" if leak.kept_every == 1 else every
+            script = f" <- {leak.script}" if leak.script else ""
+            yield (
+                f"  leak suspect: {leak.site}{script} +{fmt_bytes(leak.growth_bytes)} "
+                f"({leak.allocs} allocs, {leak.frees} frees{every})"
+            )
     for f in report.findings:
         ranks = f" [ranks {', '.join(map(str, f.ranks))}]" if f.ranks else ""
         yield f"{f.severity}: {f.kind}{ranks}: {f.message}"

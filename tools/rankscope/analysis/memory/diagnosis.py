@@ -12,15 +12,16 @@ fragmented failure outrank a plan that looks tight).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rankscope.analysis.memory.frames import SKILL
 from rankscope.analysis.memory.imbalance import imbalance
+from rankscope.analysis.memory.keeper import keeper_words
 from rankscope.analysis.memory.snapshot import LEAK_FIX, ordinal
 from rankscope.analysis.units import MiB, fmt_bytes
 from rankscope.models.core import Finding, NextStep
-from rankscope.models.memory import AllocationSite, SnapshotSummary
+from rankscope.models.memory import AllocationSite, KeptGraph, SnapshotSummary
 
 LEAK_MIN = 256 * MiB
 """The least a site must grow, or keep, to lead the answer as a leak."""
@@ -35,10 +36,15 @@ class _Leak:
     rank: int | None
     site: str
     script: str | None
+    caller: str | None
     live_bytes: int
     blocks: int
     kept_every: int | None = None
     signs: list[str] = field(default_factory=list)
+
+    @property
+    def place(self) -> tuple[str, str | None, str | None]:
+        return self.site, self.script, self.caller
 
 
 def _ordered(summaries: Sequence[SnapshotSummary]) -> dict[int | None, list[SnapshotSummary]]:
@@ -57,8 +63,9 @@ def _moment(s: SnapshotSummary) -> tuple[bool, int, bool]:
     return bool(s.ooms), s.end_time_us or 0, "oom" in s.source.rsplit("/", 1)[-1].lower()
 
 
-def _site(s: SnapshotSummary, name: str) -> AllocationSite | None:
-    return next((t for t in s.top_sites if t.site == name), None)
+def _site(s: SnapshotSummary, place: tuple[str, str | None, str | None]) -> AllocationSite | None:
+    """The snapshot's top site at a place: the same library line, reached from the same script line."""
+    return next((t for t in s.top_sites if (t.site, t.script, t.caller) == place), None)
 
 
 def _label(s: SnapshotSummary) -> str:
@@ -72,7 +79,7 @@ def _leaks(by_rank: dict[int | None, list[SnapshotSummary]]) -> list[_Leak]:
     peak when that is less (a few kept tensors of a small job), so a small tensor kept for a log
     line does not hide a plan that cannot fit.
     """
-    found: dict[tuple[int | None, str], _Leak] = {}
+    found: dict[tuple[int | None, tuple[str, str | None, str | None]], _Leak] = {}
     for rank, snaps in by_rank.items():
         least = min(LEAK_MIN, max(s.peak_allocated_bytes for s in snaps) // 20)
         _trace_leaks(rank, snaps, found, least)
@@ -81,44 +88,49 @@ def _leaks(by_rank: dict[int | None, list[SnapshotSummary]]) -> list[_Leak]:
 
 
 def _trace_leaks(
-    rank: int | None, snaps: list[SnapshotSummary], found: dict[tuple[int | None, str], _Leak], least: int
+    rank: int | None,
+    snaps: list[SnapshotSummary],
+    found: dict[tuple[int | None, tuple[str, str | None, str | None]], _Leak],
+    least: int,
 ) -> None:
     """The leak suspects of the rank's traces, the latest trace first (it says it best)."""
     last = snaps[-1]
     for s in reversed(snaps):
         for sus in s.leak_suspects:
-            held = _site(last, sus.site)
+            place = (sus.site, sus.script, sus.caller)
+            held = _site(last, place)
             live = held.live_bytes if held else sus.end_bytes
             if (sus.growth_bytes if sus.kept_every is None else live) < least:
                 continue
             leak = found.setdefault(
-                (rank, sus.site),
-                _Leak(rank, sus.site, sus.script, live, held.blocks if held else sus.kept),
+                (rank, place),
+                _Leak(rank, *place, live, held.blocks if held else sus.kept),
             )
             if sus.kept_every and leak.kept_every is None:
                 leak.kept_every = sus.kept_every
                 leak.signs.append(
-                    f"the trace {_label(s)} frees every allocation there but every "
-                    f"{ordinal(sus.kept_every)} ({sus.kept} of {sus.allocs} kept)"
+                    f"the trace {_label(s)} {_kept_phrase(sus.kept_every, sus.kept, sus.allocs)}"
                 )
             elif not sus.kept_every and not leak.signs:
                 leak.signs.append(f"its live bytes only grew over the trace {_label(s)}")
 
 
 def _growth_leaks(
-    rank: int | None, snaps: list[SnapshotSummary], found: dict[tuple[int | None, str], _Leak], least: int
+    rank: int | None,
+    snaps: list[SnapshotSummary],
+    found: dict[tuple[int | None, tuple[str, str | None, str | None]], _Leak],
+    least: int,
 ) -> None:
-    """Sites holding more bytes in more blocks in the rank's latest snapshot than in its first."""
+    """Places holding more bytes in more blocks in the rank's latest snapshot than in its first."""
     if len(snaps) < 2:
         return
     for site in snaps[-1].top_sites:
-        before = _site(snaps[0], site.site)
+        place = (site.site, site.script, site.caller)
+        before = _site(snaps[0], place)
         b_bytes, b_blocks = (before.live_bytes, before.blocks) if before else (0, 0)
         if site.live_bytes - b_bytes < least or site.blocks <= b_blocks:
             continue
-        leak = found.setdefault(
-            (rank, site.site), _Leak(rank, site.site, site.script, site.live_bytes, site.blocks)
-        )
+        leak = found.setdefault((rank, place), _Leak(rank, *place, site.live_bytes, site.blocks))
         leak.signs.insert(0, f"it held {fmt_bytes(b_bytes)} in {b_blocks} blocks {_label(snaps[0])}")
 
 
@@ -126,7 +138,7 @@ def _elsewhere(by_rank: dict[int | None, list[SnapshotSummary]], leak: _Leak) ->
     """What the other ranks' latest snapshots hold at the leak's site, and those that hold as much
     (at least half): a leak in code every rank runs is every rank's, not the first one's."""
     others = {
-        r: _site(snaps[-1], leak.site) for r, snaps in by_rank.items() if r != leak.rank and r is not None
+        r: _site(snaps[-1], leak.place) for r, snaps in by_rank.items() if r != leak.rank and r is not None
     }
     if not others:
         return "", []
@@ -137,8 +149,20 @@ def _elsewhere(by_rank: dict[int | None, list[SnapshotSummary]], leak: _Leak) ->
     return "; " + ", ".join(f"rank {r} holds {fmt_bytes(b)}" for r, b in sorted(held.items())), alike
 
 
-def _where(site: str, script: str | None) -> str:
-    return site + (f" <- {script}" if script else "")
+def _where(site: str, script: str | None, caller: str | None = None) -> str:
+    """A place as one line: the site, the script line that led there and its caller (a module's
+    top level, which every stack has, is left out)."""
+    return site + (f" <- {script}{_called(caller)}" if script else "")
+
+
+def _called(caller: str | None) -> str:
+    return f" <- {caller}" if caller and not caller.endswith(" in <module>") else ""
+
+
+def _kept_phrase(every: int, kept: int, allocs: int) -> str:
+    if every == 1:
+        return f"frees none of the {allocs} allocations there"
+    return f"frees every allocation there but every {ordinal(every)} ({kept} of {allocs} kept)"
 
 
 def _finding(
@@ -175,28 +199,67 @@ def _failed(by_rank: dict[int | None, list[SnapshotSummary]]) -> bool:
     return any(s.ooms for snaps in by_rank.values() for s in snaps)
 
 
-def _leak_finding(leak: _Leak, by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding:
+def _kept_graph(leak: _Leak, latest: SnapshotSummary) -> KeptGraph | None:
+    """The kept forward of the leak's own call (its script line and caller), if the snapshot shows one."""
+    return next(
+        (g for g in latest.kept_graphs if leak.script and (g.script, g.caller) == (leak.script, leak.caller)),
+        None,
+    )
+
+
+def _held(leak: _Leak, graph: KeptGraph | None, label: str) -> str:
+    """What the leak's place holds: its own blocks, or, when its call keeps whole forwards, the
+    outputs and the activations autograd saved with them, the leak's own line among them."""
+    if graph is None or leak.script is None:
+        return f"{_where(*leak.place)} holds {fmt_bytes(leak.live_bytes)} in {leak.blocks} blocks {label}"
+    more = f", +{len(graph.graph_sites) - 1} lines" if len(graph.graph_sites) > 1 else ""
+    return (
+        f"{leak.script}{_called(leak.caller)} keeps {graph.calls} outputs ({graph.output_site}) with "
+        f"{fmt_bytes(graph.graph_bytes)} of activations in {graph.graph_blocks} blocks ({graph.graph_sites[0]}"
+        f"{more}) {label}: their autograd graphs are alive (grad enabled, a kept tensor still attached)"
+    )
+
+
+def _leak_finding(
+    leaks: list[_Leak], by_rank: dict[int | None, list[SnapshotSummary]], sources: Mapping[str, str]
+) -> Finding:
+    leak = leaks[0]
     elsewhere, alike = _elsewhere(by_rank, leak)
     who = _who(leak.rank) + (f" (and {', '.join(map(str, alike))}: every rank runs it)" if alike else "")
-    every = f"every {ordinal(leak.kept_every)} tensor" if leak.kept_every else "the tensors"
-    latest = by_rank[leak.rank][-1]
-    message = (
-        f"Leak on {who}: {_where(leak.site, leak.script)} holds {fmt_bytes(leak.live_bytes)} in "
-        f"{leak.blocks} blocks {_label(latest)}; " + "; ".join(leak.signs) + elsewhere
+    every = (
+        f"every {ordinal(leak.kept_every)} tensor"
+        if leak.kept_every and leak.kept_every > 1
+        else "the tensors"
     )
-    fix = f"Stop keeping {every} from {leak.site}" + (f" (made at {leak.script})" if leak.script else "")
+    latest = by_rank[leak.rank][-1]
+    graph = _kept_graph(leak, latest)
+    words = keeper_words(leak.site, leak.script, leak.caller, sources, graph=graph is not None, every=every)
+    message = (
+        f"Leak on {who}: {_held(leak, graph, _label(latest))}; "
+        + (f"at {leak.site}: " if graph else "")
+        + "; ".join(leak.signs)
+        + elsewhere
+        + words.kept
+    )
+    made = f"{leak.script}{_called(leak.caller)}" if leak.script else ""
+    fix = words.fix or (
+        f"Stop keeping {every} from {leak.site}" + (f" (made at {made})" if made else "") + f". {LEAK_FIX}"
+    )
     found = _finding(
         "leak",
         leak.rank,
         message,
-        f"{fix}. {LEAK_FIX}",
+        fix,
         f"{SKILL}#leak",
         {
             "site": leak.site,
             "script": leak.script,
+            "caller": leak.caller if _called(leak.caller) else None,
             "live_bytes": leak.live_bytes,
             "blocks": leak.blocks,
             "kept_every": leak.kept_every,
+            "keeps": words.quotes or None,
+            "graph_bytes": graph.graph_bytes if graph is not None else None,
         },
         failed=_failed(by_rank),
     )
@@ -215,14 +278,21 @@ def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | No
 
     def extra(t: AllocationSite) -> int:
         others = [
-            (_site(snaps[-1], t.site) or AllocationSite(site="", live_bytes=0, blocks=0)).live_bytes
+            (
+                _site(snaps[-1], (t.site, t.script, t.caller))
+                or AllocationSite(site="", live_bytes=0, blocks=0)
+            ).live_bytes
             for r, snaps in by_rank.items()
             if r != rank and r is not None
         ]
         return t.live_bytes - int(statistics.median(others)) if others else t.live_bytes
 
     top = max(last.top_sites, key=extra, default=None)
-    at = f": most of it at {_where(top.site, top.script)} ({fmt_bytes(top.live_bytes)})" if top else ""
+    at = (
+        f": most of it at {_where(top.site, top.script, top.caller)} ({fmt_bytes(top.live_bytes)})"
+        if top
+        else ""
+    )
     return _finding(
         "rank_only",
         rank,
@@ -280,7 +350,9 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
     peaks = [max(x.peak_allocated_bytes for x in snaps) for r, snaps in by_rank.items() if r is not None]
     top = s.top_sites[0] if s.top_sites else None
     holder = (
-        f"; the largest holder is {_where(top.site, top.script)} ({fmt_bytes(top.live_bytes)})" if top else ""
+        f"; the largest holder is {_where(top.site, top.script, top.caller)} ({fmt_bytes(top.live_bytes)})"
+        if top
+        else ""
     )
     facts: dict[str, object] = {
         "failed_request_bytes": frag.failed_request_bytes,
@@ -319,12 +391,19 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
     )
 
 
-def diagnose(summaries: Sequence[SnapshotSummary]) -> Finding | None:
-    """The one memory finding that leads an answer about these snapshots (None when they show nothing wrong)."""
+def diagnose(
+    summaries: Sequence[SnapshotSummary], sources: Mapping[str, str] | None = None
+) -> Finding | None:
+    """The one memory finding that leads an answer about these snapshots (None when they show nothing wrong).
+
+    ``sources``: the text of the job's files the places name, by the path the frames give (the
+    shell finds them on this host or beside the snapshots): a leak's answer then quotes the
+    statements that keep its tensors, and its fix names them.
+    """
     by_rank = _ordered(summaries)
     leaks = _leaks(by_rank)
     if leaks:
-        return _leak_finding(leaks[0], by_rank)
+        return _leak_finding(leaks, by_rank, sources or {})
     failed = any(s.ooms for s in summaries)
     if failed:
         frag = _at_oom(by_rank)

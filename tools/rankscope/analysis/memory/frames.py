@@ -10,6 +10,8 @@ from rankscope.analysis.code_origin import origin_of
 from rankscope.analysis.units import MiB
 
 BlockExtra = Callable[[Mapping[str, Any]], tuple[list[Any], int]]
+Place = tuple[int, int, int]
+"""A place's (site, script line, caller) site ids."""
 FrameFilter = Callable[[str, str], bool]
 
 SMALL_POOL_MAX = MiB  # requests <= 1 MiB come from the small pool (CUDACachingAllocator kSmallSize)
@@ -86,6 +88,10 @@ class SiteNamer:
         self.prefixes: dict[int, tuple[int, list[Any]]] = {}
         self._python: dict[int, int] = {}  # id(frame) -> site id of its text, 0 when native
         self._unknown = itertools.repeat(-1)  # the lookup default: truthy, so a scan stops there
+        self.files: dict[int, str] = {}  # user site id -> its file
+        # place id -> (site, script, caller) site ids; 0 is no place, and no script or caller
+        self.places: list[Place] = [(0, 0, 0)]
+        self._place_ids: dict[Place, int] = {}
 
     def site_id(self, name: str) -> int:
         """The id of a site text, registering it on first sight."""
@@ -99,6 +105,8 @@ class SiteNamer:
         filename = str(f.get("filename", ""))
         user = self.frame_filter(str(f.get("name", "")), filename) and is_user_file(filename)
         sid = self.site_id(_fmt_frame(f)) if user else 0
+        if sid:
+            self.files[sid] = filename
         self._user[id(f)] = sid
         return sid
 
@@ -141,24 +149,51 @@ class SiteNamer:
     def site(self, frames: Sequence[Mapping[str, Any]]) -> str:
         return self.names[self.of(frames)] if frames else NO_FRAMES
 
-    def script(self, frames: Sequence[Mapping[str, Any]]) -> str | None:
-        """The job's own script line on a stack: the innermost frame of the file of its outermost user frame.
+    def place_of(self, frames: Sequence[Mapping[str, Any]], sid: int | None = None) -> int:
+        """The place of a stack (``sid``: its site, when the caller named it already).
 
-        The site names where the bytes were allocated (model.py:48 in forward); the line of the
-        training script that led there (train.py:77 in main) is what says who keeps them. None
-        when the site is already in that file, or the stack has no user frame.
+        A place is a site with the job's script line that led there and the caller of that line:
+        the innermost frame of the file of the outermost user frame (train.py:40 in evaluate),
+        and the next user frame out (train.py:95 in main). One library line (model.py:48 in
+        forward) reached from two script lines (the training forward, an evaluation) is two
+        places: the blocks one of them keeps are that place's, and its line is the one to fix.
+        Script and caller are 0 when the site is already in the script's file, or alone.
         """
-        user = [
-            f
-            for f in frames
-            if self.frame_filter(str(f.get("name", "")), str(f.get("filename", "")))
-            and is_user_file(str(f.get("filename", "")))
-        ]
+        if not frames:
+            return self._place((self.site_id(NO_FRAMES), 0, 0))
+        if sid is None:
+            sid = self.of(frames)
+        user = list(filter(None, map(self._user.get, map(id, frames), self._unknown)))
+        if -1 in user:  # a frame seen for the first time: classify it, then read the stack again
+            for f in frames:
+                if self._user.get(id(f), -1) < 0:
+                    self._classify(f)
+            user = list(filter(None, map(self._user.get, map(id, frames))))
         if len(user) < 2:
-            return None
-        script_file = user[-1].get("filename")
-        inner = next(f for f in user if f.get("filename") == script_file)
-        return None if inner is user[0] else _fmt_frame(inner)
+            return self._place((sid, 0, 0))
+        files = self.files
+        script_file = files[user[-1]]
+        k = next(i for i, u in enumerate(user) if files[u] == script_file)
+        if k == 0:
+            return self._place((sid, 0, 0))
+        return self._place((sid, user[k], user[k + 1] if k + 1 < len(user) else 0))
+
+    def _place(self, key: Place) -> int:
+        pid = self._place_ids.get(key)
+        if pid is None:
+            pid = self._place_ids[key] = len(self.places)
+            self.places.append(key)
+        return pid
+
+    def place(self, pid: int) -> tuple[str, str | None, str | None]:
+        """(site, script line, caller) of a place, as text."""
+        site, script, caller = self.places[pid]
+        return self.names[site], self.names[script] or None, self.names[caller] or None
+
+    def script(self, frames: Sequence[Mapping[str, Any]]) -> str | None:
+        """The job's own script line on a stack (see :meth:`place_of`); None when the site is in
+        the script's file already, or the stack has no user frame."""
+        return self.place(self.place_of(frames))[1] if frames else None
 
     def stack(self, frames: Sequence[Mapping[str, Any]], limit: int = 8) -> list[str]:
         out = [

@@ -24,6 +24,7 @@ from rankscope.models.core import Finding, NextStep
 from rankscope.models.memory import (
     AllocationSite,
     Fragmentation,
+    KeptGraph,
     LeakSuspect,
     OomEvent,
     SnapshotSummary,
@@ -134,7 +135,7 @@ def _replay_trace(trace: Sequence[Mapping[str, Any]], windows: int, namer: SiteN
     claim = live_allocs.setdefault
     orphans: list[Mapping[str, Any]] = []
     drift: list[tuple[Mapping[str, Any], int]] = []
-    named: dict[int, int] = {}  # id(alloc entry) -> site id; the entries outlive the pass
+    named: dict[int, int] = {}  # id(alloc entry) -> place id; the entries outlive the pass
     entries = iter(trace)
     start = 0
     for end in ends or [n - 1]:
@@ -178,35 +179,38 @@ def _window_sample(
     drift: Sequence[tuple[Mapping[str, Any], int]],
     named: dict[int, int],
 ) -> dict[int, int]:
-    """Live bytes per site at the end of one window (an allocation live over several is named once)."""
+    """Live bytes per place at the end of one window (an allocation live over several is named once)."""
     sample: dict[int, int] = {}
     for e in itertools.chain(live_allocs.values(), orphans):
-        sid = named.get(id(e))
-        if sid is None:
-            sid = named[id(e)] = _entry_site(namer, e)
-        sample[sid] = sample.get(sid, 0) + e["size"]
+        pid = named.get(id(e))
+        if pid is None:
+            pid = named[id(e)] = namer.place_of(e.get("frames") or ())
+        sample[pid] = sample.get(pid, 0) + e["size"]
     for e, delta in drift:
-        sid = _entry_site(namer, e)
-        sample[sid] = sample.get(sid, 0) + delta
+        pid = namer.place_of(e.get("frames") or ())
+        sample[pid] = sample.get(pid, 0) + delta
     return sample
 
 
 def _live_sites(
     active: Sequence[Mapping[str, Any]], extra: BlockExtra, namer: SiteNamer
-) -> tuple[dict[str, list[int]], dict[str, list[Any]], bool]:
-    """Live blocks per allocation site: site -> [bytes, blocks], one stack per site, and whether any had frames."""
-    sites: dict[str, list[int]] = {}
-    stacks: dict[str, list[Any]] = {}
+) -> tuple[dict[int, list[int]], dict[int, list[Any]], bool]:
+    """Live blocks per place: place id -> [bytes, blocks], one stack per place, and whether any had frames.
+
+    Grouped by place, not by site alone: the blocks one script line keeps are told apart from
+    those another line made at the same library line (and freed)."""
+    sites: dict[int, list[int]] = {}
+    stacks: dict[int, list[Any]] = {}
     has_frames = False
     for b in active:
         frames, _requested = extra(b)
         has_frames = has_frames or bool(frames)
-        name = namer.site(frames)
-        acc = sites.setdefault(name, [0, 0])
+        pid = namer.place_of(frames)
+        acc = sites.setdefault(pid, [0, 0])
         acc[0] += int(b.get("size", 0))
         acc[1] += 1
-        if name not in stacks:
-            stacks[name] = frames
+        if pid not in stacks:
+            stacks[pid] = frames
     return sites, stacks, has_frames
 
 
@@ -290,20 +294,66 @@ def analyze_snapshot(
             free_blocks=st.free_by_dev.get(main, []),
             failed_request=ooms[-1].requested_bytes if ooms else None,
         ),
-        top_sites=[_site(namer, name, v, stacks.get(name, [])) for name, v in ranked[:top]],
+        top_sites=[_site(namer, pid, v, stacks.get(pid, [])) for pid, v in ranked[:top]],
         other_sites=len(rest),
         other_sites_bytes=sum(v[0] for _, v in rest),
         leak_suspects=_leak_suspects(rp.samples, namer, trace, min_leak_bytes)[:top],
+        kept_graphs=kept_graphs(namer, sites)[:3],
         has_frames=has_frames,
         end_time_us=_end_time(trace),
     )
 
 
-def _site(namer: SiteNamer, name: str, held: list[int], frames: list[Any]) -> AllocationSite:
-    """One top site: its live bytes and blocks, its stack, and the job's script line on it."""
+def _site(namer: SiteNamer, pid: int, held: list[int], frames: list[Any]) -> AllocationSite:
+    """One top place: its live bytes and blocks, its stack, the job's script line on it and its caller."""
+    site, script, caller = namer.place(pid)
     return AllocationSite(
-        site=name, script=namer.script(frames), live_bytes=held[0], blocks=held[1], stack=namer.stack(frames)
+        site=site,
+        script=script,
+        caller=caller,
+        live_bytes=held[0],
+        blocks=held[1],
+        stack=namer.stack(frames),
     )
+
+
+def kept_graphs(namer: SiteNamer, sites: Mapping[int, list[int]]) -> list[KeptGraph]:
+    """Script lines whose live blocks sit at several library lines, as a kept forward's do.
+
+    Per script line and caller, the library line with the fewest blocks (at least 2) is taken
+    for the output, one block per kept call; a graph is the other lines whose blocks are a
+    multiple of that count (each kept call holds as many there). A forward in flight at the
+    snapshot (one call's activations, its output not made yet) is no multiple of a kept count.
+    Largest graph first.
+    """
+    calls: dict[
+        tuple[int, int], list[tuple[int, int, int]]
+    ] = {}  # (script, caller) -> [(site, bytes, blocks)]
+    for pid, (live, blocks) in sites.items():
+        site, script, caller = namer.places[pid]
+        if script:
+            calls.setdefault((script, caller), []).append((site, live, blocks))
+    out: list[KeptGraph] = []
+    for (script, caller), held in calls.items():
+        out_site, out_bytes, kept = min(held, key=lambda h: (h[2], h[1]))
+        graph = sorted(
+            (h for h in held if h[0] != out_site and h[2] >= kept and h[2] % kept == 0), key=lambda h: -h[1]
+        )
+        if kept < 2 or not graph:
+            continue
+        out.append(
+            KeptGraph(
+                script=namer.names[script],
+                caller=namer.names[caller] or None,
+                output_site=namer.names[out_site],
+                calls=kept,
+                output_bytes=out_bytes,
+                graph_bytes=sum(h[1] for h in graph),
+                graph_blocks=sum(h[2] for h in graph),
+                graph_sites=[namer.names[h[0]] for h in graph[:3]],
+            )
+        )
+    return sorted(out, key=lambda g: -g.graph_bytes)
 
 
 def _end_time(trace: Sequence[Mapping[str, Any]]) -> int | None:
@@ -322,12 +372,6 @@ def _oom_event(e: Mapping[str, Any], namer: SiteNamer) -> OomEvent:
         stream=e.get("stream"),
         site=namer.site(e["frames"]) if e.get("frames") else None,
     )
-
-
-def _entry_site(namer: SiteNamer, e: Mapping[str, Any]) -> int:
-    """Site id of an alloc entry (its stack's user frame, or the no-frames marker)."""
-    tframes = e.get("frames")
-    return namer.of(tframes) if tframes else namer.site_id(NO_FRAMES)
 
 
 def _leak_suspects(
@@ -353,17 +397,25 @@ def _leak_suspects(
     held = {sid for sid in samples[-1] if sid not in found and _net_growth(samples, sid) >= min_bytes}
     if not found and not held:
         return []
-    counts = _alloc_counts(namer, trace, set(found) | held)
+    wanted = set(found) | held
+    counts = _alloc_counts(namer, trace, wanted)
+    freeing = {namer.places[p][0] for p, site in counts.items() if site.frees}  # sites some place frees at
     out: list[tuple[int, LeakSuspect]] = []
     for sid, site in counts.items():
-        every = kept_every(site.freed)
-        if sid not in found and every is None:
+        if sid not in wanted:
             continue
         series = [sample.get(sid, 0) for sample in samples]
+        every = kept_every(site.freed)
+        if every is None and namer.places[sid][0] in freeing:
+            every = _none_freed(site.freed, series)
+        if sid not in found and every is None:
+            continue
         first, grown = found.get(sid) or (next(i for i, v in enumerate(series) if v > 0), 0)
+        name, script, caller = namer.place(sid)
         leak = LeakSuspect(
-            site=namer.names[sid],
-            script=namer.script(site.frames),
+            site=name,
+            script=script,
+            caller=caller,
             start_bytes=series[0],
             end_bytes=series[-1],
             growth_bytes=series[-1] - (series[first - 1] if first > 0 else 0),
@@ -378,6 +430,21 @@ def _leak_suspects(
     # largest growth first; ties in the order the sites first allocated
     out.sort(key=lambda t: (-t[1].growth_bytes, t[0]))
     return [s for _, s in out]
+
+
+def _none_freed(freed: Sequence[bool], series: Sequence[int]) -> int | None:
+    """1 when a place freed none of its allocations, at least 3, made at different times (its live
+    bytes rose in 3 windows and never fell), at a site where another place frees its own (the
+    caller checks that): every call from this script line is kept (an evaluation's outputs kept
+    in a list), while the same library line reached from the training forward frees them. A
+    model's parameters (no place frees them) and one forward in flight (one window) are not."""
+    if len(freed) < 3 or any(freed):
+        return None
+    tail = list(itertools.dropwhile(lambda v: v == 0, series))
+    diffs = [b - a for a, b in itertools.pairwise(tail)]
+    if any(d < 0 for d in diffs) or 1 + sum(1 for d in diffs if d > 0) < 3:
+        return None
+    return 1
 
 
 def _net_growth(samples: Sequence[Mapping[int, int]], sid: int) -> int:
@@ -447,16 +514,19 @@ class _SiteTrace:
 def _alloc_counts(
     namer: SiteNamer, trace: Sequence[Mapping[str, Any]], wanted: set[int]
 ) -> dict[int, _SiteTrace]:
-    """The wanted sites' allocations over the whole trace, in the order the sites first allocated.
+    """The allocations over the whole trace of the wanted places and of the other places at their
+    sites (which of them free theirs), in the order the places first allocated.
 
-    Names every allocation once more (through the namer's cached prefixes); a
-    free counts for the allocation at its address.
+    Names every allocation's site once more (through the namer's cached prefixes), and the place
+    only of an allocation at a wanted place's site; a free counts for the allocation at its address.
     """
     sites: dict[int, _SiteTrace] = {}
-    addr_site: dict[int, tuple[int, int]] = {}  # addr -> (site id, index of the allocation at its site)
+    addr_site: dict[int, tuple[int, int]] = {}  # addr -> (place id, index of the allocation at its place)
     site_of = namer.of
+    place_of = namer.place_of
     frame_site = namer.frame_site
     prefix_of = namer.prefixes.get
+    wanted_sites = {namer.places[pid][0] for pid in wanted}
     for e in trace:
         action = e["action"]
         if action == "alloc":
@@ -469,11 +539,12 @@ def _alloc_counts(
                     sid = site_of(tframes)
             else:
                 sid = namer.site_id(NO_FRAMES)
-            if sid in wanted:
-                site = sites.get(sid)
+            pid = place_of(tframes or (), sid) if sid in wanted_sites else 0
+            if pid:
+                site = sites.get(pid)
                 if site is None:
-                    site = sites[sid] = _SiteTrace(order=len(sites), frames=tframes or ())
-                addr_site[e["addr"]] = (sid, len(site.freed))
+                    site = sites[pid] = _SiteTrace(order=len(sites), frames=tframes or ())
+                addr_site[e["addr"]] = (pid, len(site.freed))
                 site.freed.append(False)
             else:
                 addr_site.pop(e["addr"], None)
@@ -483,8 +554,8 @@ def _alloc_counts(
                 site = sites[hit[0]]
                 site.frees += 1
                 site.freed[hit[1]] = True
-    for sid in wanted - set(sites):
-        sites[sid] = _SiteTrace(order=len(sites))
+    for pid in wanted - set(sites):
+        sites[pid] = _SiteTrace(order=len(sites))
     return sites
 
 

@@ -7,6 +7,10 @@ may pass in torch's own ``_memory_viz`` helpers (``block_extra``,
 ``frame_filter``) so that rankscope reads snapshots exactly as PyTorch's
 viewer does; the fallbacks below mirror them for hosts without torch.
 
+Modules: ``frames`` (sites and places: a library line with the script line and caller that
+reached it), ``snapshot`` (one snapshot), ``diagnosis`` (the one finding of several), ``keeper``
+(the statements of the job's code that keep a leak's tensors), ``imbalance``, ``budget``, ``probe``.
+
 Snapshot layout (``torch.cuda.memory._snapshot`` docstring): ``segments`` (each
 with ``total_size``, ``segment_type`` 'small'/'large', ``blocks`` whose
 ``state`` is ``active_allocated`` / ``active_pending_free`` / ``inactive``,

@@ -80,10 +80,19 @@ class _Seg:
     )  # addr -> (size, requested, frames)
 
 
+class DeviceFull(Exception):
+    """An allocation the device cannot hold even with the cache freed: where the OOM is recorded."""
+
+    def __init__(self, size: int, frames: list[dict[str, Any]]) -> None:
+        super().__init__(f"cannot allocate {size} bytes")
+        self.size, self.frames = size, frames
+
+
 class SnapshotBuilder:
     """Records allocator events for one device and renders the snapshot dict."""
 
-    def __init__(self, expandable_segments: bool = False) -> None:
+    def __init__(self, expandable_segments: bool = False, capacity: int | None = None) -> None:
+        self.capacity = capacity  # the device's bytes: past them, the cache is freed before a new segment
         self.segments: list[_Seg] = []
         self.trace: list[dict[str, Any]] = []
         self.next_addr = 0x7F0000000000
@@ -130,11 +139,25 @@ class SnapshotBuilder:
             if addr is not None:
                 break
         else:
-            s = self.segment(max(size, 2 * MiB if size <= MiB else size), "small" if size <= MiB else "large")
+            seg_size = max(size, 2 * MiB if size <= MiB else size)
+            self._make_room(seg_size, size, frames)
+            s = self.segment(seg_size, "small" if size <= MiB else "large")
             addr = s.address
         s.blocks[addr] = (size, requested if requested is not None else size, frames)
         self._event("alloc", addr=addr, size=size, frames=frames)
         return addr
+
+    def reserved(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _make_room(self, seg_size: int, size: int, frames: list[dict[str, Any]]) -> None:
+        """Past the device's capacity, free the cache first, as the caching allocator does when
+        cudaMalloc fails; still past it, the allocation fails (:class:`DeviceFull`)."""
+        if self.capacity is None or self.reserved() + seg_size <= self.capacity:
+            return
+        self.release_cached()
+        if self.reserved() + seg_size > self.capacity:
+            raise DeviceFull(size, frames)
 
     @staticmethod
     def _fit(seg: _Seg, size: int) -> int | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rankscope import api
 from rankscope.analysis.memory import analyze_snapshot, diagnose
+from rankscope.analysis.memory.graph import kept_graphs
 from rankscope.analysis.memory.keeper import keeping_statements
 from rankscope.capabilities.memory import job_sources, read_snapshots, snapshot_files
 from rankscope.capabilities.triage import triage_logs
@@ -235,6 +236,22 @@ def test_analysis_needs_no_files(tmp_path: Path) -> None:
     """The pure core reads the snapshot dict it is given; sources are the shell's to read."""
     b = start_job(JOB)
     run_steps(b, JOB, [TRAIN, EVAL], range(20), {})
-    s = analyze_snapshot(b.build(), "mem.pickle", 0)
-    assert [g.script for g in s.kept_graphs] == [line(EVAL)] and s.kept_graphs[0].calls == 4
+    s = analyze_snapshot(b.build(), "mem.pickle", 0, top=2)
+    # the outputs (one small block per kept call) are listed beyond the top places, the graph's
+    held = [(t.site, t.script, t.caller, t.live_bytes, t.blocks) for t in s.top_sites]
+    assert [(t.site, t.blocks) for t in s.top_sites] == [
+        (f"{JOB.script}:{JOB.optim_line} in main", 1),
+        (f"{JOB.model}:{JOB.block_line} in forward", 32),
+        (f"{JOB.model}:{JOB.head_line} in forward", 4),
+    ]
+    (graph,) = kept_graphs(held)
+    assert (graph.script, graph.calls, graph.graph_blocks) == (line(EVAL), 4, 32)
     assert diagnose([s]) is not None
+
+
+def test_a_forward_in_flight_is_no_kept_graph() -> None:
+    script, caller = "train.py:42 in main", "train.py:58 in <module>"
+    kept = ("model.py:34 in forward", script, caller, 3 * GiB, 3)
+    assert kept_graphs([kept, ("model.py:19 in forward", script, caller, 8 * GiB, 16)]) == []  # no multiple
+    assert kept_graphs([kept]) == []  # no other line
+    assert kept_graphs([kept, ("model.py:19 in forward", None, None, 8 * GiB, 6)]) == []  # not that call

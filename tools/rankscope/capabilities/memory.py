@@ -181,10 +181,6 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
         leak.site = red.text(leak.site)
         leak.script = red.text(leak.script) if leak.script else leak.script
         leak.caller = red.text(leak.caller) if leak.caller else leak.caller
-    for g in s.kept_graphs:
-        g.script, g.output_site = red.text(g.script), red.text(g.output_site)
-        g.caller = red.text(g.caller) if g.caller else g.caller
-        g.graph_sites = [red.text(x) for x in g.graph_sites]
     for oom in s.ooms:
         oom.site = red.text(oom.site) if oom.site else oom.site
     if s.allocator_settings:

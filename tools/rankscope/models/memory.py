@@ -61,11 +61,7 @@ class AllocationSite(Model):
     script: str | None = Field(
         default=None, description="The job's own script line on the same stack (train.py:77 in main)."
     )
-    caller: str | None = Field(
-        default=None,
-        description="The caller of the script line (train.py:95 in main for train.py:40 in evaluate); "
-        "a site reached from two script lines or callers is two sites.",
-    )
+    caller: str | None = Field(default=None, description="The script line's caller.")
     live_bytes: int
     blocks: int = Field(description="Number of live blocks (tensors) from this site.")
     stack: list[str] = Field(
@@ -80,11 +76,7 @@ class LeakSuspect(Model):
     script: str | None = Field(
         default=None, description="The job's own script line on the same stack (train.py:77 in main)."
     )
-    caller: str | None = Field(
-        default=None,
-        description="The caller of the script line (train.py:95 in main for train.py:40 in evaluate); "
-        "a site reached from two script lines or callers is two sites.",
-    )
+    caller: str | None = None
     start_bytes: int = Field(description="Live bytes from this site at the start of the trace window.")
     end_bytes: int
     growth_bytes: int
@@ -99,26 +91,6 @@ class LeakSuspect(Model):
         description="The trace frees every allocation of this site but every Nth: N (something keeps those).",
     )
     kept: int = Field(default=0, description="Allocations of the trace at this site never freed.")
-
-
-class KeptGraph(Model):
-    """What one script line's calls still hold at the end, at more than one library line: a forward
-    kept whole. One block per kept call at the output's line, and as many or more at the lines
-    where the forward made the activations autograd saved: the graph of every kept output is
-    alive (the forward ran with grad enabled and something holds a tensor still attached to it)."""
-
-    script: str = Field(description="The script line of the calls (train.py:40 in evaluate).")
-    caller: str | None = None
-    output_site: str = Field(description="The library line with the fewest blocks: one per kept call.")
-    calls: int = Field(description="Blocks at the output's line: the calls whose results are kept.")
-    output_bytes: int = 0
-    graph_bytes: int = Field(
-        description="Bytes the same calls hold at the other lines: the saved activations."
-    )
-    graph_blocks: int = 0
-    graph_sites: list[str] = Field(
-        default_factory=list, description="Those lines, the largest first (bounded)."
-    )
 
 
 class OomEvent(Model):
@@ -175,10 +147,6 @@ class SnapshotSummary(Model):
     other_sites: int = Field(default=0, description="Sites left out of top_sites.")
     other_sites_bytes: int = 0
     leak_suspects: list[LeakSuspect] = Field(default_factory=list)
-    kept_graphs: list[KeptGraph] = Field(
-        default_factory=list,
-        description="Script lines whose calls' outputs are kept with their autograd graph.",
-    )
     has_frames: bool = Field(
         default=True, description="False when the snapshot was recorded without stack traces."
     )

@@ -8,7 +8,8 @@ may pass in torch's own ``_memory_viz`` helpers (``block_extra``,
 viewer does; the fallbacks below mirror them for hosts without torch.
 
 Modules: ``frames`` (sites and places: a library line with the script line and caller that
-reached it), ``snapshot`` (one snapshot), ``diagnosis`` (the one finding of several), ``keeper``
+reached it), ``snapshot`` (one snapshot), ``diagnosis`` (the one finding of several), ``graph`` (a
+forward kept with its autograd graph), ``keeper``
 (the statements of the job's code that keep a leak's tensors), ``imbalance``, ``budget``, ``probe``.
 
 Snapshot layout (``torch.cuda.memory._snapshot`` docstring): ``segments`` (each

@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rankscope.analysis.memory.frames import SKILL
+from rankscope.analysis.memory.graph import KeptGraph, kept_graphs
 from rankscope.analysis.memory.imbalance import imbalance
 from rankscope.analysis.memory.keeper import keeper_words
 from rankscope.analysis.memory.snapshot import LEAK_FIX, ordinal
 from rankscope.analysis.units import MiB, fmt_bytes
 from rankscope.models.core import Finding, NextStep
-from rankscope.models.memory import AllocationSite, KeptGraph, SnapshotSummary
+from rankscope.models.memory import AllocationSite, SnapshotSummary
 
 LEAK_MIN = 256 * MiB
 """The least a site must grow, or keep, to lead the answer as a leak."""
@@ -201,8 +202,9 @@ def _failed(by_rank: dict[int | None, list[SnapshotSummary]]) -> bool:
 
 def _kept_graph(leak: _Leak, latest: SnapshotSummary) -> KeptGraph | None:
     """The kept forward of the leak's own call (its script line and caller), if the snapshot shows one."""
+    held = ((t.site, t.script, t.caller, t.live_bytes, t.blocks) for t in latest.top_sites)
     return next(
-        (g for g in latest.kept_graphs if leak.script and (g.script, g.caller) == (leak.script, leak.caller)),
+        (g for g in kept_graphs(held) if leak.script and (g.script, g.caller) == (leak.script, leak.caller)),
         None,
     )
 

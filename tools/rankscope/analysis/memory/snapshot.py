@@ -19,12 +19,12 @@ from rankscope.analysis.memory.frames import (
     block_extra_fallback,
     frame_filter_fallback,
 )
+from rankscope.analysis.memory.graph import kept_graphs
 from rankscope.analysis.units import MiB, fmt_bytes
 from rankscope.models.core import Finding, NextStep
 from rankscope.models.memory import (
     AllocationSite,
     Fragmentation,
-    KeptGraph,
     LeakSuspect,
     OomEvent,
     SnapshotSummary,
@@ -271,7 +271,8 @@ def analyze_snapshot(
     peak_alloc = max(rp.peak_alloc + start_alloc, st.end_alloc.get(main, 0))
     peak_res = max(rp.peak_res + start_res, st.end_res.get(main, 0), rp.res_now + start_res)
     ranked = sorted(sites.items(), key=lambda kv: kv[1][0], reverse=True)
-    rest = ranked[top:]
+    shown = ranked[:top] + _outputs(namer, sites, ranked[top:])
+    rest = [kv for kv in ranked[top:] if kv not in shown]
     settings_text, expandable = _allocator_settings(snapshot, st.expandable)
     return SnapshotSummary(
         source=source,
@@ -294,11 +295,10 @@ def analyze_snapshot(
             free_blocks=st.free_by_dev.get(main, []),
             failed_request=ooms[-1].requested_bytes if ooms else None,
         ),
-        top_sites=[_site(namer, pid, v, stacks.get(pid, [])) for pid, v in ranked[:top]],
+        top_sites=[_site(namer, pid, v, stacks.get(pid, [])) for pid, v in shown],
         other_sites=len(rest),
         other_sites_bytes=sum(v[0] for _, v in rest),
         leak_suspects=_leak_suspects(rp.samples, namer, trace, min_leak_bytes)[:top],
-        kept_graphs=kept_graphs(namer, sites)[:3],
         has_frames=has_frames,
         end_time_us=_end_time(trace),
     )
@@ -317,43 +317,14 @@ def _site(namer: SiteNamer, pid: int, held: list[int], frames: list[Any]) -> All
     )
 
 
-def kept_graphs(namer: SiteNamer, sites: Mapping[int, list[int]]) -> list[KeptGraph]:
-    """Script lines whose live blocks sit at several library lines, as a kept forward's do.
-
-    Per script line and caller, the library line with the fewest blocks (at least 2) is taken
-    for the output, one block per kept call; a graph is the other lines whose blocks are a
-    multiple of that count (each kept call holds as many there). A forward in flight at the
-    snapshot (one call's activations, its output not made yet) is no multiple of a kept count.
-    Largest graph first.
-    """
-    calls: dict[
-        tuple[int, int], list[tuple[int, int, int]]
-    ] = {}  # (script, caller) -> [(site, bytes, blocks)]
-    for pid, (live, blocks) in sites.items():
-        site, script, caller = namer.places[pid]
-        if script:
-            calls.setdefault((script, caller), []).append((site, live, blocks))
-    out: list[KeptGraph] = []
-    for (script, caller), held in calls.items():
-        out_site, out_bytes, kept = min(held, key=lambda h: (h[2], h[1]))
-        graph = sorted(
-            (h for h in held if h[0] != out_site and h[2] >= kept and h[2] % kept == 0), key=lambda h: -h[1]
-        )
-        if kept < 2 or not graph:
-            continue
-        out.append(
-            KeptGraph(
-                script=namer.names[script],
-                caller=namer.names[caller] or None,
-                output_site=namer.names[out_site],
-                calls=kept,
-                output_bytes=out_bytes,
-                graph_bytes=sum(h[1] for h in graph),
-                graph_blocks=sum(h[2] for h in graph),
-                graph_sites=[namer.names[h[0]] for h in graph[:3]],
-            )
-        )
-    return sorted(out, key=lambda g: -g.graph_bytes)
+def _outputs(
+    namer: SiteNamer, sites: Mapping[int, list[int]], rest: list[tuple[int, list[int]]]
+) -> list[tuple[int, list[int]]]:
+    """The outputs of kept forwards left out of the top places (one small block per call): listed
+    too, so that the graph their activations form can be read from the top places."""
+    graphs = kept_graphs((*namer.place(pid), live, blocks) for pid, (live, blocks) in sites.items())
+    outputs = {(g.output_site, g.script, g.caller) for g in graphs[:3]}
+    return [kv for kv in rest if namer.place(kv[0]) in outputs]
 
 
 def _end_time(trace: Sequence[Mapping[str, Any]]) -> int | None:

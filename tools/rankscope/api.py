@@ -36,6 +36,12 @@ EXPORTS: dict[str, str] = {
     "live_stacks": "rankscope.capabilities.live_call",
     "slurm_target": "rankscope.capabilities.slurm",
     "analyze_flight_recorder": "rankscope.capabilities.recorder.flight",
+    # a watch beside a running job (issue 42): start it, list the watches, read one
+    "WatchConfig": "rankscope.capabilities.watch",
+    "run_watch": "rankscope.capabilities.watch_start",
+    "start_watch": "rankscope.capabilities.watch_start",
+    "list_watches": "rankscope.capabilities.watch_start",
+    "read_watch": "rankscope.capabilities.watch_start",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
     # the last capture again: more of the same answer (--last, last=true)
     "save_capture": "rankscope.capabilities.last_capture",
@@ -100,6 +106,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.stacks import dump_stacks as dump_stacks
     from rankscope.capabilities.stacks import look_here as look_here
     from rankscope.capabilities.triage import triage_logs as triage_logs
+    from rankscope.capabilities.watch import WatchConfig as WatchConfig
+    from rankscope.capabilities.watch_start import list_watches as list_watches
+    from rankscope.capabilities.watch_start import read_watch as read_watch
+    from rankscope.capabilities.watch_start import run_watch as run_watch
+    from rankscope.capabilities.watch_start import start_watch as start_watch
     from rankscope.options import DumpOptions as DumpOptions
     from rankscope.options import StacksTarget as StacksTarget
     from rankscope.options import check_pid as check_pid

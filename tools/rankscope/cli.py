@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "ps": "ps",
     "stacks": "stacks",
     "run": "run",
+    "watch": "watch",
     "env": "env",
     "triage": "triage",
     "compare": "compare",

@@ -31,6 +31,7 @@ from rankscope.models.install import McpConfig
 TOOL_MODULES: tuple[str, ...] = (
     "jobs",  # list_jobs, dump_stacks
     "run",  # run_all_ranks
+    "watch",  # start_watch, list_watches, read_watch
     "env",  # collect_env
     "logs",  # triage_logs
     "consistency",  # check_tensor_consistency, inspect_placements

@@ -133,6 +133,8 @@ def incident_name(number: int, when: str) -> str:
 
 def new_incident(folder: Path, manifest: IncidentManifest) -> Path:
     """An incident folder with its manifest written first (``complete`` false)."""
+    make_dir(folder)
+    make_dir(incidents_dir(folder))
     path = make_dir(incidents_dir(folder) / manifest.name)
     write_incident(path, manifest)
     return path

@@ -82,6 +82,14 @@ class WatchSettings(Model):
     resume_s: float = Field(
         default=0.0, description="Seconds of renewed progress after which an incident is marked resumed."
     )
+    busy_stall_s: float | None = Field(
+        default=None,
+        description="Seconds without progress, ranks busy (NCCL spins), before a stall is suspected.",
+    )
+    linger_s: float = Field(
+        default=0.0,
+        description="Seconds the watch waits for a new attempt once the job's processes are gone.",
+    )
     max_incidents: int = Field(description="Incidents kept; the oldest beyond are removed.")
     max_incident_bytes: int = Field(description="Bytes one incident may hold; pieces beyond are left out.")
 

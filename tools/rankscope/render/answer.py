@@ -85,6 +85,9 @@ ANSWERS: dict[str, AnswerKind] = {
     "BudgetReport": _same(_MEMORY, "render_budget"),
     "SkillSection": _same("rankscope.render.skill", "render_skill"),
     "InstallReport": _same("rankscope.render.install", "render_install"),
+    "WatchStarted": _same("rankscope.render.watch", "render_started"),
+    "WatchList": _same("rankscope.render.watch", "render_watches"),
+    "WatchView": _same("rankscope.render.watch", "render_watch"),
     "McpConfig": AnswerKind(None, ("rankscope.render.mcp_config", "render_mcp_config"), None),
 }
 """The one registry of answers, by model type name: each answer's bound and renderers. Both faces

@@ -14,6 +14,7 @@ specific classification.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import time
 from collections.abc import Mapping
@@ -83,6 +84,66 @@ def start_job(
         cwd=cwd,
         start_new_session=True,
     )
+
+
+def start_detached(
+    argv: list[str], log_path: str, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> int:
+    """Start ``argv`` detached from this process and its terminal; its pid.
+
+    A double fork with ``setsid`` in between: the command runs in a session of its own, is nobody's
+    child here (so it never becomes this process's zombie, and a long-lived caller such as the MCP
+    server needs not reap it), outlives the caller, and never gets a controlling terminal. stdin is
+    /dev/null, stdout and stderr append to ``log_path`` (created 0600). Not bounded here: what it
+    runs (a watch) bounds itself and stops when its job ends. Raises OSError when it cannot start.
+    """
+    full_env = dict(env) if env is not None else dict(os.environ)
+    read_end, write_end = os.pipe()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        first = os.fork()
+        if first == 0:  # pragma: no cover - runs in the forked child
+            _detached_child(argv, full_env, cwd, read_end, write_end, log_fd, null_fd)
+        os.close(write_end)
+        os.waitpid(first, 0)
+        with os.fdopen(read_end, "rb") as fh:
+            raw = fh.read()
+    finally:
+        os.close(log_fd)
+        os.close(null_fd)
+    if not raw.strip().isdigit():
+        raise OSError(f"could not start {argv[0]} detached")
+    return int(raw)
+
+
+def _detached_child(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    read_end: int,
+    write_end: int,
+    log_fd: int,
+    null_fd: int,
+) -> None:  # pragma: no cover - runs in the forked child
+    """The first child: a new session, the second fork, its pid written back, then exit; the
+    grandchild execs ``argv`` with its stdio on /dev/null and the log."""
+    try:
+        os.close(read_end)
+        os.setsid()
+        second = os.fork()
+        if second:
+            os.write(write_end, str(second).encode())
+            os._exit(0)
+        os.close(write_end)
+        os.dup2(null_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        if cwd:
+            os.chdir(cwd)
+        os.execve(argv[0], argv, env)
+    except BaseException:
+        os._exit(127)
 
 
 def _text(data: bytes | None) -> str:

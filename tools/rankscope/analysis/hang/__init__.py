@@ -18,8 +18,10 @@ Modules, in reading order:
 - ``verdict``: the hang verdict, from ``verdict_facts`` (what the rules read and return),
   ``verdict_rules`` with ``verdict_nccl`` and ``verdict_mismatch`` (the rules), ``verdict_texts``
   (their words), ``verdict_phrases`` and ``verdict_evidence`` (how they name what they saw);
-- ``stack_files``: saved stacks (py-spy output, faulthandler tracebacks) parsed into the same threads.
+- ``stack_files``: saved stacks (py-spy output, faulthandler tracebacks) parsed into the same threads;
+- ``stall`` (is a running job stalled? the one detector of `run` and `watch`, from cheap /proc
+  samples) and ``job_timeout`` (the job's collective timeout, and the thresholds derived from it).
 
 The shells that feed it: ``capabilities/stacks.py``, ``progress_watch.py``, ``gpu_read.py``,
-``ras_read.py``, ``saved_stacks.py`` and ``remote.py``.
+``ras_read.py``, ``saved_stacks.py``, ``remote.py``, ``watch.py`` and ``launch.py``.
 """

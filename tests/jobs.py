@@ -19,6 +19,8 @@ from pathlib import Path
 from rankscope.runtime.proctree import descendants, reap_tree
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+TAIL_CHARS = 3000
+"""How much of a job's output a failed wait quotes: its last lines, where a rank says why it stopped."""
 
 
 def free_port() -> int:
@@ -28,14 +30,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    """Poll ``cond`` until true; fail with ``what`` after ``timeout`` seconds."""
+def wait_for(
+    cond: Callable[[], bool],
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    detail: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``cond`` until true; after ``timeout`` seconds fail with what was awaited and ``detail()``
+    (e.g. the job's last output), so that a wait that runs out says why, not only that it did."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+    message = f"waited {timeout:.0f} s for {what}"
+    if detail is not None:
+        message += f"; {detail()}"
+    raise TimeoutError(message)
+
+
+def tail(text: str, limit: int = TAIL_CHARS) -> str:
+    """The last ``limit`` characters of ``text`` (a whole line first), for a failure message."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    return "..." + cut[cut.find("\n") + 1 :] if "\n" in cut else "..." + cut
 
 
 def torchrun_argv(program: str, *launcher_args: str, args: Sequence[str] = ()) -> list[str]:
@@ -100,7 +120,8 @@ class RunningJob:
         return sorted(p.name for p in self.ready_dir.iterdir())
 
     def wait_ready(self, names: Sequence[str] | int | None = None, timeout: float = 60.0) -> None:
-        """Wait until the named readiness files exist (an int: that many files)."""
+        """Wait until the named readiness files exist (an int: that many files); on timeout, fail
+        with the files still missing and the job's last output."""
         want = self.nproc if names is None else names
 
         def ok() -> bool:
@@ -109,7 +130,23 @@ class RunningJob:
             have = set(self.ready_names())
             return len(have) >= want if isinstance(want, int) else set(want) <= have
 
-        wait_for(ok, timeout, f"readiness files {want} in {self.ready_dir}")
+        def detail() -> str:
+            have = self.ready_names()
+            if isinstance(want, int):
+                return f"{len(have)} of {want} marked ready ({have}); {self.last_output()}"
+            return f"still missing {[n for n in want if n not in have]} (have {have}); {self.last_output()}"
+
+        wait_for(ok, timeout, f"the ranks' readiness files in {self.ready_dir}", detail=detail)
+
+    def wait_exit(self, timeout: float, what: str) -> int:
+        """Wait until the job exits; its exit code. On timeout, fail with ``what`` and its last output."""
+        wait_for(lambda: self.proc.poll() is not None, timeout, what, detail=self.last_output)
+        return int(self.proc.returncode)
+
+    def last_output(self) -> str:
+        """Whether the job still runs and its last output, for a failure message."""
+        state = "still running" if self.proc.poll() is None else f"exited with {self.proc.returncode}"
+        return f"the job (pid {self.pid}) is {state}; its last output:\n{tail(self.output())}"
 
     def rank_pids(self) -> list[int]:
         return descendants(self.pid)
@@ -121,7 +158,9 @@ class RunningJob:
             return ""
 
     def stop(self) -> None:
-        reap_tree(self.proc, grace=3.0)
+        """Kill the job's whole tree at once. A test job needs no clean exit, and torchrun takes about
+        4 s to exit on SIGTERM: a grace period would cost every live test that much at teardown."""
+        reap_tree(self.proc, grace=0.0)
 
 
 class JobFactory:

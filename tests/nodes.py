@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankscope.runtime.proctree import reap_tree
-from tests.jobs import free_port, job_env, wait_for
+from tests.jobs import free_port, job_env, tail, wait_for
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
@@ -211,7 +211,10 @@ def nodes_up(state: Path, n: int) -> Nodes:
                     raise RuntimeError(f"{name}'s sshd exited: {(state / name / 'sshd.log').read_text()}")
                 return nodes.ssh(name, "true", timeout=10).returncode == 0
 
-            wait_for(answers, 30, f"sshd of {name}", interval=0.1)
+            def sshd_log(name: str = name) -> str:
+                return f"its log: {tail((state / name / 'sshd.log').read_text(errors='replace'))}"
+
+            wait_for(answers, 30, f"the sshd of {name} to answer `ssh {name} true`", 0.1, sshd_log)
     except BaseException:
         nodes.down()
         raise
@@ -257,3 +260,17 @@ def torchrun_on_nodes(
         ]
         nodes.start(name, folder, argv, job)
     return port
+
+
+def job_progress(*folders: Path) -> str:
+    """Which ranks of jobs started by ``torchrun_on_nodes`` marked themselves ready, and their
+    agents' last output (``folder/HOST.log``): what a wait for those jobs says when it runs out."""
+    marked = {
+        f.name: sorted(p.name for p in (f / "ready").iterdir()) for f in folders if (f / "ready").is_dir()
+    }
+    last = {
+        f"{f.name}/{p.name}": tail(p.read_text(errors="replace"))
+        for f in folders
+        for p in sorted(f.glob("node*.log"))
+    }
+    return f"ranks marked ready: {marked}; the agents' last output: {last}"

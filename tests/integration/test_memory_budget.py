@@ -39,7 +39,9 @@ def placements(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         job = factory.torchrun("fsdp_placement.py", nproc=2, args=["--out", str(out)])
         job.wait_ready(["rank0", "rank1"], timeout=120)
-        assert job.proc.wait(timeout=60) == 0, job.output()
+        assert job.wait_exit(60, "fsdp_placement.py to exit once its ranks wrote their placements") == 0, (
+            job.output()
+        )
     finally:
         factory.cleanup()
     return out

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.jobs import PROGRAMS, wait_for
-from tests.nodes import Nodes, torchrun_on_nodes
+from tests.nodes import Nodes, job_progress, torchrun_on_nodes
 
 RANKSCOPE = Path(sys.executable).parent / "rankscope"
 
@@ -52,11 +52,13 @@ def two_jobs(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     def ready() -> bool:
         return all(len(list((f / "ready").iterdir())) == 4 for f in (a, b))
 
-    try:
-        wait_for(ready, 180, "both jobs' ranks on node1 and node2", interval=0.2)
-    except TimeoutError:
-        logs = {p.name: p.read_text(errors="replace")[-2000:] for f in (a, b) for p in f.glob("node*.log")}
-        raise TimeoutError(f"jobs not ready: {logs}") from None
+    wait_for(
+        ready,
+        180,
+        "both jobs' 4 ranks on node1 and node2 to mark themselves ready",
+        0.2,
+        lambda: job_progress(a, b),
+    )
     yield TwoJobs(root=root, a=a, b=b, b_id=f"torchrun:127.0.0.1:{port_b}")
 
 
@@ -204,7 +206,12 @@ def loader_job(nodes: Nodes, two_jobs: TwoJobs) -> Iterator[Path]:
     args = ["--shards", str(shards), "--odd", "3"]
     torchrun_on_nodes(nodes, folder, PROGRAMS / "hang_loader_fifo.py", args, nproc=2, ready=folder / "ready")
     try:
-        wait_for(lambda: len(list((folder / "ready").iterdir())) == 3, 180, "ranks 0-2 of the loader job")
+        wait_for(
+            lambda: len(list((folder / "ready").iterdir())) == 3,
+            180,
+            "ranks 0-2 of the loader job to mark themselves ready",
+            detail=lambda: job_progress(folder),
+        )
         yield folder
     finally:
         for host in nodes.names:  # each launcher leads its own session (setsid): its group is the job

@@ -17,7 +17,7 @@ import pytest
 
 from rankscope.capabilities.consistency import compare_dir
 from rankscope.capabilities.placements import inspect_placements
-from tests.jobs import JobFactory, wait_for
+from tests.jobs import JobFactory
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +25,7 @@ pytestmark = pytest.mark.slow
 def run_job(jobs: JobFactory, program: str, nproc: int, out: Path) -> None:
     job = jobs.torchrun(program, nproc=nproc, args=[str(out)])
     job.wait_ready([f"done{r}" for r in range(nproc)], timeout=150)
-    wait_for(lambda: job.proc.poll() is not None, 60, f"{program} to exit")
-    assert job.proc.returncode == 0, job.output()
+    assert job.wait_exit(60, f"{program} to exit once its ranks were done") == 0, job.output()
 
 
 def reports(out: Path, case: str, nproc: int) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from rankscope.mcp_server import build_server
-from tests.jobs import PROGRAMS, free_port, job_env, torchrun_argv, wait_for
+from tests.jobs import PROGRAMS, free_port, job_env, tail, torchrun_argv, wait_for
 from tests.slurm import SlurmCluster, slurm_cluster
 
 BIN = Path(sys.executable).parent
@@ -75,7 +75,16 @@ def _submit(
         return len(list(ready.iterdir())) >= 4
 
     try:
-        wait_for(all_ready, 60, f"the 4 ranks of Slurm job {job}", 0.1)
+        wait_for(
+            all_ready,
+            60,
+            f"the 4 ranks of Slurm job {job} to mark themselves ready",
+            0.1,
+            lambda: (
+                f"marked: {sorted(p.name for p in ready.iterdir())}; state {cluster.state_of(job)!r}; "
+                f"its last output:\n{tail(_read(log))}"
+            ),
+        )
         yield job
     finally:
         cluster.cancel(job)

@@ -66,7 +66,12 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run
             "rdzv",
         )
         wait_for(
-            lambda: all(j.proc.poll() is not None for j in started.values()), 240, "all failing jobs to exit"
+            lambda: all(j.proc.poll() is not None for j in started.values()),
+            240,
+            "all failing jobs to exit",
+            detail=lambda: "; ".join(
+                f"{name}: {j.last_output()}" for name, j in started.items() if j.proc.poll() is None
+            ),
         )
         yield started
     finally:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_stacks_live import READY_S, run_cli
 from tests.jobs import PROGRAMS, JobFactory, wait_for
+from tests.live_stacks import READY_S, run_cli
 
 pytestmark = pytest.mark.slow
 

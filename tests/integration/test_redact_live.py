@@ -19,8 +19,8 @@ import pytest
 from mcp import Client
 
 from rankscope.mcp_server import build_server
-from tests.integration.test_stacks_live import READY_S, run_cli, settle
 from tests.jobs import JobFactory
+from tests.live_stacks import READY_S, run_cli, settle
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from rankscope.capabilities.saved_stacks import stacks_from_files
 from rankscope.errors import InvalidInput
-from tests.integration.test_stacks_live import run_cli
+from tests.live_stacks import run_cli
 from tests.paths import DATA
 
 FILES = DATA / "stacks" / "files"

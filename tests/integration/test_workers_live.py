@@ -17,8 +17,8 @@ import pytest
 
 from rankscope.runtime.kernel_wait import kernel_wait
 from rankscope.runtime.proctree import reap_tree
-from tests.integration.test_stacks_live import READY_S, settle
 from tests.jobs import PROGRAMS, JobFactory, wait_for
+from tests.live_stacks import READY_S, settle
 
 pytestmark = pytest.mark.slow
 

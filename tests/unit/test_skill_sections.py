@@ -11,6 +11,7 @@ every ``skill_section`` of the repro catalog, must resolve with ``read_skill``.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -41,6 +42,17 @@ def _constants(tree: ast.Module) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _constants_of(path: Path) -> dict[str, str]:
+    """``_constants`` of one source file, parsed once however many modules import from it."""
+    return _constants(_parse(path))
+
+
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imported(tree: ast.Module) -> dict[str, str]:
     """String constants imported from other rankscope modules (``from ...frames import SKILL``)."""
     out: dict[str, str] = {}
@@ -50,7 +62,7 @@ def _imported(tree: ast.Module) -> dict[str, str]:
             path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
             if not path.is_file():
                 continue
-            there = _constants(ast.parse(path.read_text(encoding="utf-8")))
+            there = _constants_of(path)
             for alias in node.names:
                 if alias.name in there:
                     out[alias.asname or alias.name] = there[alias.name]
@@ -92,12 +104,14 @@ def _helpers(tree: ast.Module, names: dict[str, str]) -> dict[str, tuple[int, st
     return out
 
 
-def sections_named_in_code() -> dict[str, set[str]]:
-    """Section reference -> the files that name it."""
+@functools.cache
+def sections_named_in_code() -> dict[str, frozenset[str]]:
+    """Section reference -> the files that name it (scanned once per test process: the scan parses
+    every module of the package, and two tests read it)."""
     found: dict[str, set[str]] = {}
     for path in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        names = {**_imported(tree), **_constants(tree)}
+        tree = _parse(path)
+        names = {**_imported(tree), **_constants_of(path)}
         helpers = _helpers(tree, names)
         rel = str(path.relative_to(ROOT))
         for node in ast.walk(tree):
@@ -117,7 +131,7 @@ def sections_named_in_code() -> dict[str, set[str]]:
     catalog = json.loads((bundle_root() / "repro_templates" / "catalog.json").read_text(encoding="utf-8"))
     for match in re.findall(r'"skill_section":\s*"([^"]+)"', json.dumps(catalog)):
         found.setdefault(match, set()).add("repro_templates/catalog.json")
-    return found
+    return {ref: frozenset(where) for ref, where in found.items()}
 
 
 def test_the_scan_sees_every_way_the_code_names_a_section() -> None:

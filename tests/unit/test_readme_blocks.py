@@ -6,6 +6,7 @@ output from an older verdict); this check keeps each new block honest before any
 
 from __future__ import annotations
 
+from tests.paths import ROOT
 from tests.readme import blocks, normalised, steps
 
 
@@ -50,3 +51,13 @@ def test_only_what_may_differ_is_normalised() -> None:
     made_up = "torchrun:5f059911-7ad4-4d5d-8e72-645b568149b9"  # the job id as torchrun's run id once printed
     assert normalised(made_up, folder="/x", host="vm") != "torchrun:localhost:PORT"
     assert normalised("/tmp/w1/train.py:8", folder="/tmp/w1", host="vm") == "/tmp/demo/train.py:8"
+
+
+def test_ci_runs_exactly_the_readmes_two_commands() -> None:
+    """README says `.ci/run` runs its set-up block's two commands: the same lines, comments aside."""
+    setup = next(b for b in blocks() if "bash .ci/setup" in b.text)
+    shown = [line.split("#")[0].strip() for line in setup.text.splitlines() if line.strip()]
+    run = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    ran = [line for line in run if line and not line.startswith(("#", "set ", "cd "))]
+    assert ran == shown, ".ci/run and README's set-up block differ"
+    assert "--durations=15" in shown[1]  # CI's log names the 15 slowest tests

@@ -25,6 +25,17 @@ def jobs(tmp_path: Path) -> Iterator[JobFactory]:
 
 
 @pytest.fixture(scope="module")
+def module_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobFactory]:
+    """Like ``jobs``, for a job several tests of a module only read (one start instead of several:
+    most of a live test's cost on 2 cores); all are reaped at the module's end."""
+    factory = JobFactory(tmp_path_factory.mktemp("module-jobs"))
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """Two hosts that really are apart (tests/nodes.py: node1, node2, each its own PID and UTS
     namespace and sshd), shared by a module's tests and stopped, with all they run, at its end."""

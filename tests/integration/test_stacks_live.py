@@ -192,10 +192,18 @@ def test_no_collective(jobs: JobFactory, pyspy_works: str) -> None:
     assert all(any(f.native for t in s.threads for f in t.frames) for s in native.stacks)
 
 
-def test_async_collectives_lagging_counter_names_the_laggard(jobs: JobFactory, pyspy_works: str) -> None:
-    """NCCL's CPU shape on gloo: the others ran on to step 11 and wait in work.wait() there."""
-    job = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "async", "--odd", "1"])
+@pytest.fixture(scope="module")
+def async_job(module_jobs: JobFactory) -> RunningJob:
+    """NCCL's CPU shape on gloo: rank 1 lags at step 3, the others ran on to step 11 and wait in
+    work.wait() there. Hung for good once ready; the tests below only read it."""
+    job = module_jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "async", "--odd", "1"])
     job.wait_ready(timeout=READY_S)
+    return job
+
+
+def test_async_collectives_lagging_counter_names_the_laggard(async_job: RunningJob, pyspy_works: str) -> None:
+    """NCCL's CPU shape on gloo: the others ran on to step 11 and wait in work.wait() there."""
+    job = async_job
     report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1])
     v = report.verdict
     assert v.confidence == "high" and report.job.backend == "gloo"
@@ -220,9 +228,8 @@ def test_async_collectives_lagging_counter_names_the_laggard(jobs: JobFactory, p
     assert not any("step=3" in e for e in again.verdict.evidence)
 
 
-def test_counters_come_from_the_locals_already_asked_for(jobs: JobFactory, pyspy_works: str) -> None:
-    job = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "async", "--odd", "1"])
-    job.wait_ready(timeout=READY_S)
+def test_counters_come_from_the_locals_already_asked_for(async_job: RunningJob, pyspy_works: str) -> None:
+    job = async_job
     report = settle(job.pid, lambda r: r.verdict.suspect_ranks == [1], options=DumpOptions(locals=True))
     assert report.stacks[1].counters.get("hang_collectives.py:run_async:step") == 3
     assert "progress counters read in a second pass" not in " ".join(report.job.notes)

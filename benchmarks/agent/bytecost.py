@@ -6,7 +6,9 @@ read SKILL.md, make the first call its decision table names (over MCP, through t
 in process: the text block a client hands the model, and the structured content), then read the
 one section the answer's first next step names (``rankscope skill <section>``). Beside it, the
 raw evidence a shell agent would have to read to see the same facts: every leftover file, or
-every rank's ``py-spy dump``. Whether the first answer blames the truth's ranks is printed as
+every rank's ``py-spy dump``. An incident whose job.json names a ``first_call`` (files the ranks
+saved, as ``check_tensor_consistency`` reads them) makes that call instead, and its raw evidence is a
+listing of those files: every tensor's name and shape, each scalar's value. Whether the first answer blames the truth's ranks is printed as
 a check of the tool, not of an agent.
 
     PYTHONPATH=tools python benchmarks/agent/bytecost.py [--live] [--json]
@@ -59,6 +61,43 @@ def _pyspy_bytes(pids: list[int]) -> int:
     return total
 
 
+def _saved_bytes(folder: Path) -> int:
+    """What a shell agent prints to see the same facts in per-rank torch.save files: every tensor's name
+    and shape, with the value of each scalar (a step count), one line each; plus the files that are text."""
+    import torch
+
+    total = 0
+    for f in sorted(folder.iterdir()):
+        if f.suffix != ".pt":
+            total += f.stat().st_size if f.is_file() else 0
+            continue
+        rows: list[tuple[str, Any]] = []
+        todo: list[tuple[str, Any]] = [("", torch.load(f, weights_only=True))]
+        while todo:
+            name, obj = todo.pop()
+            if isinstance(obj, dict):
+                todo.extend((f"{name}.{k}".lstrip("."), v) for k, v in obj.items())
+            elif isinstance(obj, (list, tuple)):
+                todo.extend((f"{name}.{i}", v) for i, v in enumerate(obj))
+            else:
+                rows.append((name, obj))
+        for name, obj in rows:
+            small = not isinstance(obj, torch.Tensor) or obj.numel() == 1
+            shown = (
+                obj.item() if isinstance(obj, torch.Tensor) and small else obj if small else list(obj.shape)
+            )
+            total += len(f"{f.name} {name} {shown}\n".encode())
+    return total
+
+
+def _suspects(data: dict[str, Any]) -> list[int]:
+    """The ranks the first answer blames: a verdict's suspects, or the ranks a comparison finds apart."""
+    if "divergent" in data or "causes" in data:
+        return sorted({r for d in data.get("divergent") or [] if not d.get("tie") for r in d["ranks"]})
+    found: list[int] = (data.get("verdict") or {}).get("suspect_ranks", data.get("suspect_ranks", []))
+    return found
+
+
 def measure(incident: Incident, workdir: Path) -> dict[str, Any]:
     pid = set_up(incident, workdir)
     try:
@@ -66,10 +105,13 @@ def measure(incident: Incident, workdir: Path) -> dict[str, Any]:
             leftovers = workdir / "leftovers"
             tool, arguments = "triage_logs", {"paths": [str(leftovers)]}
             raw = sum(p.stat().st_size for p in leftovers.rglob("*") if p.is_file())
+        elif first := incident.spec.get("first_call"):  # files the ranks saved, read by their own tool
+            tool, arguments = first["tool"], {"path": str(workdir / first["path"])}
+            raw = _saved_bytes(workdir / first["path"])
         else:
             tool, arguments = "dump_stacks", {"pid": pid}
         text, data = _call(tool, arguments)
-        if pid is not None:  # torchrun's workers are its children
+        if pid is not None and tool == "dump_stacks":  # torchrun's workers are its children
             children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
             raw = _pyspy_bytes([int(x) for x in children.stdout.split()])
     finally:
@@ -77,7 +119,7 @@ def measure(incident: Incident, workdir: Path) -> dict[str, Any]:
     section = _first_section(data)
     section_bytes = len(api.read_skill(section).text.encode()) if section else 0
     skill = len(api.skill_md().read_bytes())
-    suspects = (data.get("verdict") or {}).get("suspect_ranks", data.get("suspect_ranks", []))
+    suspects = _suspects(data)
     answer = len(text.encode())
     return {
         "incident": incident.name,
@@ -90,7 +132,9 @@ def measure(incident: Incident, workdir: Path) -> dict[str, Any]:
         "path_bytes": skill + answer + section_bytes,
         "steps": 3 if section else 2,
         "raw_evidence_bytes": raw,
-        "kind": (data.get("verdict") or {}).get("kind", data.get("summary", "")[:60]),
+        "kind": (data.get("verdict") or {}).get(
+            "kind", (data.get("causes") or [data.get("summary", "")])[0][:60]
+        ),
         "suspects": suspects,
         "truth_culprits": culprits().get(incident.name, []),
     }
@@ -102,10 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--live", action="store_true", help="also start and measure the live incidents")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--incident", default=None, help="measure this incident only")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bytecost-") as tmp:
         for incident in all_incidents():
+            if args.incident and incident.name != args.incident:
+                continue
             if incident.live and not args.live:
                 continue
             if incident.multinode:  # its first call is made from a login node over ssh: measured by its arms

@@ -90,6 +90,8 @@ def set_up(
         return None
     spec = json.loads((incident.folder / "job.json").read_text(encoding="utf-8"))
     shutil.copy(JOBS / spec["script"], workdir / "train.py")
+    if spec.get("prepare"):  # the job's files (data, a checkpoint), made by a script the agent never sees
+        subprocess.run([python, str(JOBS / spec["prepare"])], cwd=workdir, check=True, timeout=600)
     log = (workdir / "job.log").open("w")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [python, "-m", "torch.distributed.run", f"--nproc_per_node={spec['nproc']}",

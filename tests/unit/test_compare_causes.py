@@ -131,7 +131,7 @@ def test_nothing_saved_says_what_to_add(
     (tmp_path / "job.log").write_text("step 1 loss 0.5\n")
     with pytest.raises(NothingToRead) as caught:
         compare_dir(str(tmp_path))
-    assert "rankscope.probe.watch_consistency(model, every=50)" in caught.value.fix
+    assert "rankscope.probe.watch_consistency(model, every=50, optimizer=opt)" in caught.value.fix
     monkeypatch.chdir(tmp_path)  # `rankscope compare` with no folder reads the one it runs in
     assert main(["compare"]) == 2
     assert "watch_consistency" in capsys.readouterr().err
@@ -159,3 +159,16 @@ def test_mcp_text_leads_with_the_cause(tmp_path: Path) -> None:
     assert text.startswith("rank 2's optimizer state is 20 steps behind the others'"), text
     assert result.structured_content["causes"][0] == text.splitlines()[0]
     assert len(text.encode()) < 4000
+
+
+def test_the_watch_it_names_is_one_line() -> None:
+    """watch_consistency(..., optimizer=opt) checks after every optimizer step by itself."""
+    from rankscope.probe import watch_consistency
+
+    model, opt = trained(0)
+    watch = watch_consistency(model, every=2, optimizer=opt, announce=False)
+    for _ in range(4):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    assert watch.checks == 2 and watch.last_consistent_step == 2 and not watch.stopped

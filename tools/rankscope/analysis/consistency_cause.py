@@ -374,6 +374,11 @@ def find_causes(
     if causes and stale and causes[0].ranks == stale[0].ranks:
         head, old = causes[0], stale.pop(0)
         causes[0] = Cause(head.kind, head.ranks, f"{head.text}; {old.short}")
+    if causes and causes[0].kind != "values":  # the count of differing tensors is the summary's already
+        causes = [
+            causes[0],
+            *(c for c in causes[1:] if not (c.kind == "values" and c.ranks == causes[0].ranks)),
+        ]
     named = [*causes, *stale]  # a cause that names no rank never leads the answer
     return [*named, *(c for c in values if c.kind == "per_rank")] if named else []
 

@@ -35,12 +35,11 @@ _SD_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 FP_PATTERN = "fingerprints-rank{R}.json"
 
 NOTHING_SAVED_FIX = (
-    "Nothing saved yet (a live job): add one line to the training script, on every rank before the loop, "
-    "`watch = rankscope.probe.watch_consistency(model, every=50)`, and `watch.step(step)` after "
-    "optimizer.step(): rank 0 prints the first step at which the ranks differ and which tensors. Or, at the next "
-    "checkpoint, save on every rank: rankscope.probe.dump(model, DIR) or "
-    "torch.save({'model': model.state_dict(), 'optim': opt.state_dict()}, f'DIR/rank{rank}.pt'), "
-    "then `rankscope compare DIR` (skill/wrong-results.md#offline)."
+    "Nothing saved yet (a live job): add one line to the training script, on every rank after the optimizer "
+    "is built: `rankscope.probe.watch_consistency(model, every=50, optimizer=opt)`; rank 0 prints the first "
+    "step at which the ranks differ and which tensors. Or, at the next checkpoint, save on every rank: "
+    "rankscope.probe.dump(model, DIR) or torch.save({'model': model.state_dict(), 'optim': opt.state_dict()}, "
+    "f'DIR/rank{rank}.pt'), then `rankscope compare DIR` (skill/wrong-results.md#offline)."
 )
 
 

@@ -122,6 +122,12 @@ class ConsistencyReport(Model):
     """Answer of ``check_consistency`` (same on every rank), ``rankscope compare`` and ``check_tensor_consistency``."""
 
     consistent: bool
+    causes: list[str] = Field(
+        default_factory=list,
+        description="What the comparison sees as the cause, most decisive first, each naming the rank: a "
+        "step counter behind, a file of another run or model, keys some ranks lack, a file much older than "
+        "the others'. The first leads the answer.",
+    )
     world_size: int | None = None
     ranks: list[int] = Field(default_factory=list, description="Ranks whose fingerprints were compared.")
     which: str | None = None
@@ -148,12 +154,6 @@ class ConsistencyReport(Model):
     notes: list[str] = Field(default_factory=list)
     consistent_modules: list[str] = Field(
         default_factory=list, description="Top-level modules none of whose tensors differ, in module order."
-    )
-    causes: list[str] = Field(
-        default_factory=list,
-        description="What the comparison sees as the cause, most decisive first, each naming the rank: a "
-        "step counter behind, a file of another run or model, keys some ranks lack, a file much older than "
-        "the others'. The first leads the answer.",
     )
     read: list[str] = Field(
         default_factory=list,

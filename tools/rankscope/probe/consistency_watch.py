@@ -96,10 +96,13 @@ def watch_consistency(
     atol: float = 0.0,
     rtol: float = 0.0,
     announce: bool = True,
+    optimizer: Any = None,
 ) -> ConsistencyWatch:
     """A watch over ``obj`` (a module, state_dict, optimizer or tensor): call ``.step()`` every training step.
 
     ``announce`` prints the first divergence on the group's first rank (stderr) when it is found.
+    ``optimizer``: the watch steps itself after each ``optimizer.step()`` (a step post hook), so
+    adding it to a job is one line: ``watch_consistency(model, every=50, optimizer=opt)``.
     """
     if every < 1:
         raise InvalidInput(f"every={every} must be at least 1", fix="Pass every=N: check once every N steps.")
@@ -108,6 +111,14 @@ def watch_consistency(
             f"which={which!r} is not one of {', '.join(WHICH)}",
             fix="Pass which='params', 'grads', 'buffers' or 'all'.",
         )
-    return ConsistencyWatch(
+    watch = ConsistencyWatch(
         obj, every=every, which=which, group=group, atol=atol, rtol=rtol, announce=announce
     )
+    if optimizer is not None:
+        if not callable(getattr(optimizer, "register_step_post_hook", None)):
+            raise InvalidInput(
+                f"optimizer={type(optimizer).__name__} has no register_step_post_hook",
+                fix="Pass a torch.optim.Optimizer, or call watch.step() after each optimizer step yourself.",
+            )
+        optimizer.register_step_post_hook(lambda *_: watch.step())
+    return watch

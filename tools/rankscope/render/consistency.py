@@ -12,7 +12,8 @@ from rankscope.models.consistency import ConsistencyReport
 from rankscope.render.next_steps import render_next_steps
 
 MAX_LISTED = 8
-"""Divergent tensors listed (and as many NaN/Inf and key lines); the first 3 with each rank's values."""
+"""Divergent tensors listed (and as many NaN/Inf and key lines); the first 3 with each rank's values.
+Half as many, and one with its values, when a cause leads: the tensors are then its evidence only."""
 WITH_VALUES = 3
 MAX_CAUSES = 4
 
@@ -27,15 +28,16 @@ def render_consistency(report: ConsistencyReport) -> Iterator[str]:
     yield ("CONSISTENT: " if report.consistent else "INCONSISTENT: ") + report.summary
     for cause in report.causes[1:MAX_CAUSES]:
         yield f"  also: {cause}"
-    for i, d in enumerate(report.divergent[:MAX_LISTED]):
+    listed, with_values = (MAX_LISTED, WITH_VALUES) if not report.causes else (MAX_LISTED // 2, 1)
+    for i, d in enumerate(report.divergent[:listed]):
         tie = " (tie: no majority)" if d.tie else ""
         where = f" [{d.shard_key}]" if d.shard_key and d.shard_key != "replicated" else ""
         yield f"  {d.name}{where}: ranks {d.ranks} differ from {d.reference_ranks}{tie} ({d.reason})"
-        for v in d.values if i < WITH_VALUES else ():
+        for v in d.values if i < with_values else ():
             diff = f" max|diff|={_fmt(v.max_abs_diff)}" if v.max_abs_diff is not None else ""
             yield f"      rank {v.rank}: shape={v.shape} dtype={v.dtype} sum={_fmt(v.sum)} absmax={_fmt(v.abs_max)}{diff}"
-    if len(report.divergent) > MAX_LISTED:
-        yield f"  ... {len(report.divergent) - MAX_LISTED} more divergent tensors (--json or full=true lists all)"
+    if len(report.divergent) > listed:
+        yield f"  ... {len(report.divergent) - listed} more divergent tensors (--json or full=true lists all)"
     for n in report.nonfinite[:MAX_LISTED]:
         yield f"  NaN/Inf: {n.name} on rank {n.rank} (nan={n.nan}, inf={n.inf})"
     for k in report.missing_keys[:MAX_LISTED]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankscope.analysis.hang.backend import job_backend_of, rank_backend
+from rankscope.analysis.launcher_args import launcher_kind, torchrun_settings
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
@@ -226,8 +227,81 @@ def build_jobs(procs: dict[int, ProcInfo], host: str, redactor: Redactor | None 
     jobs: list[Job] = []
     for key, members in by_key.items():
         jobs.append(_make_job(key, members, procs, host, redactor))
-    jobs.sort(key=lambda j: min((r.pid for r in j.ranks), default=0))
+    jobs.extend(launcher_jobs(procs, set(cands), host, redactor))
+    jobs.sort(key=lambda j: min((r.pid for r in j.ranks), default=j.launcher_pid or 0))
     return jobs
+
+
+def launcher_jobs(procs: dict[int, ProcInfo], ranks: set[int], host: str, redactor: Redactor) -> list[Job]:
+    """Jobs that have launchers and no rank yet: torchrun agents waiting in rendezvous (those of
+    one rendezvous on this host are one job), an mpirun before its ranks. A launcher with a rank
+    below it belongs to that rank's job."""
+    above = {a for pid in ranks for a in _ancestors(pid, procs)}
+    groups: dict[tuple[str, ...], list[tuple[ProcInfo, dict[str, str]]]] = defaultdict(list)
+    for info in procs.values():
+        if info.pid in above or info.state in ("zombie", "dead") or _is_rankscope(info.cmdline):
+            continue
+        kind = launcher_kind(info.cmdline)
+        if kind is None or any(launcher_kind(procs[a].cmdline) for a in _ancestors(info.pid, procs)):
+            continue  # not a launcher, or one started by another launcher (counted there)
+        settings = launcher_settings(kind, info.cmdline, info.env or {})
+        key = (
+            (kind, settings.get("store", ""), settings.get("rdzv_id", ""))
+            if kind == "torchrun"
+            else (kind, str(info.pid))
+        )
+        groups[key].append((info, settings))
+    return [_launcher_job(members, procs, host, redactor) for members in groups.values()]
+
+
+def launcher_settings(kind: str, cmdline: list[str], env: dict[str, str]) -> dict[str, str]:
+    """What a launcher was told (torchrun's settings; mpirun's process count as its world size)."""
+    if kind == "torchrun":
+        return torchrun_settings(cmdline, env)
+    for flag in ("-np", "-n", "--np", "-c"):
+        if flag in cmdline[:-1]:
+            value = cmdline[cmdline.index(flag) + 1]
+            return {"world_size": value} if value.isdigit() else {}
+    return {}
+
+
+def _launcher_job(
+    members: list[tuple[ProcInfo, dict[str, str]]], procs: dict[int, ProcInfo], host: str, redactor: Redactor
+) -> Job:
+    info, settings = members[0]
+    kind = launcher_kind(info.cmdline) or "torchrun"
+    for member, _ in members:
+        if member.env:
+            redactor.learn_env(member.env)
+    pids = sorted(m.pid for m, _ in members)
+    port = settings.get("master_port", "")
+    rdzv_id = settings.get("rdzv_id", "none")
+    if kind != "torchrun":
+        job_id = f"mpi:pid{pids[0]}"
+    elif rdzv_id != "none":
+        job_id = f"torchrun:{rdzv_id}"
+    else:
+        job_id = f"torchrun:{settings.get('store', f'pid{pids[0]}')}"
+    world = settings.get("world_size", "")
+    told = ", ".join(
+        f"--{k}={settings[k]}" for k in ("nnodes", "node_rank", "nproc_per_node") if k in settings
+    )
+    where = f" at {settings['store']}" if "store" in settings else ""
+    note = f"no rank started yet: {kind} pid(s) {', '.join(map(str, pids))} wait in rendezvous{where}" + (
+        f" ({told})" if told else ""
+    )
+    return Job(
+        job_id=job_id,
+        launcher="torchrun" if kind == "torchrun" else "mpi",
+        launcher_pid=pids[0],
+        launcher_pids=pids,
+        world_size=int(world) if world.isdigit() else None,
+        master_addr=settings.get("master_addr"),
+        master_port=int(port) if port.isdigit() else None,
+        hosts=[host],
+        notes=[note, *_zombie_notes(pids, procs)],
+        state="starting: rendezvous",
+    )
 
 
 def _make_job(
@@ -265,6 +339,9 @@ def _make_job(
     port, _ = _int(env0, "MASTER_PORT")
     addr = env0.get("MASTER_ADDR")
     backend, backend_evidence = job_backend_of(per_rank)
+    state = _init_state(per_rank, rank_procs)
+    if state is not None:
+        notes.append(state[1])
     return Job(
         job_id=_job_id(launcher, env0, launcher_pid, addr, port),
         launcher=launcher,
@@ -282,7 +359,24 @@ def _make_job(
         launcher_pids=launchers,
         attempt=_attempt(members[0]) if launcher == "torchrun" else None,
         missing=classified or [MissingRank(rank=r, status="not_visible", detail=_NOT_HERE) for r in missing],
+        state=state[0] if state else None,
     )
+
+
+def _init_state(
+    per_rank: dict[int, tuple[Backend, list[str]]], ranks: list[RankProcess]
+) -> tuple[str, str] | None:
+    """``starting: init`` (and the note that says why) when some rank has torch loaded and holds
+    no process group yet (no gloo or NCCL thread): before or in ``init_process_group``, where the
+    others wait for it; the stacks say which."""
+    early = [
+        r.rank
+        for r in ranks
+        if r.pid in per_rank and per_rank[r.pid][0] == "unknown" and _has_torch(r.pid) and r.rank is not None
+    ]
+    if not early:
+        return None
+    return "starting: init", f"{ranks_phrase(early)}: no process group yet (no gloo or NCCL thread): starting"
 
 
 def _number_spawn_ranks(members: list[_Candidate], notes: list[str]) -> None:
@@ -612,6 +706,8 @@ def job_cwd(job: Job) -> str | None:
         *([job.launcher_pid] if job.launcher_pid else []),
         *(r.pid for r in job.ranks),
     ]:
+        if pid == 1:
+            continue  # ranks a detached start left to init: the folder is theirs
         cwd = procfs.read_cwd(pid)
         if cwd is not None:
             return cwd

@@ -14,9 +14,10 @@ from __future__ import annotations
 from rankscope.analysis.code_origin import label_stacks
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.hang.stacks import analyze
+from rankscope.analysis.startup import startup_verdict
 from rankscope.capabilities.recorder.pickup import debug_server_flight, exception_dump_note
 from rankscope.capabilities.workers import with_workers
-from rankscope.models.core import Job, StacksReport
+from rankscope.models.core import Job, StacksReport, Verdict
 from rankscope.models.flight import FlightReport
 from rankscope.models.look import HostLook
 from rankscope.options import DEFAULTS, DumpOptions
@@ -36,11 +37,39 @@ def _open(report: StacksReport, options: DumpOptions) -> bool:
     return options.flight_recorder and v.kind not in PROGRESS_KINDS and v.confidence != "high"
 
 
-def judge_look(look: HostLook, options: DumpOptions = DEFAULTS) -> StacksReport:
+def _startup(look: HostLook, job: Job, remote: bool) -> StacksReport | None:
+    """The start-up verdict on a job whose launchers wait in rendezvous or whose ranks all wait
+    before their first collective (``analysis/startup.py``); None when it is past start-up. A job
+    that moves in the window keeps its progress verdict: a slow start is not a hang."""
+    report = _verdict(look, job, look.flight) if job.ranks else None
+    if report is not None and report.verdict.kind in PROGRESS_KINDS:
+        return report
+    ruled = startup_verdict(report.job if report else job, look.startup, look.stacks, remote=remote)
+    if ruled is None:
+        return report if not job.ranks else None
+    verdict, finding = ruled
+    started = job.model_copy(update={"state": finding.state})
+    if report is None:
+        return StacksReport(verdict=verdict, job=started, errors=look.errors)
+    return report.model_copy(update={"verdict": verdict, "job": started})
+
+
+def judge_look(look: HostLook, options: DumpOptions = DEFAULTS, *, remote: bool = False) -> StacksReport:
     """The verdict on ``look`` (its job must be set), with the follow-ups an open hang needs and the
-    busy workers of the ranks it names."""
+    busy workers of the ranks it names. A job in start-up gets the start-up verdict; ``remote``:
+    the look merges every host of the call (a host with no launcher of the job is then named)."""
     if look.job is None:  # pragma: no cover - a look without a job is a choice or an absence, never judged
         raise ValueError("a look without a job has nothing to judge")
+    if look.startup:
+        started = _startup(look, look.job, remote)
+        if started is not None:
+            return started
+    if not look.job.ranks:
+        return StacksReport(
+            verdict=Verdict(kind="inconclusive", confidence="low", summary="No rank of the job runs yet."),
+            job=look.job,
+            errors=look.errors,
+        )
     report = _verdict(look, look.job, look.flight)
     if not _open(report, options):
         return with_workers(report, look.workers)

@@ -49,6 +49,7 @@ from rankscope.models.core import (
 )
 from rankscope.models.flight import FlightReport
 from rankscope.models.look import HostLook, JobChoice, SourceLine
+from rankscope.models.startup import StartupFacts
 from rankscope.options import DEFAULTS, LOCAL, DumpOptions, StacksTarget, option_flags
 from rankscope.runtime import subproc
 
@@ -785,6 +786,10 @@ def _one_job_everywhere(
     agreed = {lk.job.job_id for lk in looks.values() if lk.job is not None}
     if len(agreed) <= 1 and all(lk.job is not None for lk in looks.values()):
         return results
+    if all(
+        lk.job is not None and lk.job.state is not None and lk.chosen_by == "folder" for lk in looks.values()
+    ):
+        return results  # each host's job in start-up, started in the caller's folder: where ids differ, the verdict says why
     job_id = one_job(looks)
     if job_id is None:
         lines = jobs_on_hosts(looks)
@@ -894,6 +899,10 @@ def judge_looks(
     progress = merge_progress(
         [lk.progress for lk in looks.values() if lk.progress is not None], merged_job.backend
     )
+    startup = _startup_facts(looks)
+    if startup:
+        state = "starting: init" if merged_job.ranks else "starting: rendezvous"
+        merged_job = merged_job.model_copy(update={"state": state})
     source = _source(stacks, looks)
     merged = HostLook(
         host=",".join(looks),
@@ -907,8 +916,29 @@ def judge_looks(
         workers=[w for lk in looks.values() for w in lk.workers],
         worker_servers=any(lk.worker_servers for lk in looks.values()),
         code_roots=merge_roots(lk.code_roots for lk in looks.values()),
+        startup=startup,
     )
-    return account_for_unseen(judge_look(merged, options), failed)
+    return account_for_unseen(judge_look(merged, options, remote=True), failed)
+
+
+def _startup_facts(looks: Mapping[str, HostLook]) -> list[StartupFacts]:
+    """Every host's start-up facts, named by the host alias that answered, when some host's job is
+    in start-up (none otherwise: a running job is judged by its stacks)."""
+    if not any(lk.job is not None and lk.startup for lk in looks.values()):
+        return []
+    out = []
+    for host, look in looks.items():
+        for facts in look.startup or [StartupFacts(host=host)]:
+            out.append(
+                facts.model_copy(
+                    update={
+                        "host": host,
+                        "launchers": [lf.model_copy(update={"host": host}) for lf in facts.launchers],
+                        "listeners": [lt.model_copy(update={"host": host}) for lt in facts.listeners],
+                    }
+                )
+            )
+    return out
 
 
 __all__ = [

@@ -33,6 +33,7 @@ from rankscope.analysis.hang.stacks import op_from_source, p2p_peer, recognise_o
 from rankscope.analysis.hang.waits import creating_communicator
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.redact import Redactor
+from rankscope.analysis.startup import init_waits
 from rankscope.capabilities import discovery
 from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.capabilities.judge import judge_look
@@ -47,6 +48,7 @@ from rankscope.capabilities.recorder.pickup import (
     recorder_plan,
     worker_servers,
 )
+from rankscope.capabilities.startup import startup_facts
 from rankscope.capabilities.workers import worker_notes
 from rankscope.errors import DUMP_FIXES, InvalidInput, NoJobsFound, PermissionDenied, ProcessNotFound
 from rankscope.models.core import (
@@ -576,8 +578,18 @@ def dump_stacks(
     with procfs.reading_once():  # discovery's reads of environ, fds, maps serve the capture too
         job = discovery.find_job(pid, job_id)
         _check_ranks(job, ranks)
-        look = capture(job, options, ranks, exe)
+        look = _capture_or_startup(job, options, ranks, exe)
     return judge_look(look, options)
+
+
+def _capture_or_startup(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -> HostLook:
+    """:func:`capture`, with this host's start-up facts for a job in start-up: launchers with no
+    rank yet (no stack to capture: their facts alone), or ranks that all wait before their first
+    collective."""
+    look = capture(job, options, ranks, exe) if job.ranks else HostLook(host=discovery.this_host(), job=job)
+    if job.state is None and not (look.stacks and len(init_waits(look.stacks)) == len(look.stacks)):
+        return look  # some rank is past start-up: its stacks say the rest
+    return look.model_copy(update={"startup": [startup_facts(look.job)]})
 
 
 def look_here(
@@ -598,11 +610,12 @@ def look_here(
         except (NoJobsFound, ProcessNotFound) as exc:
             if pid is not None:
                 raise  # the pid was named on this host: it must be here
-            # no rank of it here: the collecting host counts its ranks on the others
-            return HostLook(host=discovery.this_host(), absent=exc.message)
+            # no rank of it here: the collecting host counts its ranks on the others (and, for a job
+            # in start-up, which process here listens where its store should)
+            return HostLook(host=discovery.this_host(), absent=exc.message, startup=[startup_facts(None)])
         if job is None:
             return HostLook(host=discovery.this_host(), choices=choices)
-        return capture(job, options, None, exe).model_copy(update={"chosen_by": chosen_by})
+        return _capture_or_startup(job, options, None, exe).model_copy(update={"chosen_by": chosen_by})
 
 
 def capture(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -> HostLook:

@@ -55,11 +55,13 @@ VerdictKind = Literal[
     "progressing",
     "straggler",
     "busy",
+    "startup",
 ]
 """The hang kinds, then what a moving job gets instead (it is never called hung): ``progressing``
 = it moves; ``straggler`` = it moves, held back by one rank; ``busy`` = nothing completed in the
 window, but the ranks that do not wait compute in their own code (slow or stuck cannot be told
-yet: look again over a longer window)."""
+yet: look again over a longer window). ``startup``: the job never started: its launchers wait in
+rendezvous, or its ranks before their first collective (the nodes or ranks missing, and why)."""
 
 
 class NextStep(Model):
@@ -233,6 +235,7 @@ class Job(Model):
         default_factory=list,
         description="Each rank of the world with no live stack here, classified (not_visible, exited, ...).",
     )
+    state: str | None = Field(default=None, description="'starting: rendezvous' or 'starting: init'.")
 
 
 class JobList(Model):

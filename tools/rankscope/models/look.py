@@ -18,6 +18,7 @@ from rankscope.models.core import CodeRoots, Job, RankError, RankStack
 from rankscope.models.flight import FlightReport
 from rankscope.models.progress import Progress
 from rankscope.models.ras import RasFinding
+from rankscope.models.startup import StartupFacts
 
 ChosenBy = Literal["pid", "job_id", "folder", "only"]
 """How the host picked the job: the pid or job id it was given, the folder the call was made
@@ -84,4 +85,8 @@ class HostLook(Model):
         default=None,
         description="Where the ranks' interpreter imports its code from, read from the ranks: what tells the "
         "job's own frames from the libraries' on the host that judges them.",
+    )
+    startup: list[StartupFacts] = Field(
+        default_factory=list,
+        description="A job in start-up (or no job here): each host's launchers' settings, who listens at the store.",
     )

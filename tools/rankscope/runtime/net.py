@@ -27,6 +27,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def resolve(name: str, timeout: float = 2.0) -> list[str]:
+    """The addresses ``name`` resolves to on this host (sorted, once each); empty when it does not
+    resolve within ``timeout`` seconds (the lookup runs in a thread left behind, a daemon)."""
+    import threading
+
+    found: list[str] = []
+
+    def look() -> None:
+        try:
+            infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError):
+            return
+        found.extend(sorted({str(info[4][0]) for info in infos}))
+
+    worker = threading.Thread(target=look, name="rankscope-resolve", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return list(found) if not worker.is_alive() else []
+
+
 def interface_ipv4(name: str) -> str | None:
     """The IPv4 address of interface ``name``, or None when it has none (or is gone)."""
     try:

@@ -23,6 +23,7 @@ server never answers from stale facts.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import time
@@ -525,6 +526,55 @@ def listens_on_any_ipv6(pid: int) -> bool:
     return bool(listening & socket_inodes(pid))
 
 
+@dataclass(frozen=True)
+class TcpSocket:
+    """One TCP socket of this host's network namespace (/proc/net/tcp, tcp6)."""
+
+    local: str
+    port: int
+    remote: str
+    remote_port: int
+    listening: bool
+    established: bool
+    inode: int
+
+
+def _address(hexed: str) -> str:
+    """An address of /proc/net/tcp (little-endian 32-bit words in hex) in its usual form."""
+    raw = bytes.fromhex(hexed)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    ip = ipaddress.ip_address(words)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
+
+
+def tcp_sockets(ports: frozenset[int] | None) -> list[TcpSocket]:
+    """The TCP sockets of this host (its network namespace) whose local or remote port is one of
+    ``ports`` (None: every socket): who listens at a store's port, and how many connections reach it."""
+    out: list[TcpSocket] = []
+    for name in ("net/tcp", "net/tcp6"):
+        for line in (host_text(name) or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) < 10 or not cols[9].isdigit():
+                continue
+            try:
+                (lhex, lport), (rhex, rport) = (c.split(":") for c in cols[1:3])
+                sock = TcpSocket(
+                    _address(lhex),
+                    int(lport, 16),
+                    _address(rhex),
+                    int(rport, 16),
+                    cols[3] == _LISTEN,
+                    cols[3] == "01",
+                    int(cols[9]),
+                )
+            except ValueError:
+                continue
+            if ports is None or sock.port in ports or sock.remote_port in ports:
+                out.append(sock)
+    return out
+
+
 def caught_signals(pid: int) -> frozenset[int]:
     """Signals the process has a handler for (``SigCgt`` in /proc/PID/status); empty when unreadable."""
     status = read_text(pid, "status") or ""
@@ -570,6 +620,7 @@ __all__ = [
     "PROC",
     "STABLE_FILES",
     "STATES",
+    "TcpSocket",
     "caught_signals",
     "cmdline",
     "code_roots",
@@ -601,6 +652,7 @@ __all__ = [
     "socket_inodes",
     "start_epoch",
     "stat_fields",
+    "tcp_sockets",
     "text",
     "thread_names",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rankscope.analysis.launcher_args import env_settings, launcher_kind, store_address, torchrun_settings
 from rankscope.analysis.startup import init_wait, startup_verdict
 from rankscope.models.core import Frame, Job, RankProcess, RankStack, ThreadStack
@@ -162,3 +164,29 @@ def test_ranks_in_init_wait_for_a_rank_that_never_started() -> None:
     past = RankStack(rank=2, pid=102, host="node2", threads=[ThreadStack(thread_id=1, is_main=True, frames=[
         Frame(function="all_reduce", file="torch/distributed/distributed_c10d.py", line=2)])])  # fmt: skip
     assert startup_verdict(job, facts, [*stacks[:2], past], remote=True) is None
+
+
+def _port_case() -> tuple[Job, list[StartupFacts], list[RankStack]]:
+    facts = [
+        StartupFacts(
+            host="node1", launchers=[_static("node1", 10, 0, 29500)], listeners=[_store("node1", 29500, 10)]
+        ),
+        StartupFacts(host="node2", launchers=[_static("node2", 20, 1, 29511)]),
+    ]
+    return EMPTY, facts, []
+
+
+def _init_case() -> tuple[Job, list[StartupFacts], list[RankStack]]:
+    job = Job(
+        job_id="env:10.0.0.1:29500", launcher="env", world_size=4, missing_ranks=[3],
+        ranks=[RankProcess(rank=r, pid=100 + r, host="node1" if r < 2 else "node2") for r in range(3)],
+    )  # fmt: skip
+    stacks = [_waiting(r, "node1" if r < 2 else "node2") for r in range(3)]
+    return job, [StartupFacts(host="node1"), StartupFacts(host="node2")], stacks
+
+
+CASES: dict[str, Callable[[], tuple[Job, list[StartupFacts], list[RankStack]]]] = {
+    "master_port": _port_case,
+    "rank_never_started": _init_case,
+}
+"""Start-up cases the verdict golden file keeps word for word."""

@@ -17,13 +17,14 @@ from typing import Any, get_args
 from rankscope.analysis.hang.ras import finding
 from rankscope.analysis.hang.stacks import analyze
 from rankscope.analysis.recorder.flight import analyze as analyze_flight
+from rankscope.analysis.startup import startup_verdict
 from rankscope.capabilities.recorder.flight import read_dumps
 from rankscope.models.core import Job, RankProcess, RankStack, StacksReport, VerdictKind
 from rankscope.models.flight import FlightReport
 from rankscope.models.ras import RasFinding
 from tests.golden import check_golden
 from tests.paths import DATA
-from tests.unit import test_nccl_uneven, test_progress_nccl
+from tests.unit import test_nccl_uneven, test_progress_nccl, test_startup
 from tests.unit.test_ras import PIDS
 from tests.unit.test_ras import load as load_ras
 from tests.unit.test_stacks_analysis import load as load_capture
@@ -150,9 +151,19 @@ def _cases() -> Iterator[tuple[str, Callable[[], StacksReport]]]:
         gloo = job.model_copy(update={"backend": "gloo"})
         yield f"gpu_waiting_{n}@gloo+ras:{name}", partial(analyze, gloo, stacks, [], ras=ras)
     yield "nccl_uneven", test_nccl_uneven.live
+    for name in test_startup.CASES:
+        yield f"startup/{name}", partial(_startup_case, name)
     for mode in ("busy", "gpueval", "healthy", "lone", "skipstep", "straggler"):
         yield f"progress_nccl/{mode}", partial(_progress_case, mode, watched=True)
         yield f"progress_nccl/{mode}@stacks_only", partial(_progress_case, mode, watched=False)
+
+
+def _startup_case(name: str) -> StacksReport:
+    """A job that never started (tests/unit/test_startup.py's facts), judged by the start-up verdict."""
+    job, facts, stacks = test_startup.CASES[name]()
+    ruled = startup_verdict(job, facts, stacks, remote=True)
+    assert ruled is not None, name
+    return StacksReport(verdict=ruled[0], job=job)
 
 
 def _progress_case(mode: str, *, watched: bool) -> StacksReport:

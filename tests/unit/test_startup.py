@@ -28,7 +28,7 @@ def _store(host: str, port: int, pid: int | None, of_job: bool = True) -> Listen
     return Listener(host=host, port=port, address="0.0.0.0", pid=pid, command="python x", of_job=of_job)
 
 
-EMPTY = Job(job_id="torchrun:10.0.0.1:29500", launcher="torchrun", state="starting: rendezvous")
+EMPTY = Job(job_id="torchrun:10.0.0.1:29500", launcher="torchrun")
 
 
 def test_torchrun_settings_read_as_torchrun_reads_them() -> None:

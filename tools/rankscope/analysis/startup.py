@@ -33,6 +33,21 @@ from rankscope.models.startup import (
 
 PLAYBOOK = "skill/multi-node.md#a-job-that-never-started"
 
+RENDEZVOUS: StartupState = "starting: rendezvous"
+INIT: StartupState = "starting: init"
+"""How a job in start-up says its state: the first words of one of its notes (discovery writes it,
+``ps``, ``stacks`` and the MCP tools show it)."""
+
+
+def job_state(job: Job) -> StartupState | None:
+    """The start-up state a job's own notes give it (as discovery found it on one host), or None."""
+    for note in job.notes:
+        for state in (RENDEZVOUS, INIT):
+            if note.startswith(f"{state}:"):
+                return state
+    return None
+
+
 COMPARED = (
     "master_addr",
     "master_port",
@@ -430,4 +445,4 @@ def startup_verdict(
     return verdict, finding
 
 
-__all__ = ["PLAYBOOK", "init_wait", "init_waits", "startup_verdict"]
+__all__ = ["INIT", "PLAYBOOK", "RENDEZVOUS", "init_wait", "init_waits", "job_state", "startup_verdict"]

@@ -31,6 +31,7 @@ from rankscope.analysis.hang.backend import job_backend_of, rank_backend
 from rankscope.analysis.launcher_args import launcher_kind, torchrun_settings
 from rankscope.analysis.ranges import rank_ranges, ranks_phrase
 from rankscope.analysis.redact import Redactor
+from rankscope.analysis.startup import INIT, RENDEZVOUS
 from rankscope.errors import NoJobsFound, NotADistributedJob, PermissionDenied, ProcessNotFound
 from rankscope.models.core import Backend, Job, JobList, LauncherKind, MissingRank, ProcState, RankProcess
 from rankscope.models.look import ChosenBy, JobChoice
@@ -287,7 +288,7 @@ def _launcher_job(
         f"--{k}={settings[k]}" for k in ("nnodes", "node_rank", "nproc_per_node") if k in settings
     )
     where = f" at {settings['store']}" if "store" in settings else ""
-    note = f"no rank started yet: {kind} pid(s) {', '.join(map(str, pids))} wait in rendezvous{where}" + (
+    note = f"{RENDEZVOUS}: no rank started yet; {kind} pid(s) {', '.join(map(str, pids))} wait{where}" + (
         f" ({told})" if told else ""
     )
     return Job(
@@ -300,7 +301,6 @@ def _launcher_job(
         master_port=int(port) if port.isdigit() else None,
         hosts=[host],
         notes=[note, *_zombie_notes(pids, procs)],
-        state="starting: rendezvous",
     )
 
 
@@ -339,9 +339,7 @@ def _make_job(
     port, _ = _int(env0, "MASTER_PORT")
     addr = env0.get("MASTER_ADDR")
     backend, backend_evidence = job_backend_of(per_rank)
-    state = _init_state(per_rank, rank_procs)
-    if state is not None:
-        notes.append(state[1])
+    notes.extend(_init_state(per_rank, rank_procs))
     return Job(
         job_id=_job_id(launcher, env0, launcher_pid, addr, port),
         launcher=launcher,
@@ -359,14 +357,11 @@ def _make_job(
         launcher_pids=launchers,
         attempt=_attempt(members[0]) if launcher == "torchrun" else None,
         missing=classified or [MissingRank(rank=r, status="not_visible", detail=_NOT_HERE) for r in missing],
-        state=state[0] if state else None,
     )
 
 
-def _init_state(
-    per_rank: dict[int, tuple[Backend, list[str]]], ranks: list[RankProcess]
-) -> tuple[str, str] | None:
-    """``starting: init`` (and the note that says why) when some rank has torch loaded and holds
+def _init_state(per_rank: dict[int, tuple[Backend, list[str]]], ranks: list[RankProcess]) -> list[str]:
+    """The note ``starting: init`` when some rank has torch loaded and holds
     no process group yet (no gloo or NCCL thread): before or in ``init_process_group``, where the
     others wait for it; the stacks say which."""
     early = [
@@ -375,8 +370,9 @@ def _init_state(
         if r.pid in per_rank and per_rank[r.pid][0] == "unknown" and _has_torch(r.pid) and r.rank is not None
     ]
     if not early:
-        return None
-    return "starting: init", f"{ranks_phrase(early)}: no process group yet (no gloo or NCCL thread): starting"
+        return []
+    verb = "holds" if len(early) == 1 else "hold"
+    return [f"{INIT}: {ranks_phrase(early)} {verb} no process group yet (no gloo or NCCL thread)"]
 
 
 def _number_spawn_ranks(members: list[_Candidate], notes: list[str]) -> None:

@@ -47,11 +47,10 @@ def _startup(look: HostLook, job: Job, remote: bool) -> StacksReport | None:
     ruled = startup_verdict(report.job if report else job, look.startup, look.stacks, remote=remote)
     if ruled is None:
         return report if not job.ranks else None
-    verdict, finding = ruled
-    started = job.model_copy(update={"state": finding.state})
+    verdict, _ = ruled
     if report is None:
-        return StacksReport(verdict=verdict, job=started, errors=look.errors)
-    return report.model_copy(update={"verdict": verdict, "job": started})
+        return StacksReport(verdict=verdict, job=job, errors=look.errors)
+    return report.model_copy(update={"verdict": verdict})
 
 
 def judge_look(look: HostLook, options: DumpOptions = DEFAULTS, *, remote: bool = False) -> StacksReport:

@@ -786,9 +786,7 @@ def _one_job_everywhere(
     agreed = {lk.job.job_id for lk in looks.values() if lk.job is not None}
     if len(agreed) <= 1 and all(lk.job is not None for lk in looks.values()):
         return results
-    if all(
-        lk.job is not None and lk.job.state is not None and lk.chosen_by == "folder" for lk in looks.values()
-    ):
+    if all(lk.job is not None and lk.startup and lk.chosen_by == "folder" for lk in looks.values()):
         return results  # each host's job in start-up, started in the caller's folder: where ids differ, the verdict says why
     job_id = one_job(looks)
     if job_id is None:
@@ -900,9 +898,6 @@ def judge_looks(
         [lk.progress for lk in looks.values() if lk.progress is not None], merged_job.backend
     )
     startup = _startup_facts(looks)
-    if startup:
-        state = "starting: init" if merged_job.ranks else "starting: rendezvous"
-        merged_job = merged_job.model_copy(update={"state": state})
     source = _source(stacks, looks)
     merged = HostLook(
         host=",".join(looks),

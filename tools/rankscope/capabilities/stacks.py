@@ -33,7 +33,7 @@ from rankscope.analysis.hang.stacks import op_from_source, p2p_peer, recognise_o
 from rankscope.analysis.hang.waits import creating_communicator
 from rankscope.analysis.p2p import P2P_DIRECTION
 from rankscope.analysis.redact import Redactor
-from rankscope.analysis.startup import init_waits
+from rankscope.analysis.startup import init_waits, job_state
 from rankscope.capabilities import discovery
 from rankscope.capabilities.gpu_read import gpu_utilisation
 from rankscope.capabilities.judge import judge_look
@@ -587,7 +587,7 @@ def _capture_or_startup(job: Job, options: DumpOptions, ranks: list[int] | None,
     rank yet (no stack to capture: their facts alone), or ranks that all wait before their first
     collective."""
     look = capture(job, options, ranks, exe) if job.ranks else HostLook(host=discovery.this_host(), job=job)
-    if job.state is None and not (look.stacks and len(init_waits(look.stacks)) == len(look.stacks)):
+    if job_state(job) is None and not (look.stacks and len(init_waits(look.stacks)) == len(look.stacks)):
         return look  # some rank is past start-up: its stacks say the rest
     return look.model_copy(update={"startup": [startup_facts(look.job)]})
 

@@ -235,7 +235,6 @@ class Job(Model):
         default_factory=list,
         description="Each rank of the world with no live stack here, classified (not_visible, exited, ...).",
     )
-    state: str | None = Field(default=None, description="'starting: rendezvous' or 'starting: init'.")
 
 
 class JobList(Model):

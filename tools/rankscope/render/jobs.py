@@ -21,7 +21,6 @@ def render_jobs(model: JobList) -> Iterator[str]:
             [
                 f", backend {job.backend}" if job.backend else "",
                 f", attempt {job.attempt}" if job.attempt else "",
-                f", {job.state}" if job.state else "",
             ]
         )
         yield f"{job.job_id}  ({launcher}, world size {job.world_size or '?'}, host {', '.join(job.hosts)}{extra})"

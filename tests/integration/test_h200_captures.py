@@ -1,0 +1,59 @@
+"""Real output of a real GPU (tests/data/h200, README there): an NCCL stall before its watchdog,
+and an OOM whose kept blocks come from another script line than the training forward. CI has no
+GPU, so these captures stand in for it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from rankscope.capabilities.judge import judge_look
+from rankscope.capabilities.saved_stacks import stacks_from_files
+from rankscope.capabilities.triage import triage_logs
+from rankscope.models.look import HostLook
+from tests.paths import DATA
+
+H200 = DATA / "h200"
+STALL = H200 / "watch_stall_nccl"
+
+
+def test_saved_native_dumps_of_the_nccl_stall_name_rank_2_and_its_guard() -> None:
+    """Rank 2 blocks opening a FIFO (w_stall.py:16, guarded at :13); ranks 0, 1, 3 enqueued the
+    all_reduce and their CPUs wait for the GPU in `loss.item()`."""
+    report = stacks_from_files(sorted(str(p) for p in (STALL / "a1").glob("pyspy_native_rank*.json")))
+    v = report.verdict
+    assert v.kind == "divergent_ranks" and v.suspect_ranks == [2]
+    assert "w_stall.py:16" in v.summary and "wait for the GPU at w_stall.py:38" in v.summary
+
+
+def test_the_look_a_watch_keeps_judges_as_the_live_call_did() -> None:
+    """look.json is `stacks --local --json` taken 3 s into the stall: judged again, away from the
+    job, it gives the verdict the live call gave then, guard included (the look carries the source
+    lines it needs)."""
+    look = HostLook.model_validate_json((STALL / "a1" / "look.json").read_text())
+    live = json.loads((STALL / "a1" / "stacks.json").read_text())["verdict"]
+    v = judge_look(look).verdict
+    assert (v.kind, v.suspect_ranks) == (live["kind"], live["suspect_ranks"]) == ("divergent_ranks", [2])
+    assert "`if rank == 2 and step == STALL_STEP:` guards the call at w_stall.py:16" in " ".join(v.evidence)
+
+
+def test_oom_names_the_evaluation_that_keeps_its_graphs(tmp_path: Path) -> None:
+    """The training forward (train.py:24) and evaluate() (train.py:10, called at :29) reach the
+    same library line; only the evaluation's outputs stay, appended with their graphs at :11."""
+    src = H200 / "oom_eval_kept"
+    for name in (
+        "train.py",
+        "model.py",
+        "train.log",
+        "snapshot_rank0_step40.pickle",
+        "snapshot_rank0_oom.pickle",
+    ):
+        shutil.copy(src / name, tmp_path / name)
+    report = triage_logs([str(tmp_path)])
+    leak = next(f for f in report.findings if f.kind == "memory_leak")
+    assert leak.ranks == [0]
+    assert leak.facts["script"].endswith("train.py:10 in evaluate")
+    assert leak.facts["caller"].endswith("train.py:29 in main")
+    assert "`history.append(scores)`" in (leak.fix or "")
+    assert "no_grad" in (leak.fix or "") and "train.py:24" not in leak.message

@@ -17,6 +17,7 @@ from rankscope.capabilities.consistency import compare_dir
 from rankscope.cli import main
 from rankscope.errors import NothingToRead
 from rankscope.mcp_server import build_server
+from tests.paths import DATA
 
 
 def trained(steps: int, width: int = 8, seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -140,10 +141,18 @@ def test_nothing_saved_says_what_to_add(
 def test_per_rank_files_one_level_down_are_named(tmp_path: Path) -> None:
     model, opt = trained(1)
     save_ranks(tmp_path / "ckpt" / "step_100", [(model, opt)] * 2, "one")
-    with pytest.raises(
-        NothingToRead, match=r"per-rank files are in its sub-folders: `rankscope compare` one of .*step_100"
-    ):
+    with pytest.raises(NothingToRead, match=r"per-rank files are in its sub-folders: .*step_100") as caught:
         compare_dir(str(tmp_path / "ckpt"))
+    assert (
+        caught.value.fix
+        == f"Compare one save at a time: `rankscope compare {tmp_path / 'ckpt' / 'step_100'}`."
+    )
+
+
+def test_a_dcp_checkpoint_is_sent_to_placements() -> None:
+    with pytest.raises(NothingToRead, match="it is a DCP checkpoint") as caught:
+        compare_dir(str(DATA / "probe" / "dcp_fsdp2"))
+    assert caught.value.fix.startswith("`rankscope placements ")
 
 
 def test_mcp_text_leads_with_the_cause(tmp_path: Path) -> None:

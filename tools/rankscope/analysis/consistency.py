@@ -139,7 +139,7 @@ def _run_problems(per_rank: Mapping[int, RankFingerprints], ranks: Sequence[int]
     world = worlds[-1] if worlds else None
     if world is not None and ranks and len(ranks) < world:
         missing = sorted(set(range(world)) - set(ranks))
-        out.append(f"no fingerprints for ranks {missing} of a world of {world}")
+        out.append(f"no fingerprints for ranks [{rank_ranges(missing)}] of a world of {world}")
     return out
 
 

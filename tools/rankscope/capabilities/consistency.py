@@ -149,16 +149,22 @@ def _read_saved(found: _Found) -> dict[int, RankFingerprints]:
 
 
 def _nothing(root: Path, path: str, problems: list[str]) -> NothingToRead:
-    """No per-rank file: say where some are (sub-folders, a DCP checkpoint), and what to add to a live job."""
+    """No per-rank file: say where some are (sub-folders, a DCP checkpoint), or what to add to a live job."""
     below = [d for d in sorted(root.iterdir()) if d.is_dir() and (_scan(d).saved or _scan(d).fingerprints)]
-    where = ""
+    why = "; ".join(problems[:3]) or "no fingerprints-rank<R>.json and no per-rank torch.save files"
     if below:
         names = ", ".join(str(d) for d in below[:4])
-        where = f"; per-rank files are in its sub-folders: `rankscope compare` one of {names}"
-    elif (root / ".metadata").is_file():
-        where = "; it is a DCP checkpoint (its .distcp files hold shards, not per-rank copies): `rankscope placements` reads it"
-    why = "; ".join(problems[:3]) or "no fingerprints-rank<R>.json and no per-rank torch.save files"
-    return NothingToRead(f"nothing to compare under {path}: {why}{where}", fix=NOTHING_SAVED_FIX)
+        return NothingToRead(
+            f"nothing to compare under {path}: {why}; per-rank files are in its sub-folders: {names}",
+            fix=f"Compare one save at a time: `rankscope compare {below[-1]}`.",
+        )
+    if (root / ".metadata").is_file():
+        return NothingToRead(
+            f"nothing to compare under {path}: it is a DCP checkpoint, whose .distcp files hold shards, "
+            "not one copy per rank",
+            fix=f"`rankscope placements {path}` shows how it is sharded. {NOTHING_SAVED_FIX}",
+        )
+    return NothingToRead(f"nothing to compare under {path}: {why}", fix=NOTHING_SAVED_FIX)
 
 
 def compare_dir(path: str = ".", *, atol: float = 0.0, rtol: float = 0.0) -> ConsistencyReport:

@@ -7,6 +7,8 @@ The bounds are the issue's: 4 KB (text block and structured content each) for a 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -300,6 +302,22 @@ def test_triage_of_one_jobs_logs_answers_in_4_kb_and_keeps_the_conclusion(log: s
         assert any(f.explanation for f in bounded.findings if f.kind == kind), kind  # explained once
 
 
+def test_a_triage_answer_is_as_long_wherever_the_logs_are(tmp_path: Path) -> None:
+    """The sources are named relative to the folder triaged: a deeper checkout costs no byte."""
+    from rankscope import api
+    from rankscope.analysis.sizing.bound import bound_triage
+
+    sizes = set()
+    for folder in (tmp_path / "a", tmp_path / ("deeper-" * 20) / "rankscope" / "logs"):
+        shutil.copytree(DATA / "logs" / "watchdog", folder)
+        text, data = shape_answer(bound_triage(api.triage_logs([str(folder)])))
+        assert str(folder) not in text and str(folder) not in json.dumps(data)
+        sizes.add((size_of(data), len(text.encode())))
+    assert len(sizes) == 1, sizes
+    one = bound_triage(api.triage_logs([str(folder / "torch211_skipped_step.log")]))
+    assert [s.path for s in one.sources] == ["torch211_skipped_step.log"]
+
+
 def test_sixteen_ranks_environment_once_with_what_differs() -> None:
     from rankscope import api
     from rankscope.analysis.sizing.bound import bound_env
@@ -381,8 +399,9 @@ def test_cli_brief_prints_the_mcp_text_block(
 
 
 def test_a_dead_jobs_brief_text_leads_with_the_verdict_and_says_each_fact_once() -> None:
-    """The recorder's ranks that agree are one line, the folder is named once, a finding's message
-    the evidence gave is not repeated, and no playbook is named twice."""
+    """The recorder's ranks that agree are one line, the files are named relative to the folder the
+    caller gave (never its absolute path again), a finding's message the evidence gave is not
+    repeated, and no playbook is named twice."""
     from rankscope import api
     from rankscope.analysis.sizing.bound import bound_triage
     from rankscope.render.triage import render_triage
@@ -392,7 +411,7 @@ def test_a_dead_jobs_brief_text_leads_with_the_verdict_and_says_each_fact_once()
     lines = text.splitlines()
     assert lines[0].startswith("verdict: From the flight recorder: rank 0's GPU never started")
     assert lines[1] == "suspects: 0; decided by: flight recorder"
-    assert lines[2].startswith("read: ") and lines[2].count(str(DATA / "postmortem")) == 1
+    assert lines[2].startswith("read: torchrun.log, fr/s3_rank_0, ") and str(DATA) not in text
     assert "- flight recorder: ranks 1-3: nccl:all_reduce #21 state=started" in lines
     assert not any(line.startswith("read next") for line in lines)
     sections = [line.rsplit("[", 1)[-1] for line in lines if line.startswith("next ")]

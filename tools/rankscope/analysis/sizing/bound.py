@@ -8,6 +8,7 @@ come only on request (``full_ranks``).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any, cast
 
@@ -480,10 +481,32 @@ def _told_by_silent(report: TriageReport, notes: list[str]) -> TriageReport:
     )
 
 
+def _relative_sources(report: TriageReport) -> TriageReport:
+    """The sources' paths relative to the folder that holds them all (``rank3.log``,
+    ``attempt_0/3/error.json``): the caller named that folder, and the answer's size does not
+    depend on where it is. A finding's source follows its file."""
+    paths = [s.path for s in report.sources if s.path.startswith("/")]
+    if not paths:
+        return report
+    folder = posixpath.commonpath([posixpath.dirname(p) for p in paths]).rstrip("/") + "/"
+    short = {p: p[len(folder) :] for p in paths if p.startswith(folder)}
+    return report.model_copy(
+        update={
+            "sources": [s.model_copy(update={"path": short.get(s.path, s.path)}) for s in report.sources],
+            "findings": [
+                f.model_copy(update={"source": short[f.source]}) if f.source in short else f
+                for f in report.findings
+            ],
+        }
+    )
+
+
 def bound_triage(report: TriageReport) -> TriageReport:
     """Triage without repeats: at most two findings per kind (the suspects' first), a kind's
-    explanation, fix and next steps once, excerpts cut to their first lines, and torchrun's
-    failure records of the first observed failure and the suspects only."""
+    explanation, fix and next steps once, excerpts cut to their first lines, torchrun's failure
+    records of the first observed failure and the suspects only, and the sources' paths relative
+    to their folder."""
+    report = _relative_sources(report)
     notes: list[str] = []
     if report.blocking_calls:
         report = _told_by_silent(report, notes)

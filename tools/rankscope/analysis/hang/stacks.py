@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
+from rankscope.analysis.code_origin import frame_origin
 from rankscope.analysis.hang.backend import job_backend
 from rankscope.analysis.hang.collectives import (
     BACKWARD_FRAMES,
@@ -109,7 +110,7 @@ def recognise_op(frames: list[Frame], ddp_evidence: str | None = None) -> tuple[
             op, where = kind.op, frame
         elif kind.framework and f"{kind.framework} {kind.phase}" not in context:
             context.append(f"{kind.framework} {kind.phase}")
-        if backward is None and frame.function in BACKWARD_FRAMES and "torch/" in frame.file:
+        if backward is None and frame.function in BACKWARD_FRAMES and frame_origin(frame) == "torch":
             backward = frame
     ctx = f" (inside {', '.join(context)})" if context else ""
     if op is not None and where is not None:

@@ -181,3 +181,14 @@ def test_the_watch_it_names_is_one_line() -> None:
         model(torch.randn(2, 4)).sum().backward()
         opt.step()
     assert watch.checks == 2 and watch.last_consistent_step == 2 and not watch.stopped
+
+
+def test_a_scheduler_behind_counts_steps(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    for rank in range(3):
+        sched = {"last_epoch": 700 if rank == 0 else 900, "base_lrs": [0.1]}
+        torch.save({"scheduler": sched, "w": torch.ones(2)}, folder / f"state_rank{rank}.pt")
+    assert compare_dir(str(folder)).causes[0] == (
+        "rank 0's saved last_epoch is 200 steps behind the others' (scheduler.last_epoch 700 vs 900 on ranks 1-2)"
+    )

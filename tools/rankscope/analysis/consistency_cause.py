@@ -104,7 +104,8 @@ def _step_cause(d: DivergentTensor) -> Cause | None:
     if ref.sum is None or any(v.shape not in ([], [1]) or v.sum is None for v in d.values):
         return None
     gaps = [ref.sum - (v.sum or 0.0) for v in odd]
-    unit = "epochs" if "epoch" in leaf.lower() else "iterations" if "iter" in leaf.lower() else "steps"
+    low = leaf.lower()  # an LR scheduler's last_epoch counts its step() calls, most often steps
+    unit = "epochs" if "epoch" in low and low != "last_epoch" else "iterations" if "iter" in low else "steps"
     what = "optimizer state" if _OPTIM_STEP.search(d.name) else f"saved {leaf}"
     if all(g > 0 for g in gaps):
         how = f"is {_count(max(gaps))} {unit} behind"

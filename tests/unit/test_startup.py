@@ -166,6 +166,29 @@ def test_ranks_in_init_wait_for_a_rank_that_never_started() -> None:
     assert startup_verdict(job, facts, [*stacks[:2], past], remote=True) is None
 
 
+def test_every_rank_present_and_waiting_points_at_the_network() -> None:
+    job = Job(
+        job_id="env:10.0.0.1:29500", launcher="env", world_size=2,
+        ranks=[RankProcess(rank=r, pid=100 + r, host="node1") for r in range(2)],
+    )  # fmt: skip
+    verdict, _ = startup_verdict(job, [StartupFacts(host="node1")], [_waiting(0, "node1"), _waiting(1, "node1")],
+                                 remote=False) or (None, None)  # fmt: skip
+    assert verdict is not None and verdict.confidence == "low"
+    assert (
+        "every rank of world size 2 runs" in verdict.summary
+        and "GLOO_SOCKET_IFNAME" in verdict.next_steps[0].action
+    )
+
+
+def test_a_rank_still_importing_is_not_a_start_up_hang() -> None:
+    """A slow start (one rank still in its imports) leaves the verdict to the window and the hang rules."""
+    job, facts, stacks = _init_case()
+    importing = RankStack(rank=2, pid=102, host="node2", threads=[ThreadStack(thread_id=1, is_main=True, frames=[
+        Frame(function="_find_and_load", file="<frozen importlib._bootstrap>", line=1186),
+        Frame(function="<module>", file="train.py", line=3)])])  # fmt: skip
+    assert startup_verdict(job, facts, [*stacks[:2], importing], remote=True) is None
+
+
 def _port_case() -> tuple[Job, list[StartupFacts], list[RankStack]]:
     facts = [
         StartupFacts(

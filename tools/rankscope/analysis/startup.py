@@ -334,8 +334,17 @@ def _waiting_ruling(seen: _Seen) -> tuple[str, str, Confidence]:
     else:
         waiting = sorted(w.rank for w in seen.waits)
         summary = (
-            f"{ranks_phrase(waiting) or 'The ranks'} wait in start-up{at}, before their first collective."
+            f"{ranks_phrase(waiting) or 'the ranks'} wait in start-up{at}, before their first collective."
         )
+        world = seen.job.world_size
+        if world and not seen.job.missing_ranks and len(waiting) >= world:
+            return (
+                f"every rank of world size {world} runs, and all wait in start-up{at}: they reached the store "
+                "but not each other.",
+                "Check the interface and ports the backend connects over (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, "
+                "a firewall between the nodes): rankscope env (collect_env).",
+                "low",
+            )
     if seen.remote:
         return (
             summary,

@@ -711,13 +711,19 @@ def job_cwd(job: Job) -> str | None:
 
 
 def _of_own_allocation(jobs: list[Job]) -> list[Job]:
-    """The jobs whose ranks run in the Slurm job this call runs in (its SLURM_JOB_ID): a call made
-    in an allocation (``srun --overlap --jobid N`` on a node) means that job, not another one."""
+    """The jobs whose ranks (or, before any rank started, launchers) run in the Slurm job this call
+    runs in (its SLURM_JOB_ID): a call made in an allocation (``srun --overlap --jobid N`` on a
+    node) means that job, not another one."""
     own = os.environ.get("SLURM_JOB_ID")
     if not own:
         return []
     return [
-        j for j in jobs if any((read_environ(r.pid) or {}).get("SLURM_JOB_ID") == own for r in j.ranks[:1])
+        j
+        for j in jobs
+        if any(
+            (read_environ(pid) or {}).get("SLURM_JOB_ID") == own
+            for pid in [r.pid for r in j.ranks[:1]] or j.launcher_pids[:1]
+        )
     ]
 
 

@@ -31,18 +31,21 @@ def _command(pid: int) -> str | None:
     return (text[:77] + "...") if len(text) > 80 else (text or None)
 
 
-def _owners(inodes: set[int], first: Iterable[int], python_only: bool = False) -> dict[int, int]:
+def _owners(inodes: set[int], first: Iterable[int]) -> dict[int, int]:
     """inode -> pid of the processes holding those sockets: the job's own processes first, then
-    the host's others (Python ones only, when ``python_only``), until every inode is placed."""
+    the host's other Python processes (a store is torch's: a job's, or a previous run's), until
+    every inode is placed; the fds of other programs are never walked."""
     found: dict[int, int] = {}
     seen: set[int] = set()
+    first = list(first)
+    first_set = set(first)
     for pid in [*first, *procfs.pids()]:
         if len(found) == len(inodes):
             break
         if pid in seen:
             continue
         seen.add(pid)
-        if python_only and "python" not in (procfs.read_exe(pid) or "").rsplit("/", 1)[-1]:
+        if pid not in first_set and "python" not in (procfs.read_exe(pid) or "").rsplit("/", 1)[-1]:
             continue
         for inode in procfs.socket_inodes(pid) & inodes:
             found[inode] = pid
@@ -75,7 +78,7 @@ def _python_listeners(host: str) -> list[Listener]:
     """The Python processes listening on a TCP port of 1024 or above here (a store of another job,
     or of a previous run), for a host that runs no launcher of the job."""
     listening = [s for s in procfs.tcp_sockets(None) if s.listening and s.port >= 1024]
-    owners = _owners({s.inode for s in listening}, (), python_only=True)
+    owners = _owners({s.inode for s in listening}, ())
     out = [
         Listener(
             host=host, port=s.port, address=s.local, pid=owners[s.inode], command=_command(owners[s.inode])

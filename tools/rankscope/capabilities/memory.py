@@ -176,11 +176,9 @@ def _redact_summary(s: SnapshotSummary, red: Redactor) -> SnapshotSummary:
         site.site = red.text(site.site)
         site.stack = [red.text(x) for x in site.stack]
         site.script = red.text(site.script) if site.script else site.script
-        site.caller = red.text(site.caller) if site.caller else site.caller
     for leak in s.leak_suspects:
         leak.site = red.text(leak.site)
         leak.script = red.text(leak.script) if leak.script else leak.script
-        leak.caller = red.text(leak.caller) if leak.caller else leak.caller
     for oom in s.ooms:
         oom.site = red.text(oom.site) if oom.site else oom.site
     if s.allocator_settings:
@@ -249,12 +247,12 @@ def job_sources(summaries: list[SnapshotSummary], near: list[Path]) -> dict[str,
     (``near``) or one folder up; a file not found, too large or not text is left out."""
     wanted: list[str] = []
     for s in summaries:
-        places: list[tuple[str, str | None, str | None]] = [
-            *((t.site, t.script, t.caller) for t in s.top_sites),
-            *((t.site, t.script, t.caller) for t in s.leak_suspects),
+        places: list[tuple[str, str | None]] = [
+            *((t.site, t.script) for t in s.top_sites),
+            *((t.site, t.script) for t in s.leak_suspects),
         ]
-        for site, script, caller in places:
-            for text in (script, caller, site if script is None else None):
+        for site, script in places:
+            for text in (script or site).split(" <- "):
                 frame = split_frame(text)
                 if frame is not None and frame[0] not in wanted:
                     wanted.append(frame[0])

@@ -54,14 +54,15 @@ class RankMemory(Model):
 
 
 class AllocationSite(Model):
-    """Live bytes grouped by the innermost user frame that allocated them, the script line that led
-    there and its caller."""
+    """Live bytes grouped by the innermost user frame that allocated them and the script line that
+    led there (with that line's caller: one library line reached from two script lines is two sites)."""
 
     site: str = Field(description="file:line in function, or '<no frames>' when history recording was off.")
     script: str | None = Field(
-        default=None, description="The job's own script line on the same stack (train.py:77 in main)."
+        default=None,
+        description="The job's own script line on the same stack (train.py:77 in main), and its caller "
+        "when it is in a function (train.py:40 in evaluate <- train.py:95 in main).",
     )
-    caller: str | None = Field(default=None, description="The script line's caller.")
     live_bytes: int
     blocks: int = Field(description="Number of live blocks (tensors) from this site.")
     stack: list[str] = Field(
@@ -74,9 +75,10 @@ class LeakSuspect(Model):
 
     site: str
     script: str | None = Field(
-        default=None, description="The job's own script line on the same stack (train.py:77 in main)."
+        default=None,
+        description="The job's own script line on the same stack (train.py:77 in main), and its caller "
+        "when it is in a function (train.py:40 in evaluate <- train.py:95 in main).",
     )
-    caller: str | None = None
     start_bytes: int = Field(description="Live bytes from this site at the start of the trace window.")
     end_bytes: int
     growth_bytes: int

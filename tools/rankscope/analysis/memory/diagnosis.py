@@ -36,16 +36,15 @@ class _Leak:
 
     rank: int | None
     site: str
-    script: str | None
-    caller: str | None
+    script: str | None  # with its caller (train.py:40 in evaluate <- train.py:95 in main)
     live_bytes: int
     blocks: int
     kept_every: int | None = None
     signs: list[str] = field(default_factory=list)
 
     @property
-    def place(self) -> tuple[str, str | None, str | None]:
-        return self.site, self.script, self.caller
+    def place(self) -> tuple[str, str | None]:
+        return self.site, self.script
 
 
 def _ordered(summaries: Sequence[SnapshotSummary]) -> dict[int | None, list[SnapshotSummary]]:
@@ -64,9 +63,9 @@ def _moment(s: SnapshotSummary) -> tuple[bool, int, bool]:
     return bool(s.ooms), s.end_time_us or 0, "oom" in s.source.rsplit("/", 1)[-1].lower()
 
 
-def _site(s: SnapshotSummary, place: tuple[str, str | None, str | None]) -> AllocationSite | None:
+def _site(s: SnapshotSummary, place: tuple[str, str | None]) -> AllocationSite | None:
     """The snapshot's top site at a place: the same library line, reached from the same script line."""
-    return next((t for t in s.top_sites if (t.site, t.script, t.caller) == place), None)
+    return next((t for t in s.top_sites if (t.site, t.script) == place), None)
 
 
 def _label(s: SnapshotSummary) -> str:
@@ -80,7 +79,7 @@ def _leaks(by_rank: dict[int | None, list[SnapshotSummary]]) -> list[_Leak]:
     peak when that is less (a few kept tensors of a small job), so a small tensor kept for a log
     line does not hide a plan that cannot fit.
     """
-    found: dict[tuple[int | None, tuple[str, str | None, str | None]], _Leak] = {}
+    found: dict[tuple[int | None, tuple[str, str | None]], _Leak] = {}
     for rank, snaps in by_rank.items():
         least = min(LEAK_MIN, max(s.peak_allocated_bytes for s in snaps) // 20)
         _trace_leaks(rank, snaps, found, least)
@@ -91,14 +90,14 @@ def _leaks(by_rank: dict[int | None, list[SnapshotSummary]]) -> list[_Leak]:
 def _trace_leaks(
     rank: int | None,
     snaps: list[SnapshotSummary],
-    found: dict[tuple[int | None, tuple[str, str | None, str | None]], _Leak],
+    found: dict[tuple[int | None, tuple[str, str | None]], _Leak],
     least: int,
 ) -> None:
     """The leak suspects of the rank's traces, the latest trace first (it says it best)."""
     last = snaps[-1]
     for s in reversed(snaps):
         for sus in s.leak_suspects:
-            place = (sus.site, sus.script, sus.caller)
+            place = (sus.site, sus.script)
             held = _site(last, place)
             live = held.live_bytes if held else sus.end_bytes
             if (sus.growth_bytes if sus.kept_every is None else live) < least:
@@ -119,14 +118,14 @@ def _trace_leaks(
 def _growth_leaks(
     rank: int | None,
     snaps: list[SnapshotSummary],
-    found: dict[tuple[int | None, tuple[str, str | None, str | None]], _Leak],
+    found: dict[tuple[int | None, tuple[str, str | None]], _Leak],
     least: int,
 ) -> None:
     """Places holding more bytes in more blocks in the rank's latest snapshot than in its first."""
     if len(snaps) < 2:
         return
     for site in snaps[-1].top_sites:
-        place = (site.site, site.script, site.caller)
+        place = (site.site, site.script)
         before = _site(snaps[0], place)
         b_bytes, b_blocks = (before.live_bytes, before.blocks) if before else (0, 0)
         if site.live_bytes - b_bytes < least or site.blocks <= b_blocks:
@@ -150,14 +149,9 @@ def _elsewhere(by_rank: dict[int | None, list[SnapshotSummary]], leak: _Leak) ->
     return "; " + ", ".join(f"rank {r} holds {fmt_bytes(b)}" for r, b in sorted(held.items())), alike
 
 
-def _where(site: str, script: str | None, caller: str | None = None) -> str:
-    """A place as one line: the site, the script line that led there and its caller (a module's
-    top level, which every stack has, is left out)."""
-    return site + (f" <- {script}{_called(caller)}" if script else "")
-
-
-def _called(caller: str | None) -> str:
-    return f" <- {caller}" if caller and not caller.endswith(" in <module>") else ""
+def _where(site: str, script: str | None) -> str:
+    """A place as one line: the site, the script line that led there and its caller."""
+    return site + (f" <- {script}" if script else "")
 
 
 def _kept_phrase(every: int, kept: int, allocs: int) -> str:
@@ -202,11 +196,8 @@ def _failed(by_rank: dict[int | None, list[SnapshotSummary]]) -> bool:
 
 def _kept_graph(leak: _Leak, latest: SnapshotSummary) -> KeptGraph | None:
     """The kept forward of the leak's own call (its script line and caller), if the snapshot shows one."""
-    held = ((t.site, t.script, t.caller, t.live_bytes, t.blocks) for t in latest.top_sites)
-    return next(
-        (g for g in kept_graphs(held) if leak.script and (g.script, g.caller) == (leak.script, leak.caller)),
-        None,
-    )
+    held = ((t.site, t.script, t.live_bytes, t.blocks) for t in latest.top_sites)
+    return next((g for g in kept_graphs(held) if leak.script and g.script == leak.script), None)
 
 
 def _held(leak: _Leak, graph: KeptGraph | None, label: str) -> str:
@@ -216,7 +207,7 @@ def _held(leak: _Leak, graph: KeptGraph | None, label: str) -> str:
         return f"{_where(*leak.place)} holds {fmt_bytes(leak.live_bytes)} in {leak.blocks} blocks {label}"
     more = f", +{len(graph.graph_sites) - 1} lines" if len(graph.graph_sites) > 1 else ""
     return (
-        f"{leak.script}{_called(leak.caller)} keeps {graph.calls} outputs ({graph.output_site}) with "
+        f"{leak.script} keeps {graph.calls} outputs ({graph.output_site}) with "
         f"{fmt_bytes(graph.graph_bytes)} of activations in {graph.graph_blocks} blocks ({graph.graph_sites[0]}"
         f"{more}) {label}: their autograd graphs are alive (grad enabled, a kept tensor still attached)"
     )
@@ -235,7 +226,7 @@ def _leak_finding(
     )
     latest = by_rank[leak.rank][-1]
     graph = _kept_graph(leak, latest)
-    words = keeper_words(leak.site, leak.script, leak.caller, sources, graph=graph is not None, every=every)
+    words = keeper_words(leak.site, leak.script, sources, graph=graph is not None, every=every)
     message = (
         f"Leak on {who}: {_held(leak, graph, _label(latest))}; "
         + (f"at {leak.site}: " if graph else "")
@@ -243,7 +234,7 @@ def _leak_finding(
         + elsewhere
         + words.kept
     )
-    made = f"{leak.script}{_called(leak.caller)}" if leak.script else ""
+    made = leak.script or ""
     fix = words.fix or (
         f"Stop keeping {every} from {leak.site}" + (f" (made at {made})" if made else "") + f". {LEAK_FIX}"
     )
@@ -255,8 +246,8 @@ def _leak_finding(
         f"{SKILL}#leak",
         {
             "site": leak.site,
-            "script": leak.script,
-            "caller": leak.caller if _called(leak.caller) else None,
+            "script": leak.script.split(" <- ")[0] if leak.script else None,
+            "caller": leak.script.split(" <- ")[1] if leak.script and " <- " in leak.script else None,
             "live_bytes": leak.live_bytes,
             "blocks": leak.blocks,
             "kept_every": leak.kept_every,
@@ -281,8 +272,7 @@ def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | No
     def extra(t: AllocationSite) -> int:
         others = [
             (
-                _site(snaps[-1], (t.site, t.script, t.caller))
-                or AllocationSite(site="", live_bytes=0, blocks=0)
+                _site(snaps[-1], (t.site, t.script)) or AllocationSite(site="", live_bytes=0, blocks=0)
             ).live_bytes
             for r, snaps in by_rank.items()
             if r != rank and r is not None
@@ -290,11 +280,7 @@ def _rank_only(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | No
         return t.live_bytes - int(statistics.median(others)) if others else t.live_bytes
 
     top = max(last.top_sites, key=extra, default=None)
-    at = (
-        f": most of it at {_where(top.site, top.script, top.caller)} ({fmt_bytes(top.live_bytes)})"
-        if top
-        else ""
-    )
+    at = f": most of it at {_where(top.site, top.script)} ({fmt_bytes(top.live_bytes)})" if top else ""
     return _finding(
         "rank_only",
         rank,
@@ -352,9 +338,7 @@ def _at_oom(by_rank: dict[int | None, list[SnapshotSummary]]) -> Finding | None:
     peaks = [max(x.peak_allocated_bytes for x in snaps) for r, snaps in by_rank.items() if r is not None]
     top = s.top_sites[0] if s.top_sites else None
     holder = (
-        f"; the largest holder is {_where(top.site, top.script, top.caller)} ({fmt_bytes(top.live_bytes)})"
-        if top
-        else ""
+        f"; the largest holder is {_where(top.site, top.script)} ({fmt_bytes(top.live_bytes)})" if top else ""
     )
     facts: dict[str, object] = {
         "failed_request_bytes": frag.failed_request_bytes,

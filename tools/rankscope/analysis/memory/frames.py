@@ -92,6 +92,9 @@ class SiteNamer:
         # place id -> (site, script, caller) site ids; 0 is no place, and no script or caller
         self.places: list[Place] = [(0, 0, 0)]
         self._place_ids: dict[Place, int] = {}
+        self._by_user: dict[tuple[int, ...], int] = {}  # a stack's user site ids -> its place id
+        # a stack's frames, by identity -> its place id (a call path shares its frame dicts)
+        self.stack_places: dict[tuple[int, ...], int] = {}
 
     def site_id(self, name: str) -> int:
         """The id of a site text, registering it on first sight."""
@@ -161,22 +164,35 @@ class SiteNamer:
         """
         if not frames:
             return self._place((self.site_id(NO_FRAMES), 0, 0))
-        if sid is None:
-            sid = self.of(frames)
-        user = list(filter(None, map(self._user.get, map(id, frames), self._unknown)))
+        stack = tuple(map(id, frames))  # the same call path shares its frames: one lookup
+        pid = self.stack_places.get(stack)
+        if pid is None:
+            pid = self.stack_places[stack] = self._place_of(frames, sid)
+        return pid
+
+    def _place_of(self, frames: Sequence[Mapping[str, Any]], sid: int | None) -> int:
+        get = self._user.get
+        user = tuple(filter(None, map(get, map(id, frames), self._unknown)))
         if -1 in user:  # a frame seen for the first time: classify it, then read the stack again
             for f in frames:
-                if self._user.get(id(f), -1) < 0:
+                if get(id(f), -1) < 0:
                     self._classify(f)
-            user = list(filter(None, map(self._user.get, map(id, frames))))
-        if len(user) < 2:
-            return self._place((sid, 0, 0))
+            user = tuple(filter(None, map(get, map(id, frames))))
+        if not user:  # no user frame: the site is the namer's fallback, alone
+            return self._place((sid if sid is not None else self.of(frames), 0, 0))
+        pid = self._by_user.get(user)  # the site is user[0]: the user frames decide the place
+        if pid is None:
+            pid = self._by_user[user] = self._place(self._from_user(user))
+        return pid
+
+    def _from_user(self, user: tuple[int, ...]) -> Place:
+        """(site, script, caller) of a stack's user frames, innermost first."""
         files = self.files
         script_file = files[user[-1]]
         k = next(i for i, u in enumerate(user) if files[u] == script_file)
         if k == 0:
-            return self._place((sid, 0, 0))
-        return self._place((sid, user[k], user[k + 1] if k + 1 < len(user) else 0))
+            return (user[0], 0, 0)
+        return (user[0], user[k], user[k + 1] if k + 1 < len(user) else 0)
 
     def _place(self, key: Place) -> int:
         pid = self._place_ids.get(key)
@@ -185,10 +201,17 @@ class SiteNamer:
             self.places.append(key)
         return pid
 
-    def place(self, pid: int) -> tuple[str, str | None, str | None]:
-        """(site, script line, caller) of a place, as text."""
+    def place(self, pid: int) -> tuple[str, str | None]:
+        """(site, script line) of a place, as text: the script line with its caller when that is
+        a function (``train.py:40 in evaluate <- train.py:95 in main``; a module's top level,
+        which every stack has, is left out)."""
         site, script, caller = self.places[pid]
-        return self.names[site], self.names[script] or None, self.names[caller] or None
+        called = self.names[caller]
+        if not script:
+            return self.names[site], None
+        if called and not called.endswith(" in <module>"):
+            return self.names[site], f"{self.names[script]} <- {called}"
+        return self.names[site], self.names[script]
 
     def script(self, frames: Sequence[Mapping[str, Any]]) -> str | None:
         """The job's own script line on a stack (see :meth:`place_of`); None when the site is in

@@ -13,16 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-Held = tuple[str, str | None, str | None, int, int]
-"""What a place holds: (site, script line, caller, live bytes, live blocks)."""
+Held = tuple[str, str | None, int, int]
+"""What a place holds: (site, script line with its caller, live bytes, live blocks)."""
 
 
 @dataclass(frozen=True)
 class KeptGraph:
     """A script line's kept outputs and the activations kept with them."""
 
-    script: str
-    caller: str | None
+    script: str  # with its caller
     output_site: str
     calls: int  # blocks at the output's line: one per kept call
     graph_bytes: int
@@ -32,12 +31,12 @@ class KeptGraph:
 
 def kept_graphs(places: Iterable[Held]) -> list[KeptGraph]:
     """The kept forwards among the places, the largest graph first."""
-    calls: dict[tuple[str, str | None], list[tuple[str, int, int]]] = {}
-    for site, script, caller, live, blocks in places:
+    calls: dict[str, list[tuple[str, int, int]]] = {}
+    for site, script, live, blocks in places:
         if script:
-            calls.setdefault((script, caller), []).append((site, live, blocks))
+            calls.setdefault(script, []).append((site, live, blocks))
     out: list[KeptGraph] = []
-    for (script, caller), held in calls.items():
+    for script, held in calls.items():
         output, _, kept = min(held, key=lambda h: (h[2], h[1]))
         graph = sorted(
             (h for h in held if h[0] != output and h[2] >= kept and h[2] % kept == 0), key=lambda h: -h[1]
@@ -47,7 +46,6 @@ def kept_graphs(places: Iterable[Held]) -> list[KeptGraph]:
         out.append(
             KeptGraph(
                 script=script,
-                caller=caller,
                 output_site=output,
                 calls=kept,
                 graph_bytes=sum(h[1] for h in graph),

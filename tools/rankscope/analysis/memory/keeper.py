@@ -191,13 +191,15 @@ def _remedy(keep: Keep, func: str, graph: bool) -> str:
 
 
 def keeper_words(
-    site: str, script: str | None, caller: str | None, sources: Mapping[str, str], *, graph: bool, every: str
+    site: str, script: str | None, sources: Mapping[str, str], *, graph: bool, every: str
 ) -> KeeperWords:
     """The statements that keep a leak's tensors, quoted, and the fix that names the first one.
 
-    Read in the script line's function (``script``; the site itself when the site is in the
-    script's file); a value it returns is kept by the caller, whose line is quoted too.
+    Read in the script line's function (``script``, with its caller after `` <- ``; the site
+    itself when the site is in the script's file); a value it returns is kept by the caller,
+    whose line is quoted too.
     """
+    script, _, caller = (script or "").partition(" <- ")
     where = split_frame(script) or split_frame(site)
     if where is None or where[0] not in sources:
         return KeeperWords()

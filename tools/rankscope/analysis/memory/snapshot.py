@@ -306,11 +306,10 @@ def analyze_snapshot(
 
 def _site(namer: SiteNamer, pid: int, held: list[int], frames: list[Any]) -> AllocationSite:
     """One top place: its live bytes and blocks, its stack, the job's script line on it and its caller."""
-    site, script, caller = namer.place(pid)
+    site, script = namer.place(pid)
     return AllocationSite(
         site=site,
         script=script,
-        caller=caller,
         live_bytes=held[0],
         blocks=held[1],
         stack=namer.stack(frames),
@@ -323,7 +322,7 @@ def _outputs(
     """The outputs of kept forwards left out of the top places (one small block per call): listed
     too, so that the graph their activations form can be read from the top places."""
     graphs = kept_graphs((*namer.place(pid), live, blocks) for pid, (live, blocks) in sites.items())
-    outputs = {(g.output_site, g.script, g.caller) for g in graphs[:3]}
+    outputs = {(g.output_site, g.script) for g in graphs[:3]}
     return [kv for kv in rest if namer.place(kv[0]) in outputs]
 
 
@@ -382,11 +381,10 @@ def _leak_suspects(
         if sid not in found and every is None:
             continue
         first, grown = found.get(sid) or (next(i for i, v in enumerate(series) if v > 0), 0)
-        name, script, caller = namer.place(sid)
+        name, script = namer.place(sid)
         leak = LeakSuspect(
             site=name,
             script=script,
-            caller=caller,
             start_bytes=series[0],
             end_bytes=series[-1],
             growth_bytes=series[-1] - (series[first - 1] if first > 0 else 0),
@@ -495,6 +493,8 @@ def _alloc_counts(
     addr_site: dict[int, tuple[int, int]] = {}  # addr -> (place id, index of the allocation at its place)
     site_of = namer.of
     place_of = namer.place_of
+    stack_place = namer.stack_places.get
+    last_at: dict[int, tuple[Any, int]] = {}  # site id -> (the last stack allocated there, its place)
     frame_site = namer.frame_site
     prefix_of = namer.prefixes.get
     wanted_sites = {namer.places[pid][0] for pid in wanted}
@@ -510,7 +510,14 @@ def _alloc_counts(
                     sid = site_of(tframes)
             else:
                 sid = namer.site_id(NO_FRAMES)
-            pid = place_of(tframes or (), sid) if sid in wanted_sites else 0
+            pid = 0
+            if sid in wanted_sites:  # its place: the last stack seen at the site again, else by identity
+                last = last_at.get(sid)
+                if last is not None and tframes == last[0]:
+                    pid = last[1]
+                else:
+                    pid = stack_place(tuple(map(id, tframes or ()))) or place_of(tframes or (), sid)
+                    last_at[sid] = (tframes, pid)
             if pid:
                 site = sites.get(pid)
                 if site is None:

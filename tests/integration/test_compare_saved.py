@@ -16,7 +16,7 @@ import pytest
 
 from rankscope.capabilities.consistency import compare_dir
 from rankscope.cli import main
-from tests.jobs import JobFactory, wait_for
+from tests.jobs import JobFactory
 
 pytestmark = pytest.mark.slow
 NPROC = 4
@@ -29,8 +29,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         job = jobs.torchrun("save_rank_state.py", nproc=NPROC, args=[str(tmp / "out")])
         job.wait_ready([f"done{r}" for r in range(NPROC)], timeout=150)
-        wait_for(lambda: job.proc.poll() is not None, 60, "save_rank_state.py to exit")
-        assert job.proc.returncode == 0, job.output()
+        assert job.wait_exit(60, "save_rank_state.py to exit once its ranks were done") == 0, job.output()
     finally:
         jobs.cleanup()
     return tmp / "out"

@@ -104,8 +104,8 @@ def test_every_console_block_prints_what_the_readme_shows(
     folder.mkdir()
     _write_files(folder)
     job = _torchrun(jobs, folder, 4)
-    wait_for(lambda: "step 0" in job.output(), 120, "the quick start's first step")
-    wait_for(lambda: _hung(folder, job.pid), 120, "the quick start's hang", interval=1.0)
+    wait_for(lambda: "step 0" in job.output(), 120, "the quick start's first step", detail=job.last_output)
+    wait_for(lambda: _hung(folder, job.pid), 120, "the quick start's hang", 1.0, job.last_output)
     consoles = [b for b in blocks() if b.mark is None]
     assert consoles
     for block in consoles:
@@ -118,7 +118,6 @@ def test_the_quick_start_trains_and_exits_cleanly_on_two_ranks(jobs: JobFactory,
     """On 2 ranks rank 2 does not exist: 100 steps, destroy_process_group, exit 0, no abort at exit."""
     _write_files(tmp_path)
     job = _torchrun(jobs, tmp_path, 2)
-    job.proc.wait(timeout=240)
+    assert job.wait_exit(240, "the quick start to train and exit on two ranks") == 0, job.output()
     output = job.output()
-    assert job.proc.returncode == 0, output
     assert "step 90" in output and "terminate called" not in output

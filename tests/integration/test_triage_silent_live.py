@@ -41,7 +41,14 @@ def dead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Running
             mode: factory.torchrun("silent_rank.py", nproc=4, args=[mode], env=env)
             for mode in ("queue", "short")
         }
-        wait_for(lambda: all(j.proc.poll() is not None for j in jobs.values()), 240, "both jobs to die")
+        wait_for(
+            lambda: all(j.proc.poll() is not None for j in jobs.values()),
+            240,
+            "both jobs to die",
+            detail=lambda: "; ".join(
+                f"{m}: {j.last_output()}" for m, j in jobs.items() if j.proc.poll() is None
+            ),
+        )
         yield jobs
     finally:
         factory.cleanup()

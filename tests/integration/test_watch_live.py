@@ -61,8 +61,14 @@ def _start(job: RunningJob, out: Path, watchers: list[int], *extra: str) -> dict
 
 def _ended(out: Path, job: RunningJob) -> WatchManifest:
     """The watch's manifest once the job ended and the watch said so."""
-    job.proc.wait(timeout=END_S)
-    wait_for(lambda: wf.read_watch(out).state != "watching", 60, "the watch to see the job end", 0.2)
+    job.wait_exit(END_S, "the watched job to end")
+    wait_for(
+        lambda: wf.read_watch(out).state != "watching",
+        60,
+        "the watch to see the job end",
+        0.2,
+        lambda: f"the watch's state: {wf.read_watch(out).state!r}",
+    )
     return wf.read_watch(out)
 
 

@@ -40,8 +40,6 @@ def train_queue(rank: int, silent: bool) -> None:
         batch = batches.get()
         total += batch
         dist.all_reduce(total)
-        if step == 1:
-            mark_ready(f"rank{rank}")
 
 
 def prefetch(shard: list[torch.Tensor], q: queue.Queue[torch.Tensor]) -> None:
@@ -61,14 +59,13 @@ def train_short(rank: int, silent: bool) -> None:
     for step in range(1000):
         total += next_batch(ready)
         dist.all_reduce(total)
-        if step == 1:
-            mark_ready(f"rank{rank}")
 
 
 def main() -> None:
     timeout = timedelta(seconds=float(os.environ.get("JOB_TIMEOUT_S", "10")))
     dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
+    mark_ready(f"rank{rank}")
     silent = rank == int(os.environ.get("SILENT_RANK", "1"))
     train = train_queue if sys.argv[1] == "queue" else train_short
     train(rank, silent)

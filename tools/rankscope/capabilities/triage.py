@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from rankscope.analysis.triage.logs import SHELL_NEEDLES, LogScanner, conclude
 from rankscope.analysis.triage.postmortem import PostMortem, combine
 from rankscope.analysis.triage.silent import call_lines, read_silent, silent_site, with_silent
+from rankscope.capabilities.watch_folder import is_watch_folder
 from rankscope.errors import InvalidInput, NothingToRead
 from rankscope.models.core import Finding
 from rankscope.models.logs import FailureRecord, LogSource, SilentRanks, SourceKind, TriageReport
@@ -388,6 +389,9 @@ def triage_logs(
         raise InvalidInput(
             f"max_findings must be at least 1, not {max_findings}.", fix="Pass a positive number."
         )
+    watched = [p for p in paths if is_watch_folder(Path(p))]
+    if watched:
+        return _from_watch(watched, paths, max_findings)
     redactor = Redactor()
     scanner = LogScanner(redact=redactor.text)
     started = time.monotonic()
@@ -452,6 +456,18 @@ def _silent(findings: list[Finding], post: PostMortem, scripts: list[str]) -> Si
             continue
     note = f"its code is not on this host: pass the script too (`rankscope triage LOGS {name}`)"
     return read_silent(site, None, site.file, note)
+
+
+def _from_watch(watched: list[str], paths: list[str], max_findings: int) -> TriageReport:
+    """A watch folder leads with its capture; the other paths given are the job's logs beside it."""
+    from rankscope.capabilities.watch_triage import triage_watch
+
+    if len(watched) > 1:
+        raise InvalidInput(
+            f"{len(watched)} watch folders given ({', '.join(watched)}): one job's watch at a time.",
+            fix="Pass one watch folder, with the job's log folder beside it if you have it.",
+        )
+    return triage_watch(Path(watched[0]), [p for p in paths if p not in watched], max_findings=max_findings)
 
 
 def _defer_to_memory(findings: list[Finding], memory: Finding) -> None:

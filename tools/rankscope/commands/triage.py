@@ -11,7 +11,8 @@ class TriageCommand(Command):
     name = "triage"
     help = (
         "one verdict for a dead job from what it left (logs, torchrun's log folder, error.json, "
-        "flight-recorder dumps, saved stacks; a folder is enough, '-' for stdin)"
+        "flight-recorder dumps, saved stacks; a folder is enough, '-' for stdin); a watch folder "
+        "leads with its capture of the stall"
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -19,7 +20,8 @@ class TriageCommand(Command):
             "paths",
             nargs="+",
             metavar="PATH",
-            help="files or folders: logs, error.json, recorder dumps, saved stacks, or '-' for stdin",
+            help="files or folders: logs, error.json, recorder dumps, saved stacks, a watch folder, the job's "
+            "script, or '-' for stdin",
         )
         parser.add_argument(
             "--max-findings", type=int, default=50, help="at most this many findings (default 50)"

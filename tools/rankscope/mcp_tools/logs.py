@@ -17,7 +17,8 @@ async def triage_logs(
         list[str] | None,
         arg(
             "Files or folders a dead job left, in any mix: logs, torchrun --log_dir, error.json, "
-            "flight-recorder dumps, saved stacks (py-spy), CUDA memory snapshots. A folder is enough."
+            "flight-recorder dumps, saved stacks (py-spy), CUDA memory snapshots, a watch folder, the script. "
+            "A folder is enough."
         ),
     ] = None,
     text: Annotated[str | None, arg("Pasted log text, instead of (or with) paths.")] = None,
@@ -25,6 +26,8 @@ async def triage_logs(
     full: Full = False,
 ) -> TriageReport:
     """One verdict for a dead distributed PyTorch job from everything it left: logs (rank3.log, torchrun --log_dir attempt_0/3/stdout.log), error.json, flight-recorder dumps, saved stacks and CUDA memory snapshots, read together.
+
+    A watch folder (`watch --out DIR`) leads with its capture of the stall, judged as a live call then; pass it first, then the logs. If a hang may come back, start a watch beside the job.
 
     Returns suspect_ranks with the summary and evidence (victims that merely
     saw a closed peer or waited in a collective are listed separately),

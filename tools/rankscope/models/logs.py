@@ -23,7 +23,7 @@ SourceKind = Literal[
 output; ``memory_snapshot`` a CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``); ``answer``
 a rankscope answer saved to a file (not read: it is not the job's own output); ``source`` a script named
 beside the logs, read for the code a silent rank passes."""
-DecidedBy = Literal["logs", "flight_recorder", "stacks", "memory_snapshots"]
+DecidedBy = Literal["logs", "flight_recorder", "stacks", "memory_snapshots", "watch"]
 
 
 class LogSource(Model):
@@ -115,6 +115,8 @@ class TriageReport(Model):
         default=None, description="The saved stacks' own verdict, when stack files were read."
     )
     blocking_calls: list[str] | None = None
+    watch: list[str] | None = None
+    """A watch folder only: what to weigh beside its capture (incomplete, slow phases, hosts gone, attempts)."""
     """Silent ranks only: the blocking calls the code has them pass before the collective."""
     next_steps: list[NextStep] = Field(default_factory=list)
     truncated: bool = Field(

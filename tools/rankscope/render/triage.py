@@ -27,6 +27,8 @@ def render_triage(r: TriageReport) -> Iterator[str]:
     yield f"Suspect ranks: {', '.join(map(str, r.suspect_ranks)) or '-'}    Victims: {', '.join(map(str, r.victim_ranks)) or '-'}"
     for e in r.evidence:
         yield f"  - {e}"
+    for line in r.watch or []:
+        yield f"Watch: {line}"
     if r.blocking_calls:
         yield "Blocking calls on the silent ranks' way to the collective (read from the code, not a stack):"
         yield from (f"  {line}" for line in r.blocking_calls)
@@ -122,6 +124,7 @@ def render_triage_brief(r: TriageReport) -> Iterator[str]:
     ]
     yield "; ".join(x for x in who if x)
     yield _read_line(r)
+    yield from (f"watch: {line}" for line in r.watch or [])
     yield from (f"- {line}" for line in r.blocking_calls or [])
     said = r.summary
     for e in r.evidence:

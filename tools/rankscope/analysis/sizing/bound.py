@@ -460,11 +460,11 @@ def _kept_findings(report: TriageReport, notes: list[str]) -> list[Finding]:
     return [f for f in report.findings if id(f) in keep]
 
 
-def _told_by_silent(report: TriageReport, notes: list[str]) -> TriageReport:
-    """A dead job whose silent ranks the code explains (``report.blocking_calls``): the summary says
-    who waited where and who said nothing, so one timeout stays as the log's evidence, and the other
-    timeouts, the launcher's table and SIGTERMs, the evidence lines and the steps after the fix go
-    to full=true."""
+def _told_by_story(report: TriageReport, notes: list[str]) -> TriageReport:
+    """A dead job whose summary tells who waited where and who did not: a silent rank's code read
+    (``report.blocking_calls``) or a watch's capture (``decided_by="watch"``). One timeout stays as
+    the log's evidence; the other timeouts, the launcher's table and SIGTERMs, the logs' evidence
+    lines (the capture's stay) and the steps after the first two go to full=true."""
     first = next((f for f in report.findings if f.kind == "collective_timeout"), None)
     kept = [
         f
@@ -476,8 +476,14 @@ def _told_by_silent(report: TriageReport, notes: list[str]) -> TriageReport:
         )
     ]
     notes.append("the other timeouts, the launcher's findings, evidence, more steps: full=true")
+    watched = report.decided_by == "watch"
     return report.model_copy(
-        update={"findings": kept, "failures": [], "evidence": [], "next_steps": report.next_steps[:1]}
+        update={
+            "findings": kept,
+            "failures": [],
+            "evidence": report.evidence if watched else [],
+            "next_steps": report.next_steps[: 2 if watched else 1],
+        }
     )
 
 
@@ -508,8 +514,8 @@ def bound_triage(report: TriageReport) -> TriageReport:
     to their folder."""
     report = _relative_sources(report)
     notes: list[str] = []
-    if report.blocking_calls:
-        report = _told_by_silent(report, notes)
+    if report.blocking_calls or report.decided_by == "watch":
+        report = _told_by_story(report, notes)
     suspects = set(report.suspect_ranks)
     kept = _kept_findings(report, notes)
     detailed: dict[str, int] = {}  # per kind, the finding that keeps its explanation: a suspect's first

@@ -114,14 +114,15 @@ def call_lines(s: SilentRanks) -> list[str]:
     return out
 
 
-def _rest(post: PostMortem) -> str:
-    """What the logs' summary says beside the timeouts and the suspects, which the story says better."""
+def beyond_timeouts(summary: str, suspects: list[int], victims: list[int]) -> str:
+    """What the logs' summary says beside the timeouts and the suspects, which a story that names
+    who waited where (a silent rank's code, a watch's capture) says better."""
     said = [
         TIMEOUT_SENTENCE,
-        f"Suspect rank(s): {', '.join(map(str, post.suspect_ranks))}.",
-        f"Victims (failed because of another rank): {', '.join(map(str, post.victim_ranks))}.",
+        f"Suspect rank(s): {', '.join(map(str, suspects))}.",
+        f"Victims (failed because of another rank): {', '.join(map(str, victims))}.",
     ]
-    rest = post.summary
+    rest = summary
     for sentence in said:
         rest = rest.replace(sentence, "")
     return " ".join(rest.split())
@@ -141,7 +142,7 @@ def fix_step(s: SilentRanks) -> NextStep:
 def with_silent(post: PostMortem, s: SilentRanks) -> PostMortem:
     """The post-mortem led by the silent ranks' story; the steps that need a live job left out."""
     story = silent_story(s)
-    rest = _rest(post)
+    rest = beyond_timeouts(post.summary, post.suspect_ranks, post.victim_ranks)
     steps = [x for x in post.next_steps if x.tool not in LIVE_ONLY_TOOLS]
     return replace(
         post,
@@ -151,4 +152,12 @@ def with_silent(post: PostMortem, s: SilentRanks) -> PostMortem:
     )
 
 
-__all__ = ["SilentSite", "call_lines", "read_silent", "silent_site", "silent_story", "with_silent"]
+__all__ = [
+    "SilentSite",
+    "beyond_timeouts",
+    "call_lines",
+    "read_silent",
+    "silent_site",
+    "silent_story",
+    "with_silent",
+]

@@ -1,0 +1,173 @@
+"""The morning after in one call: `rankscope triage <watch folder>` on a real job's capture.
+
+A 4-rank gloo job trains until one rank stops in a queue read, outside any collective, and the
+job's own init_process_group(timeout=30 s) ends every rank. While it hangs, the host's look is
+taken as a watch takes it (`stacks --local`'s capture), and written into a watch folder by the
+folder's own writer; after the job is gone, triage of the folder names the rank, its line and
+why, where the job's logs alone show only the timeouts of the ranks that waited. The same look
+then fills the folders a watch leaves in harder nights: a restart (one line per attempt), a
+watcher killed mid-incident (incomplete), a slow phase that resumed, a host that went away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
+from rankscope.analysis.sizing.bound import bound_triage
+from rankscope.capabilities.remote import judge_looks
+from rankscope.capabilities.stacks import look_here
+from rankscope.capabilities.triage import triage_logs
+from rankscope.capabilities.watch_folder import (
+    incident_name,
+    new_incident,
+    utc_now,
+    write_incident,
+    write_look,
+    write_watch,
+)
+from rankscope.models.look import HostLook
+from rankscope.models.watch import (
+    IncidentManifest,
+    IncidentPiece,
+    WatchAttempt,
+    WatchHost,
+    WatchManifest,
+    WatchSettings,
+)
+from rankscope.options import DumpOptions
+from rankscope.render.answer import shape_answer
+from tests.jobs import PROGRAMS, JobFactory, RunningJob, wait_for
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = PROGRAMS / "silent_rank.py"
+READY_S = 180.0
+SETTINGS = WatchSettings(
+    interval_s=1.0,
+    stall_s=5.0,
+    job_timeout_s=30.0,
+    job_timeout_source="default",
+    max_incidents=5,
+    max_incident_bytes=10**7,
+)
+
+
+def _line(text: str) -> int:
+    return next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
+
+
+@dataclass
+class Night:
+    """The job's capture at the stall, when it was taken and when the job ended, and its log."""
+
+    look: HostLook
+    stalled_at: str
+    captured_at: str
+    ended_at: str
+    job: RunningJob
+
+
+def _stalled_look(job: RunningJob) -> tuple[HostLook, str]:
+    """Looks taken as a watch takes them, until one is judged a hang (not a job that moves)."""
+    found: list[HostLook] = []
+    first = utc_now()
+
+    def stalled() -> bool:
+        look = look_here(job.pid, DumpOptions(window=1.0))
+        verdict = judge_looks({look.host: look}, [look.host], [], DumpOptions(flight_recorder=False)).verdict
+        found[:] = [look]
+        return verdict.kind not in PROGRESS_KINDS
+
+    wait_for(stalled, 60, "a look that judges the job hung", interval=0.5)
+    return found[0], first
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Night]:
+    factory = JobFactory(tmp_path_factory.mktemp("watch-triage"))
+    try:
+        job = factory.torchrun("silent_rank.py", nproc=4, args=["queue"], env={"JOB_TIMEOUT_S": "30"})
+        job.wait_ready(timeout=READY_S)
+        look, stalled_at = _stalled_look(job)
+        captured_at = utc_now()
+        wait_for(lambda: job.proc.poll() is not None, 120, "the job to die by its own timeout")
+        yield Night(look, stalled_at, captured_at, utc_now(), job)
+    finally:
+        factory.cleanup()
+
+
+def _watch(night: Night, **update: object) -> WatchManifest:
+    watch = WatchManifest(
+        watcher_pid=1,
+        watcher_host=night.look.host,
+        started_at=night.stalled_at,
+        state="job_ended",
+        job_ended_at=night.ended_at,
+        attempts=[WatchAttempt(n=1, first_seen=night.stalled_at, ended_at=night.ended_at)],
+        hosts=[WatchHost(host=night.look.host, state="ended")],
+        settings=SETTINGS,
+    )
+    return watch.model_copy(update=update)
+
+
+def _incident(folder: Path, night: Night, n: int, **update: object) -> IncidentManifest:
+    """An incident written as the watcher writes one: manifest first, the look, the manifest last."""
+    m = IncidentManifest(
+        name=incident_name(n, night.stalled_at), stall_suspected_at=night.stalled_at, **update
+    )  # type: ignore[arg-type]
+    path = new_incident(folder, m)
+    if m.status == "stalled":
+        write_look(path, night.look)
+    piece = IncidentPiece(name="look", file=f"look-{night.look.host}.json", captured_at=night.captured_at)
+    done = m.model_copy(update={"captured_at": night.captured_at, "pieces": [piece], **update})
+    write_incident(path, done)
+    return done
+
+
+def test_the_watch_folder_names_the_rank_and_line_the_logs_cannot(night: Night, tmp_path: Path) -> None:
+    folder = tmp_path / "watch"
+    m = _incident(folder, night, 1, job_ended_at=night.ended_at, complete=True)
+    write_watch(folder, _watch(night, incidents=[m.name]))
+    r = triage_logs([str(folder), str(night.job.log_path)])
+    get = _line("batch = batches.get()")
+    assert r.decided_by == "watch" and r.suspect_ranks == [1] and r.victim_ranks == [0, 2, 3]
+    assert r.summary.startswith(f"From the watch's capture (incident {m.name}, captured ")
+    assert "s before the job ended): rank 1 is in no collective" in r.summary
+    assert f"silent_rank.py:{get} blocked in Queue.get" in r.summary
+    assert any(f.kind == "collective_timeout" for f in r.findings)  # the logs' own findings follow
+    # the logs alone show only the timeouts of the ranks that waited: no line of rank 1's
+    alone = triage_logs([str(night.job.log_path)], read_code=False)
+    assert f"silent_rank.py:{get}" not in alone.summary and not alone.blocking_calls
+    text, _ = shape_answer(bound_triage(r))
+    assert text.startswith("verdict: From the watch's capture") and len(text) < 2000, text
+
+
+def test_restart_incomplete_slow_phase_and_a_host_gone_are_each_said(night: Night, tmp_path: Path) -> None:
+    folder = tmp_path / "watch"
+    slow = _incident(folder, night, 1, status="resumed", resumed_after_s=95.0, complete=True)
+    first = _incident(folder, night, 2, attempt=1, job_ended_at=night.ended_at, complete=True)
+    second = _incident(
+        folder,
+        night,
+        3,
+        attempt=2,
+        hosts_missing=[WatchHost(host="node2", state="gone", note="its srun step ended")],
+    )
+    attempts = [
+        WatchAttempt(n=1, first_seen=night.stalled_at, ended_at=night.ended_at),
+        WatchAttempt(n=2, first_seen=night.ended_at),
+    ]
+    write_watch(folder, _watch(night, attempts=attempts, incidents=[slow.name, first.name, second.name]))
+    r = triage_logs([str(folder)])
+    assert r.decided_by == "watch" and r.suspect_ranks == [1]
+    assert r.summary.startswith(f"From the watch's capture (incident {second.name}, attempt 2 of 2, ")
+    said = "\n".join(r.watch or [])
+    assert f"incomplete: the watcher stopped before it finished incident {second.name}" in said
+    assert f"slow phases (the job moved again: not hangs): {slow.name} after 95 s" in said
+    assert "host node2: missing from" in said and "its srun step ended" in said
+    assert f"attempt 1: incident {first.name}, captured " in said and "rank 1 is in no collective" in said

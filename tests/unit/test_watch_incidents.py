@@ -1,0 +1,78 @@
+"""Which incident of a watch folder decides, and the lines said beside its verdict (pure, on manifests)."""
+
+from __future__ import annotations
+
+from rankscope.analysis.triage.watch_incidents import (
+    deciding,
+    hosts_gone,
+    incomplete,
+    slow_phases,
+    watch_lines,
+    when_captured,
+)
+from rankscope.models.watch import (
+    IncidentManifest,
+    IncidentPiece,
+    WatchAttempt,
+    WatchHost,
+    WatchManifest,
+    WatchSettings,
+)
+
+T0 = "2026-11-28T03:00:12+00:00"
+SETTINGS = WatchSettings(interval_s=1.0, stall_s=60.0, max_incidents=5, max_incident_bytes=1 << 20)
+
+
+def _m(name: str, attempt: int = 1, **kw: object) -> IncidentManifest:
+    return IncidentManifest(name=name, attempt=attempt, stall_suspected_at=T0, **kw)  # type: ignore[arg-type]
+
+
+def _w(**kw: object) -> WatchManifest:
+    return WatchManifest(watcher_pid=1, watcher_host="h", started_at=T0, settings=SETTINGS, **kw)  # type: ignore[arg-type]
+
+
+def test_the_latest_stalled_incident_of_each_attempt_decides() -> None:
+    ms = [
+        _m("001"),
+        _m("002", status="resumed", resumed_after_s=90.0),
+        _m("003"),
+        _m("004", attempt=2),
+        _m("005", attempt=2, status="resumed"),
+    ]
+    assert [m.name for m in deciding(ms)] == ["003", "004"]
+    assert deciding([_m("001", status="resumed")]) == []
+
+
+def test_when_it_was_captured_relative_to_the_jobs_end() -> None:
+    m = _m("001", captured_at="2026-11-28T03:00:29+00:00")
+    assert (
+        when_captured(m, _w(job_ended_at="2026-11-28T03:01:10+00:00")) == "captured 41 s before the job ended"
+    )
+    attempt = [WatchAttempt(n=1, first_seen=T0, ended_at="2026-11-28T03:00:39+00:00")]
+    assert when_captured(m, _w(attempts=attempt)) == "captured 10 s before the job ended"
+    assert (
+        when_captured(m.model_copy(update={"captured_before_end_s": 7.0}), _w())
+        == "captured 7 s before the job ended"
+    )
+    assert "still running" in when_captured(m, _w(state="watching"))
+    assert "not recorded" in when_captured(m, _w(state="stopped"))
+
+
+def test_incomplete_slow_phases_and_hosts_gone_are_each_one_line() -> None:
+    pieces = [IncidentPiece(name="look", captured_at=T0), IncidentPiece(name="gpu", captured_at=T0, ok=False)]
+    cut = _m("002", pieces=pieces, hosts_missing=[WatchHost(host="n2", state="gone", note="step ended")])
+    said = incomplete(cut)
+    assert said is not None and said.startswith(
+        "incomplete: the watcher stopped before it finished incident 002"
+    )
+    assert "(gpu failed)" in said and "read what is there: look" in said
+    assert incomplete(cut.model_copy(update={"complete": True})) is None
+    slow = [_m(f"00{i}", status="resumed", resumed_after_s=float(i * 10)) for i in range(1, 6)]
+    assert (
+        slow_phases(slow)
+        == "slow phases (the job moved again: not hangs): 001 after 10 s, 002 after 20 s, 003 after 30 s and 2 more"
+    )
+    gone = hosts_gone(_w(hosts=[WatchHost(host="n1"), WatchHost(host="n3", state="unreachable")]), [cut])
+    assert gone == ["host n3: unreachable", "host n2: missing from 002 (step ended)"]
+    assert watch_lines(_w(), [], None) == ["the watch recorded no incident (state: starting)"]
+    assert watch_lines(_w(), slow[:1], None)[0] == "no incident stayed stalled: every one resumed"

@@ -11,6 +11,9 @@ watcher killed mid-incident (incomplete), a slow phase that resumed, a host that
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,7 @@ from rankscope.capabilities.triage import triage_logs
 from rankscope.capabilities.watch_folder import (
     incident_name,
     new_incident,
+    read_watch,
     utc_now,
     write_incident,
     write_look,
@@ -41,7 +45,8 @@ from rankscope.models.watch import (
 )
 from rankscope.options import DumpOptions
 from rankscope.render.answer import shape_answer
-from tests.jobs import PROGRAMS, JobFactory, RunningJob, wait_for
+from rankscope.runtime import procfs
+from tests.jobs import PROGRAMS, JobFactory, RunningJob, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +176,44 @@ def test_restart_incomplete_slow_phase_and_a_host_gone_are_each_said(night: Nigh
     assert f"slow phases (the job moved again: not hangs): {slow.name} after 95 s" in said
     assert "host node2: missing from" in said and "its srun step ended" in said
     assert f"attempt 1: incident {first.name}, captured " in said and "rank 1 is in no collective" in said
+
+
+# -- the real watcher --------------------------------------------------------------------------------------
+
+WATCH_FAST = ["--interval", "0.5", "--stall", "3", "--confirm", "0.5", "--resume", "2"]
+
+
+def test_a_real_watch_then_triage_names_the_rank_its_line_and_why(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path
+) -> None:
+    """The issue's night: a watch started beside a training job before its stall; the job's own
+    30 s timeout ends it; triage of the folder (and the job's log) names rank 2's FIFO read."""
+    go = tmp_path / "go"
+    job = jobs.torchrun(
+        "watch_jobs.py",
+        nproc=4,
+        args=["--mode", "data", "--odd", "2", "--dist-timeout", "30", "--go", str(go)],
+    )
+    job.wait_ready([f"up-rank{r}" for r in range(4)], timeout=READY_S)
+    out = tmp_path / "watch"
+    done = run_cli("watch", "--pid", str(job.pid), "--out", str(out), "--detach", "--json", *WATCH_FAST)
+    assert done.returncode == 0, done.stderr
+    watcher = int(json.loads(done.stdout)["watcher_pid"])
+    try:
+        go.touch()
+        job.proc.wait(timeout=150)
+        wait_for(lambda: read_watch(out).state != "watching", 60, "the watch to see the job end", 0.2)
+    finally:
+        if procfs.is_alive(watcher):
+            os.kill(watcher, signal.SIGTERM)
+    r = triage_logs([str(out), str(job.log_path)])
+    fifo = next(
+        n
+        for n, line in enumerate((PROGRAMS / "watch_jobs.py").read_text().splitlines(), 1)
+        if 'with open(path, "rb")' in line
+    )
+    assert r.decided_by == "watch" and r.suspect_ranks == [2], r.summary
+    assert "s before the job ended): rank 2" in r.summary and f"watch_jobs.py:{fifo}" in r.summary, r.summary
+    assert any(f.kind == "collective_timeout" for f in r.findings)
+    alone = triage_logs([str(job.log_path)], read_code=False)
+    assert f"watch_jobs.py:{fifo}" not in alone.summary and "read_shard" not in alone.summary

@@ -36,7 +36,7 @@ def train_queue(rank: int, silent: bool) -> None:
         source.set()
     threading.Thread(target=read_source, args=(batches, source), daemon=True).start()
     total = torch.zeros(4)
-    for step in range(1000):
+    for _step in range(1000):
         batch = batches.get()
         total += batch
         dist.all_reduce(total)
@@ -56,7 +56,7 @@ def train_short(rank: int, silent: bool) -> None:
     ready: queue.Queue[torch.Tensor] = queue.Queue(maxsize=2)
     threading.Thread(target=prefetch, args=(shard, ready), daemon=True).start()
     total = torch.zeros(4)
-    for step in range(1000):
+    for _step in range(1000):
         total += next_batch(ready)
         dist.all_reduce(total)
 

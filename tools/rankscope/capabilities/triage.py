@@ -467,7 +467,8 @@ def _from_watch(watched: list[str], paths: list[str], max_findings: int) -> Tria
             f"{len(watched)} watch folders given ({', '.join(watched)}): one job's watch at a time.",
             fix="Pass one watch folder, with the job's log folder beside it if you have it.",
         )
-    return triage_watch(Path(watched[0]), [p for p in paths if p not in watched], max_findings=max_findings)
+    others = [p for p in paths if p not in watched]
+    return triage_watch(Path(watched[0]), others, triage_logs, max_findings=max_findings)
 
 
 def _defer_to_memory(findings: list[Finding], memory: Finding) -> None:

@@ -12,6 +12,7 @@ read by the normal log triage, whose findings come after the capture's verdict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rankscope.analysis.ranges import merge_rank_lines
@@ -65,22 +66,29 @@ def _incidents(folder: Path) -> tuple[list[tuple[Path, IncidentManifest]], list[
     return read, notes
 
 
-def _logs(lead: Path | None, others: list[str], max_findings: int, read_code: bool) -> TriageReport:
+ReadLogs = Callable[..., TriageReport]
+"""The normal log triage (``capabilities.triage.triage_logs``), handed in by its caller."""
+
+
+def _logs(
+    read_logs: ReadLogs, lead: Path | None, others: list[str], max_findings: int, read_code: bool
+) -> TriageReport:
     """The normal log triage of the lead incident's log tails and the log paths given beside the folder
     (the code the logs point into is read only when no capture decides)."""
-    from rankscope.capabilities.triage import triage_logs
-
     paths = [*([str(lead / "logs")] if lead is not None and (lead / "logs").is_dir() else []), *others]
     if not paths:
         return TriageReport()
     try:
-        return triage_logs(paths, max_findings=max_findings, read_code=read_code)
+        return read_logs(paths, max_findings=max_findings, read_code=read_code)
     except RankscopeError as exc:
         return TriageReport(summary="", evidence=[f"logs: {exc.message}"])
 
 
-def triage_watch(folder: Path, others: list[str], *, max_findings: int = 50) -> TriageReport:
-    """One answer from a watch folder (and any log paths given with it): the capture's verdict first."""
+def triage_watch(
+    folder: Path, others: list[str], read_logs: ReadLogs, *, max_findings: int = 50
+) -> TriageReport:
+    """One answer from a watch folder (and any log paths given with it, read by ``read_logs``, the
+    normal log triage): the capture's verdict first."""
     watch = read_watch(folder)
     read, notes = _incidents(folder)
     manifests = [m for _, m in read]
@@ -89,7 +97,7 @@ def triage_watch(folder: Path, others: list[str], *, max_findings: int = 50) -> 
     judged = [(m, _judge(where[m.name], sources)) for m in deciding(manifests)]
     judged = [(m, r) for m, r in judged if r is not None] or judged[-1:]
     lead_m, lead_r = judged[-1] if judged else (None, None)
-    logs = _logs(where[lead_m.name] if lead_m else None, others, max_findings, lead_r is None)
+    logs = _logs(read_logs, where[lead_m.name] if lead_m else None, others, max_findings, lead_r is None)
     lines = watch_lines(watch, manifests, lead_m)
     lines += [attempt_line(m, watch, r.verdict.summary) for m, r in judged[:-1] if r is not None]
     lines += notes

@@ -10,15 +10,16 @@ depend on torchrun's own tee prefixes, which have changed between releases.
 torchrun's own output (its warnings and the ChildFailedError summary) goes to
 a file rankscope tails too.
 
-How a hang is detected: the job makes no progress when no rank has printed
-anything for ``hang_timeout`` seconds *and* the ranks are idle (the CPU time of
-every process under torchrun, from /proc/PID/stat, advanced by less than 5% of
-a core over that window, and no process was seen running or waiting for a
-core in more than 20% of the samples: on a loaded host a starved rank still
-importing torch gets little CPU but is not idle). Ranks blocked in a gloo
-collective sleep in the kernel, so they are idle. NCCL busy-polls, so a hung
-GPU rank burns a full core: a job silent for max(5 × ``hang_timeout``, 300 s)
-is declared hung however busy it is. Then rankscope captures stacks and the verdict
+How a hang is detected: by the one stall detector `rankscope watch` uses too
+(:class:`rankscope.analysis.hang.stall.StallDetector`), fed every ``POLL_INTERVAL`` with cheap
+samples of every process under torchrun (/proc: CPU time, state, kernel wait, I/O) and the lines
+the ranks printed. The job makes no progress when no rank printed a line or moved I/O (a slow
+checkpoint write is progress) for ``hang_timeout`` seconds *and* the ranks are idle (CPU time
+grew by less than 5% of a core, and no process was seen running or waiting for a core in more
+than 20% of the samples: on a loaded host a starved rank still importing torch gets little CPU
+but is not idle). Ranks blocked in a gloo collective sleep in the kernel, so they are idle. NCCL
+busy-polls, so a hung GPU rank burns a full core: a job quiet for max(5 × ``hang_timeout``,
+300 s) is declared hung however busy it is. Then rankscope captures stacks and the verdict
 through ``rankscope.api.dump_stacks(pid=<torchrun pid>)`` and reaps the tree.
 
 torchrun starts each worker in its own session, so rankscope reaps by process
@@ -47,8 +48,10 @@ from types import FrameType
 from typing import TextIO
 
 from rankscope.analysis.collapse import collapse_rank_lines
+from rankscope.analysis.hang.stall import JobSample, RankSample, StallDetector
 from rankscope.analysis.redact import Redactor
 from rankscope.analysis.runs import bound_run_report, parse_failures, run_next_steps, run_summary
+from rankscope.capabilities.watch_sampler import read_rank
 from rankscope.errors import InvalidInput, RankscopeError, TorchMissing
 from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
@@ -60,10 +63,6 @@ log = logging.getLogger("rankscope.capabilities.launch")
 
 POLL_INTERVAL = 0.2
 """Seconds between two looks at the output files and the ranks' CPU time."""
-IDLE_CPU_FRACTION = 0.05
-"""A rank is idle when its CPU time grew by less than this fraction of the window."""
-IDLE_RUNNABLE_FRACTION = 0.2
-"""...and was seen running or runnable (state R/D) in at most this fraction of the samples."""
 BUSY_QUIET_FACTOR = 5.0
 BUSY_QUIET_MIN = 300.0
 """Silent max(BUSY_QUIET_FACTOR × hang timeout, BUSY_QUIET_MIN) seconds, a job is hung even when its ranks
@@ -82,7 +81,6 @@ BACKEND_ENV = "RANKSCOPE_BACKEND"
 ``os.environ.get("RANKSCOPE_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")``."""
 
 _OWN_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class Interrupted(KeyboardInterrupt):
@@ -175,66 +173,32 @@ def _env_rank(pid: int) -> int | None:
 
 @dataclass
 class _Watch:
-    """CPU samples of every process under the launcher, to tell "idle" from "busy"."""
+    """Cheap samples of every process under the launcher, fed to the one stall detector
+    (:class:`rankscope.analysis.hang.stall.StallDetector`, which `rankscope watch` uses too)."""
 
     root: int
-    keep: float = 0.0  # seconds of history the idle check needs
-    samples: deque[tuple[float, dict[int, int], frozenset[int]]] = field(default_factory=deque)
+    detector: StallDetector | None = None  # None: hang detection off
     seen: dict[int, int] = field(default_factory=dict)  # pid -> start time: for the final sweep
     rank_pids: dict[int, int] = field(default_factory=dict)  # rank -> pid
 
-    def sample(self, now: float) -> None:
+    def sample(self, now: float, output: int) -> None:
+        """Every process under the launcher read once; ``output``: the lines the ranks printed so far."""
         kids = children_map()
-        cpu: dict[int, int] = {}
-        active: set[int] = set()
+        ranks: dict[int, RankSample] = {}
         for pid in descendants(self.root, kids):
-            got = _sample_proc(pid)
+            got = read_rank(pid)
             if got is None:
                 continue
-            cpu[pid] = got[0]
-            if got[2] in ("R", "D"):  # running, waiting for a core, or in disk I/O: not idle
-                active.add(pid)
+            ranks[pid] = got
             if pid not in self.seen:
-                self.seen[pid] = got[1]
+                first = _sample_proc(pid)
+                self.seen[pid] = first[1] if first is not None else 0
                 if pid in kids.get(self.root, []):
                     rank = _env_rank(pid)
                     if rank is not None:
                         self.rank_pids[rank] = pid
-        self.samples.append((now, cpu, frozenset(active)))
-        while len(self.samples) > 2 and self.samples[1][0] <= now - self.keep:
-            self.samples.popleft()  # keep exactly one sample older than the window
-
-    def idle_over(self, window: float, now: float) -> tuple[bool, str]:
-        """Whether every process under the launcher stayed idle for ``window`` seconds."""
-        old = None
-        for t, cpu, _ in self.samples:
-            if t <= now - window:
-                old = (t, cpu)
-            else:
-                break
-        if old is None or not self.samples:
-            return False, "not watched long enough"
-        t0, before = old
-        t1, after, _ = self.samples[-1]
-        if not after:
-            return False, "no rank process alive"
-        span = max(t1 - t0, 1e-6)
-        busiest = 0.0
-        for pid, ticks in after.items():
-            if pid not in before:
-                return False, f"process {pid} started within the window"
-            busiest = max(busiest, (ticks - before[pid]) / _CLK_TCK / span)
-        # On a loaded host a starved process gets little CPU yet is not idle: it waits for a core (state R)
-        # or for the disk (state D). Count how often each was seen so.
-        window_samples = [active for t, _, active in self.samples if t > t0]
-        runnable = max((sum(pid in active for active in window_samples) for pid in after), default=0) / max(
-            len(window_samples), 1
-        )
-        idle = busiest < IDLE_CPU_FRACTION and runnable <= IDLE_RUNNABLE_FRACTION
-        return idle, (
-            f"busiest process used {busiest:.0%} of a core over {span:.0f}s "
-            f"and was runnable in {runnable:.0%} of the samples"
-        )
+        if self.detector is not None:
+            self.detector.add(JobSample(t=now, ranks=ranks, output=output))
 
 
 # --------------------------------------------------------------------------- the run
@@ -322,6 +286,7 @@ class _Runner:
     launcher: _Tail = field(default_factory=_Tail)
     launcher_lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAUNCHER_TAIL_LINES))
     last_output: float = 0.0
+    lines: int = 0  # lines the ranks printed so far: the detector's output signal
     mute_launcher: bool = False  # set while rankscope stops the job: torchrun's shutdown trace is noise
 
     def __post_init__(self) -> None:
@@ -346,6 +311,7 @@ class _Runner:
                     line = self.redactor.text(_strip_own_prefix(rank, raw))
                     rl.add(which, line)
                     self.last_output = now
+                    self.lines += 1
                     if self.stream is not None:
                         self.stream.write(f"[rank{rank}]: {line}\n")
                         wrote = True
@@ -480,16 +446,24 @@ def _watch_until_done(
         runner.pump(now)
         if proc.returncode is not None:
             return _Seen(exit_code=proc.returncode)
-        watch.sample(now)
+        watch.sample(now, runner.lines)
         if timeout is not None and now - start >= timeout:
             return _Seen("timeout", f"still running after the {timeout:g}s limit")
-        if hang_timeout is None:
+        if watch.detector is None:
             continue
-        quiet = now - runner.last_output
-        if quiet >= hang_timeout:
-            idle, why = watch.idle_over(hang_timeout, now)
-            if idle or quiet >= max(BUSY_QUIET_FACTOR * hang_timeout, BUSY_QUIET_MIN):
-                return _Seen("hung", f"no output from any rank for {quiet:.0f}s; {why}")
+        call = watch.detector.judge()
+        if call.state == "suspect":
+            return _Seen(
+                "hung", f"no output from any rank for {now - runner.last_output:.0f}s; {call.detail}"
+            )
+
+
+def _detector(hang_timeout: float | None, start: float) -> StallDetector | None:
+    """The stall detector of a run: quiet ``hang_timeout`` with idle ranks, or much longer with busy
+    ones (NCCL spins); None when hang detection is off."""
+    if hang_timeout is None:
+        return None
+    return StallDetector(hang_timeout, max(BUSY_QUIET_FACTOR * hang_timeout, BUSY_QUIET_MIN), start)
 
 
 def _stop_job(
@@ -570,7 +544,7 @@ def _run_once(
                         f"could not start torchrun with {exe}: {exc.strerror or exc}.",
                         fix="Pass --python with the interpreter of the training environment (an executable file).",
                     ) from exc
-            watch = _Watch(root=proc.pid, keep=(hang_timeout or 0.0) + 1.0)
+            watch = _Watch(root=proc.pid, detector=_detector(hang_timeout, start))
             seen = _watch_until_done(proc, runner, watch, start, timeout, hang_timeout)
             outcome, evidence, exit_code = seen.outcome, seen.evidence, seen.exit_code
             if outcome == "hung":

@@ -24,7 +24,7 @@ from types import FrameType
 
 from rankscope.analysis.hang import job_timeout as jt
 from rankscope.analysis.hang.progress_signals import io_bytes, io_moved
-from rankscope.analysis.hang.stall import JobSample, StallCall, judge_stall, moved
+from rankscope.analysis.hang.stall import JobSample, StallCall, StallDetector, moved
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities import discovery
 from rankscope.capabilities import watch_capture as cap
@@ -174,7 +174,7 @@ class Watcher:
             settings=self.settings,
         )
         self.sampler = HostSampler(_pids(job), extra=[p for p in job.launcher_pids if p])
-        self.samples: list[JobSample] = []
+        self.detector = StallDetector(self.settings.stall_s, self.settings.busy_stall_s)
         self.open: OpenIncident | None = None
         self.stopping = False
         self.gone_since: float | None = None
@@ -195,9 +195,10 @@ class Watcher:
         )
         self.job = job
         self.sampler = HostSampler(_pids(job), extra=[p for p in job.launcher_pids if p])
-        self.samples = []
+        self.detector = StallDetector(self.settings.stall_s, self.settings.busy_stall_s, time.monotonic())
+        self.attempt_epoch = time.time()
+        self.rank_envs = {r.rank: procfs.read_environ(r.pid) or {} for r in job.ranks if r.rank is not None}
         self.open = None
-        self.started = time.monotonic()
         log.info("attempt %d: ranks %s", n, _pids(job))
         self.save(attempts=[*self.manifest.attempts, attempt])
 
@@ -220,10 +221,7 @@ class Watcher:
         return self.manifest
 
     def _keep(self, sample: JobSample) -> None:
-        self.samples.append(sample)
-        horizon = max(self.settings.stall_s, self.settings.busy_stall_s or 0.0) + 4 * self.config.interval_s
-        while len(self.samples) > 2 and self.samples[1].t < sample.t - horizon:
-            self.samples.pop(0)
+        self.detector.add(sample)
 
     def _step(self) -> None:
         self._keep(self.sampler.sample())
@@ -233,7 +231,7 @@ class Watcher:
         call = self._judge()
         if call.state != "suspect":
             return
-        suspected = self.samples[-1].t
+        suspected = self.detector.samples[-1].t
         log.info("stall suspected: %s", call.why)
         time.sleep(self.settings.confirm_s)
         self._keep(self.sampler.sample())
@@ -244,9 +242,7 @@ class Watcher:
         self._capture(suspected, again)
 
     def _judge(self) -> StallCall:
-        return judge_stall(
-            self.samples, self.settings.stall_s, self.settings.busy_stall_s, started=self.started
-        )
+        return self.detector.judge()
 
     def _capture(self, suspected: float, call: StallCall) -> None:
         paths = wf.incident_paths(self.folder)
@@ -260,7 +256,7 @@ class Watcher:
             reason=call.why,
             job_timeout_s=self.settings.job_timeout_s,
             job_timeout_source=self.settings.job_timeout_source,
-            motion=rank_motion(self.samples, self.job, suspected - self.settings.stall_s),
+            motion=rank_motion(list(self.detector.samples), self.job, suspected - self.settings.stall_s),
         )
         incident = cap.Incident(self.folder, manifest, self.config.max_incident_bytes)
         log.info("capturing incident %s", manifest.name)
@@ -281,8 +277,9 @@ class Watcher:
         phase that resumed; a rank that ended (the watchdog, a crash) is not."""
         if self.open is None:
             return
-        last, before = self.samples[-1], self.samples[-2] if len(self.samples) > 1 else None
-        if before is None or not moved(before, last) or set(last.ranks) < set(self.open.pids):
+        samples = self.detector.samples
+        last, before = samples[-1], samples[-2] if len(samples) > 1 else None
+        if before is None or not moved(before, last) or not set(self.open.pids) <= set(last.ranks):
             return
         if self.open.moving_since is None:
             self.open.moving_since = last.t
@@ -329,6 +326,9 @@ class Watcher:
             before = round(wf.seconds_between(inc.manifest.captured_at or ended, ended), 1)
             inc.save(job_ended_at=ended, captured_before_end_s=before)
             cap.write_logs(inc, self.sampler.files, name="logs_at_end")
+            dumps = cap.recorder_dumps(self.rank_envs, self.attempt_epoch)
+            if dumps:
+                cap.write_recorder(inc, dumps)
             self.open = None
 
     def _job_ended(self) -> None:

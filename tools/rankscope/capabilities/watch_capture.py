@@ -162,6 +162,37 @@ def capture_pieces(incident: Incident, job: Job, options: DumpOptions, exe: str,
     write_logs(incident, files)
 
 
+def recorder_dumps(ranks: dict[int, dict[str, str]], since_epoch: float) -> list[str]:
+    """The recorder dumps the watchdog wrote for these ranks (rank -> environment) since the attempt
+    began (``TORCH_NCCL_DUMP_ON_TIMEOUT``, on by default under NCCL): read after the ranks are gone."""
+    from rankscope.capabilities.recorder.pickup import START_SLACK_S, dump_path
+
+    found: list[str] = []
+    for rank, env in sorted(ranks.items()):
+        path = dump_path(rank, env)
+        try:
+            if path.is_file() and path.stat().st_mtime >= since_epoch - START_SLACK_S:
+                found.append(str(path))
+        except OSError:
+            continue
+    return found
+
+
+def write_recorder(incident: Incident, dumps: list[str]) -> None:
+    """The recorder dumps, analysed (a FlightReport, redacted), under ``fr/``: what the watchdog
+    dumped when it ended the stall the incident captured."""
+    from rankscope.capabilities.recorder.flight import analyze_flight_recorder
+
+    def write(left: int) -> tuple[str | None, int, str | None]:
+        report = analyze_flight_recorder(dumps)
+        text = report.model_dump_json()
+        if len(text) > left:
+            return None, 0, f"no room left for {len(text)} bytes"
+        return "fr/flight.json", wf.write_model(incident.path / "fr" / "flight.json", report), None
+
+    incident.piece("recorder_at_end", write)
+
+
 def host_name() -> str:
     return this_host()
 

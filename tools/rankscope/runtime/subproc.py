@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,64 +87,56 @@ def start_job(
     )
 
 
+DETACH_TRAMPOLINE = """
+import os, sys
+pid = os.fork()
+if pid:
+    sys.stdout.write(str(pid))
+    sys.stdout.flush()
+    os._exit(0)
+os.dup2(2, 1)
+os.execve(sys.argv[1], sys.argv[1:], os.environ)
+"""
+"""Run in a fresh interpreter (single-threaded, so forking there is safe): fork, say the child's pid,
+exit; the child puts its stdout on the log (its stderr) and becomes the command."""
+
+DETACH_TIMEOUT = 30.0
+
+
 def start_detached(
     argv: list[str], log_path: str, env: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> int:
     """Start ``argv`` detached from this process and its terminal; its pid.
 
-    A double fork with ``setsid`` in between: the command runs in a session of its own, is nobody's
-    child here (so it never becomes this process's zombie, and a long-lived caller such as the MCP
-    server needs not reap it), outlives the caller, and never gets a controlling terminal. stdin is
-    /dev/null, stdout and stderr append to ``log_path`` (created 0600). Not bounded here: what it
-    runs (a watch) bounds itself and stops when its job ends. Raises OSError when it cannot start.
+    A double fork with a new session in between: a trampoline started in a session of its own
+    forks the command and exits, so the command is nobody's child here (it never becomes this
+    process's zombie, and a long-lived caller such as the MCP server needs not reap it), outlives
+    the caller, and, not being a session leader, never gets a controlling terminal. The forks
+    happen in the trampoline, never in this process (which may run threads). stdin is /dev/null,
+    stdout and stderr append to ``log_path`` (created 0600). Not bounded here: what it runs (a
+    watch) bounds itself and stops when its job ends. Raises OSError when it cannot start.
     """
-    full_env = dict(env) if env is not None else dict(os.environ)
-    read_end, write_end = os.pipe()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    null_fd = os.open(os.devnull, os.O_RDONLY)
     try:
-        first = os.fork()
-        if first == 0:  # pragma: no cover - runs in the forked child
-            _detached_child(argv, full_env, cwd, read_end, write_end, log_fd, null_fd)
-        os.close(write_end)
-        os.waitpid(first, 0)
-        with os.fdopen(read_end, "rb") as fh:
-            raw = fh.read()
+        trampoline = subprocess.Popen(
+            [sys.executable, "-c", DETACH_TRAMPOLINE, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log_fd,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
     finally:
         os.close(log_fd)
-        os.close(null_fd)
-    if not raw.strip().isdigit():
-        raise OSError(f"could not start {argv[0]} detached")
-    return int(raw)
-
-
-def _detached_child(
-    argv: list[str],
-    env: dict[str, str],
-    cwd: str | None,
-    read_end: int,
-    write_end: int,
-    log_fd: int,
-    null_fd: int,
-) -> None:  # pragma: no cover - runs in the forked child
-    """The first child: a new session, the second fork, its pid written back, then exit; the
-    grandchild execs ``argv`` with its stdio on /dev/null and the log."""
     try:
-        os.close(read_end)
-        os.setsid()
-        second = os.fork()
-        if second:
-            os.write(write_end, str(second).encode())
-            os._exit(0)
-        os.close(write_end)
-        os.dup2(null_fd, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        if cwd:
-            os.chdir(cwd)
-        os.execve(argv[0], argv, env)
-    except BaseException:
-        os._exit(127)
+        out, _ = trampoline.communicate(timeout=DETACH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        reap_tree(trampoline, grace=REAP_GRACE)
+        raise OSError(f"could not start {argv[0]} detached in {DETACH_TIMEOUT:g}s") from None
+    if trampoline.returncode != 0 or not out.strip().isdigit():
+        raise OSError(f"could not start {argv[0]} detached (exit {trampoline.returncode})")
+    return int(out)
 
 
 def _text(data: bytes | None) -> str:

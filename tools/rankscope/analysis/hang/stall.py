@@ -17,6 +17,7 @@ Pure: the shell hands in the samples, this says what they show.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -71,6 +72,8 @@ class StallCall:
     why: str
     idle: bool = False
     busy_pids: tuple[int, ...] = ()
+    detail: str = ""
+    """What the CPU check saw (the busiest process's share of a core, how often it was runnable)."""
 
 
 def moved(before: JobSample, after: JobSample) -> list[str]:
@@ -104,8 +107,8 @@ def last_progress(samples: Sequence[JobSample]) -> float | None:
 
 def idle_over(samples: Sequence[JobSample], since: float) -> tuple[bool, list[int], str]:
     """Whether every process stayed idle from ``since`` to the last sample: (idle, busy pids, why)."""
-    window = [s for s in samples if s.t >= since]
-    start = next((s for s in reversed(samples) if s.t <= since), window[0] if window else None)
+    window = [s for s in samples if s.t > since]
+    start = next((s for s in reversed(samples) if s.t <= since), None)
     if start is None or not window:
         return False, [], "not watched long enough"
     end = samples[-1]
@@ -116,7 +119,7 @@ def idle_over(samples: Sequence[JobSample], since: float) -> tuple[bool, list[in
     for pid, now in end.ranks.items():
         was = start.ranks.get(pid)
         if was is None:
-            continue
+            return False, [pid], f"process {pid} started within the window"
         share = max(0.0, now.cpu_s - was.cpu_s) / span
         active = sum(1 for s in window if pid in s.ranks and s.ranks[pid].state in ("R", "D")) / len(window)
         busiest, runnable = max(busiest, share), max(runnable, active)
@@ -129,36 +132,68 @@ def idle_over(samples: Sequence[JobSample], since: float) -> tuple[bool, list[in
     return not busy, busy, why
 
 
+@dataclass
+class StallDetector:
+    """Samples fed one at a time (oldest first), the time of the last progress kept as they come,
+    and only the samples the idle check needs kept: cheap however long the job runs quiet.
+
+    ``stall_s``: quiet seconds, every process idle, that make a stall candidate; ``busy_stall_s``
+    (default :data:`BUSY_FACTOR` × ``stall_s``): the same whatever the CPU; ``started``: when
+    watching began (quiet counts from there at most)."""
+
+    stall_s: float
+    busy_stall_s: float | None = None
+    started: float | None = None
+    samples: deque[JobSample] = field(default_factory=deque)
+    last_progress: float | None = None
+
+    def add(self, sample: JobSample) -> None:
+        if self.samples and moved(self.samples[-1], sample):
+            self.last_progress = sample.t
+        if self.started is None:
+            self.started = sample.t
+        self.samples.append(sample)
+        while len(self.samples) > 2 and self.samples[1].t <= sample.t - self.stall_s:
+            self.samples.popleft()  # keep exactly one sample older than the idle window
+
+    def judge(self) -> StallCall:
+        """The job's state now, and why."""
+        if not self.samples:
+            return StallCall("unknown", 0.0, "no sample yet")
+        now = self.samples[-1]
+        if not now.ranks:
+            return StallCall("gone", 0.0, "no process of the job left")
+        busy_stall_s = BUSY_FACTOR * self.stall_s if self.busy_stall_s is None else self.busy_stall_s
+        origin = next(t for t in (self.last_progress, self.started, now.t) if t is not None)
+        quiet = now.t - origin
+        if quiet < self.stall_s:
+            state: StallState = "moving" if self.last_progress is not None else "quiet"
+            return StallCall(state, quiet, f"quiet for {quiet:.0f}s")
+        idle, busy, why = idle_over(list(self.samples), now.t - self.stall_s)
+        silent = f"no output, no I/O for {quiet:.0f}s"
+        if idle:
+            return StallCall("suspect", quiet, f"{silent}; {why}", idle=True, detail=why)
+        if quiet >= busy_stall_s:
+            spin = (
+                f"; pid(s) {', '.join(map(str, busy[:8]))} busy (under NCCL a hung rank spins)"
+                if busy
+                else ""
+            )
+            return StallCall("suspect", quiet, f"{silent}; {why}{spin}", busy_pids=tuple(busy), detail=why)
+        return StallCall("quiet", quiet, f"{silent}, but {why}", busy_pids=tuple(busy), detail=why)
+
+
 def judge_stall(
     samples: Sequence[JobSample],
     stall_s: float,
     busy_stall_s: float | None = None,
     started: float | None = None,
 ) -> StallCall:
-    """The job's state from its samples (oldest first). Quiet for ``stall_s`` with every process
-    idle, or for ``busy_stall_s`` (default :data:`BUSY_FACTOR` × ``stall_s``) whatever the CPU: a
-    stall candidate. ``started``: when watching began (quiet counts from there at most)."""
-    if not samples:
-        return StallCall("unknown", 0.0, "no sample yet")
-    now = samples[-1]
-    if not now.ranks:
-        return StallCall("gone", 0.0, "no process of the job left")
-    busy_stall_s = BUSY_FACTOR * stall_s if busy_stall_s is None else busy_stall_s
-    since = last_progress(samples)
-    origin = samples[0].t if started is None else started
-    quiet = now.t - (since if since is not None else origin)
-    if since is not None and quiet < stall_s:
-        return StallCall("moving", quiet, "progress within the threshold")
-    if quiet < stall_s:
-        return StallCall("quiet", quiet, f"quiet for {quiet:.0f}s")
-    idle, busy, why = idle_over(samples, now.t - stall_s)
-    silent = f"no output, no I/O for {quiet:.0f}s"
-    if idle:
-        return StallCall("suspect", quiet, f"{silent}; {why}", idle=True)
-    if quiet >= busy_stall_s:
-        spin = f"; pid(s) {', '.join(map(str, busy[:8]))} busy (under NCCL a hung rank spins)" if busy else ""
-        return StallCall("suspect", quiet, f"{silent}; {why}{spin}", busy_pids=tuple(busy))
-    return StallCall("quiet", quiet, f"{silent}, but {why}", busy_pids=tuple(busy))
+    """:class:`StallDetector`'s call on ``samples`` (oldest first), fed all at once."""
+    detector = StallDetector(stall_s, busy_stall_s, started)
+    for sample in samples:
+        detector.add(sample)
+    return detector.judge()
 
 
 __all__ = [
@@ -168,6 +203,7 @@ __all__ = [
     "JobSample",
     "RankSample",
     "StallCall",
+    "StallDetector",
     "idle_over",
     "judge_stall",
     "last_progress",

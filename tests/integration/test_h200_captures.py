@@ -57,3 +57,16 @@ def test_oom_names_the_evaluation_that_keeps_its_graphs(tmp_path: Path) -> None:
     assert leak.facts["caller"].endswith("train.py:29 in main")
     assert "`history.append(scores)`" in (leak.fix or "")
     assert "no_grad" in (leak.fix or "") and "train.py:24" not in leak.message
+
+
+def test_saved_stacks_of_ranks_that_never_got_past_start_up_are_a_start_up() -> None:
+    """Ranks 0-2 of WORLD_SIZE=4 (rank 3 never started) under NCCL: rank 0's store waits for the
+    world to connect, ranks 1-2 for rank 0's NCCL id, whether the communicator is made at the first
+    all_reduce (lazy) or in init_process_group (eager, device_id). Never a mismatched collective."""
+    for mode in ("lazy", "eager"):
+        files = sorted(str(p) for p in (H200 / f"init_{mode}_nccl").glob("pyspy_native_rank*.json"))
+        v = stacks_from_files(files).verdict
+        assert v.kind == "startup" and v.confidence == "medium", mode
+        assert "rank 0's store still waits for ranks of the world to connect" in v.summary
+        assert "rank 0 waits in init_process_group: the store waiting" in v.evidence[0]
+        assert "ranks 1-2 wait in" in v.evidence[1] and "broadcastUniqueNCCLID" in v.evidence[1]

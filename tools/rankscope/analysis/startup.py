@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from rankscope.analysis.launcher_args import max_nodes, store_address
 from rankscope.analysis.ranges import ranks_phrase
-from rankscope.models.core import Confidence, Job, NextStep, RankStack, Verdict
+from rankscope.models.core import Confidence, Frame, Job, NextStep, RankStack, Verdict
 from rankscope.models.startup import (
     Difference,
     InitWait,
@@ -94,17 +94,42 @@ first found names the wait)."""
 
 _STORE_NATIVE = ("c10d::TCPStore", "c10d::detail::TCPClient", "c10d::Store::")
 
+STORE_SERVER_WAIT = "the store waiting for the world's ranks to connect (TCPStore::waitForWorkers)"
+NCCL_ID_WAIT = "NCCL communicator creation, waiting for rank 0's id in the store (broadcastUniqueNCCLID)"
+_NATIVE_DETAIL = (
+    ("TCPStore::waitForWorkers", STORE_SERVER_WAIT),
+    ("broadcastUniqueNCCLID", NCCL_ID_WAIT),
+    ("ncclCommInitRank", "NCCL communicator creation (ncclCommInitRank)"),
+)
+"""Native frames that say what a start-up wait waits for (real NCCL ranks' stacks: the store's
+server of rank 0 blocks in its constructor until WORLD_SIZE ranks connected; the others, past
+init_process_group, create their communicator at the first collective, or at init with
+``device_id``, and wait in the store for the id rank 0 publishes only after its own init)."""
+
+
+def _native_detail(frames: Sequence[Frame]) -> str | None:
+    for frame in frames[:16]:
+        if frame.native:
+            for needle, detail in _NATIVE_DETAIL:
+                if needle in frame.function:
+                    return detail
+    return None
+
 
 def init_wait(stack: RankStack) -> str | None:
     """The start-up call ``stack``'s main thread waits in (``init_process_group``, a TCPStore
-    connect or wait, the rendezvous), or None when it is past them (or never reached one)."""
+    connect or wait, the rendezvous, an NCCL communicator's creation at the first collective),
+    with what it waits for when native frames say it; None when it is past them."""
     main = next((t for t in stack.threads if t.is_main), stack.threads[0] if stack.threads else None)
     if main is None:
         return None
+    detail = _native_detail(main.frames)
     names = {f.function for f in main.frames if not f.native}
     for call in INIT_CALLS:
         if call in names:
-            return call
+            return f"{call}: {detail}" if detail else call
+    if detail is not None:
+        return detail
     if any(f.native and any(n in f.function for n in _STORE_NATIVE) for f in main.frames[:12]):
         return "TCPStore"
     return None
@@ -336,6 +361,13 @@ def _waiting_ruling(seen: _Seen) -> tuple[str, str, Confidence]:
         summary = (
             f"{ranks_phrase(waiting) or 'the ranks'} wait in start-up{at}, before their first collective."
         )
+        server = sorted(w.rank for w in seen.waits if STORE_SERVER_WAIT in w.where)
+        if server:
+            summary += (
+                f" {ranks_phrase(server)}'s store still waits for ranks of the world to connect: a rank never "
+                "started, died before it connected, or looks for another MASTER_ADDR/MASTER_PORT; the others "
+                "wait for it."
+            )
         world = seen.job.world_size
         if world and not seen.job.missing_ranks and len(waiting) >= world:
             return (
@@ -403,6 +435,13 @@ def _evidence(seen: _Seen, facts: Sequence[StartupFacts]) -> list[str]:
             f"nothing listens at the store's port {store[1]} on {', '.join(f.host for f in facts) or 'this host'}"
         )
     lines.extend(line for f in facts for line in f.exited[:2])
+    by_where: dict[str, list[int]] = {}
+    for w in seen.waits:
+        by_where.setdefault(w.where, []).append(w.rank)
+    lines.extend(
+        f"{ranks_phrase(sorted(r))} {'waits' if len(r) == 1 else 'wait'} in {where}"
+        for where, r in list(by_where.items())[:3]
+    )
     return lines[:10]
 
 

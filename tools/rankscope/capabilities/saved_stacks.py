@@ -15,7 +15,9 @@ import os
 from pathlib import Path
 
 from rankscope.analysis.hang import stack_files as sf
+from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.analysis.hang.stacks import analyze
+from rankscope.analysis.startup import startup_verdict
 from rankscope.capabilities.files import expand_paths
 from rankscope.capabilities.stacks import source_lines
 from rankscope.errors import InvalidInput
@@ -127,7 +129,13 @@ def stacks_from_files(paths: list[str], *, backend: Backend | None = None) -> St
         backend_evidence=["given (--backend)"] if backend else [],
     )
     listed = [stacks[r] for r in ranks]
-    return analyze(job, listed, errors, source=source_lines(listed))
+    report = analyze(job, listed, errors, source=source_lines(listed))
+    if report.verdict.kind in PROGRESS_KINDS:
+        return report
+    started = startup_verdict(report.job, [], listed, remote=False)
+    # every saved rank waits before its first collective: a start-up, whatever the hang rules
+    # would make of ranks that stand in init_process_group and in their first collective's setup
+    return report if started is None else report.model_copy(update={"verdict": started[0]})
 
 
 __all__ = ["stacks_from_files"]

@@ -90,3 +90,25 @@ def test_a_folder_read_back_says_resumed_and_incomplete() -> None:
         )
     )
     assert "resumed after 40s (a slow phase)" in text and "INCOMPLETE" in text
+
+
+def test_the_jobs_timeout_is_read_from_its_scripts_init_process_group() -> None:
+    """Most jobs set it in code: read before any stall, so a 30 s timeout is not taken for 10 min."""
+    script = "import datetime\n\n\ndef main():\n    dist.init_process_group(\n        'nccl',\n        timeout=datetime.timedelta(seconds=30),\n    )\n"
+    got = jt.job_timeout([["python", "train.py"]], [{}], "nccl", [("train.py", script)])
+    assert (got.seconds, got.source) == (30.0, "source") and "train.py:5" in got.note
+    mesh = "mesh = init_device_mesh('cuda', (8,), timeout=timedelta(minutes=2, seconds=5))"
+    got_mesh = jt.from_source([("setup.py", mesh)])
+    assert got_mesh is not None and got_mesh.seconds == 125.0
+    assert jt.from_source([("t.py", "init_process_group('nccl', timeout=timedelta(seconds=args.t))")]) is None
+    assert jt.from_source([("t.py", "x = timedelta(seconds=5)\ninit_process_group('nccl')")]) is None
+    flagged = jt.job_timeout([["train.py", "--ddp_timeout=120"]], [{}], "nccl", [("train.py", script)])
+    assert flagged.source == "args"  # what the command line says wins over the code's literal
+
+
+def test_the_h200_stall_scripts_timeout_is_read_from_its_source() -> None:
+    from tests.paths import DATA
+
+    script = DATA / "h200" / "scripts" / "w_stall.py"
+    got = jt.from_source([(script.name, script.read_text())])
+    assert got is not None and got.seconds == 30.0

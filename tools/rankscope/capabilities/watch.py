@@ -122,7 +122,31 @@ def read_timeout(job: Job, given: float | None) -> jt.JobTimeout:
     pids = [*_pids(job), *launchers]
     argvs = [procfs.read_cmdline(p) for p in pids]
     envs = [procfs.read_environ(p) or {} for p in pids]
-    return jt.job_timeout(argvs, envs, job.backend)
+    first = _pids(job)[:1]
+    sources = _scripts(argvs[0], procfs.read_cwd(first[0])) if first and argvs and argvs[0] else []
+    return jt.job_timeout(argvs, envs, job.backend, sources)
+
+
+MAX_SCRIPTS = 30
+MAX_SCRIPT_BYTES = 512 * 1024
+
+
+def _scripts(argv: list[str], cwd: str | None) -> list[tuple[str, str]]:
+    """The rank's script and the Python files beside it (where jobs keep their setup code), read
+    once at the start so the watch knows a timeout set in ``init_process_group`` before a stall."""
+    script = next((a for a in argv[1:] if a.endswith(".py")), None)
+    if script is None:
+        return []
+    path = Path(cwd or ".", script)
+    files = [path, *sorted(p for p in path.parent.glob("*.py") if p != path)][:MAX_SCRIPTS]
+    out = []
+    for f in files:
+        try:
+            if f.stat().st_size <= MAX_SCRIPT_BYTES:
+                out.append((f.name, f.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
+    return out
 
 
 def settings_for(config: WatchConfig, timeout: jt.JobTimeout) -> WatchSettings:

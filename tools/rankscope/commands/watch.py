@@ -53,8 +53,8 @@ class WatchCommand(Command):
         _seconds(
             parser,
             "--job-timeout",
-            "the job's collective timeout when it is not read from its args "
-            "or env (default: torch's for its backend)",
+            "the job's collective timeout when it is not read from its args, "
+            "env or its script's init_process_group (default: torch's for its backend)",
         )
         _seconds(
             parser, "--linger", "seconds to wait for a new attempt once every process is gone (default 0)"

@@ -43,7 +43,7 @@ WatchState = Literal["starting", "watching", "job_ended", "stopped", "failed"]
 ``job_ended``: the job's ranks are gone (no restart came); the watcher stopped itself.
 ``stopped``: stopped by its owner (a signal). ``failed``: the watcher itself failed (see ``note``)."""
 
-TimeoutSource = Literal["args", "env", "stacks", "recorder", "default"]
+TimeoutSource = Literal["args", "env", "source", "stacks", "recorder", "default"]
 """Where the job's collective timeout was read: its command line, its environment, the
 ``timeout`` of ``init_process_group`` in its stacks' locals, its recorder, or a stated default."""
 

@@ -98,10 +98,45 @@ def from_locals(values: Iterable[tuple[str, str]]) -> JobTimeout | None:
     return None
 
 
+_INIT_CALL = re.compile(r"\b(?:init_process_group|init_device_mesh|new_group)\s*\(")
+_SOURCE_DELTA = re.compile(
+    r"\btimeout\s*=\s*(?:[\w.]*\.)?timedelta\s*\(\s*((?:\s*(?:days|hours|minutes|seconds)\s*=\s*[\d.]+\s*,?)+)\s*\)"
+)
+_UNITS = {"days": 86400.0, "hours": 3600.0, "minutes": 60.0, "seconds": 1.0}
+_CALL_SPAN = 600
+"""Characters after ``init_process_group(`` searched for its ``timeout=`` argument."""
+
+
+def from_source(files: Iterable[tuple[str, str]]) -> JobTimeout | None:
+    """``init_process_group(..., timeout=timedelta(seconds=30))`` in the job's own script, the way
+    most jobs set it: literal units only (a value read from a flag or a config is not guessed)."""
+    for name, text in files:
+        for call in _INIT_CALL.finditer(text):
+            m = _SOURCE_DELTA.search(text, call.end(), call.end() + _CALL_SPAN)
+            if m is None:
+                continue
+            seconds = 0.0
+            for part in m.group(1).split(","):
+                unit, eq, value = part.partition("=")
+                got = _number(value.strip()) if eq else None
+                if got is not None and unit.strip() in _UNITS:
+                    seconds += got * _UNITS[unit.strip()]
+            if seconds > 0:
+                line = text.count("\n", 0, call.start()) + 1
+                return JobTimeout(
+                    seconds, "source", f"timeout={m.group(0).split('=', 1)[1].strip()} at {name}:{line}"
+                )
+    return None
+
+
 def job_timeout(
-    argvs: Iterable[Sequence[str]], envs: Iterable[Mapping[str, str]], backend: str | None
+    argvs: Iterable[Sequence[str]],
+    envs: Iterable[Mapping[str, str]],
+    backend: str | None,
+    sources: Iterable[tuple[str, str]] = (),
 ) -> JobTimeout:
-    """The job's timeout from the first rank (or launcher) that states it, else torch's default."""
+    """The job's timeout from the first rank (or launcher) that states it on its command line or in
+    its environment, else in its script's call to ``init_process_group``, else torch's default."""
     for argv in argvs:
         got = from_args(argv)
         if got is not None:
@@ -110,6 +145,9 @@ def job_timeout(
         got = from_env(env)
         if got is not None:
             return got
+    got = from_source(sources)
+    if got is not None:
+        return got
     seconds = TORCH_DEFAULTS.get(backend or "", TORCH_DEFAULTS["nccl"])
     which = backend if backend in TORCH_DEFAULTS else "nccl (the shortest)"
     return JobTimeout(seconds, "default", f"not stated by the job: torch's default for {which}, {seconds:g}s")
@@ -136,6 +174,7 @@ __all__ = [
     "from_args",
     "from_env",
     "from_locals",
+    "from_source",
     "job_timeout",
     "stall_threshold",
 ]

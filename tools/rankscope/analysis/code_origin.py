@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 import rankscope
-from rankscope.models.core import CodeRoots, Frame, FrameOrigin, RankStack, ThreadStack
+from rankscope.models.core import CodeRoots, Frame, FrameOrigin, RankStack
 
 OWN_ROOT = os.path.dirname(rankscope.__file__).replace("\\", "/")
 """The folder this rankscope runs from: a job that imports ``rankscope.probe`` from the same install
@@ -127,29 +127,41 @@ def frame_origin(frame: Frame, roots: CodeRoots | None = None) -> FrameOrigin:
     return "native" if frame.native else origin_of(frame.file, roots)
 
 
-def labelled(frames: Sequence[Frame], roots: CodeRoots | None) -> list[Frame]:
-    """``frames`` each with its origin told (the ones already told are kept as they are)."""
-    return [
-        f if f.origin is not None else f.model_copy(update={"origin": frame_origin(f, roots)}) for f in frames
-    ]
-
-
-def label_threads(threads: Sequence[ThreadStack], roots: CodeRoots | None) -> list[ThreadStack]:
-    """``threads`` with every frame's origin told by ``roots``."""
-    return [
-        t
-        if all(f.origin is not None for f in t.frames)
-        else t.model_copy(update={"frames": labelled(t.frames, roots)})
-        for t in threads
-    ]
+def labelled(
+    frames: Sequence[Frame], roots: CodeRoots | None, told: dict[str, FrameOrigin] | None = None
+) -> list[Frame]:
+    """``frames`` each with its origin told (the ones already told are kept as they are); ``told``:
+    the origins of the files seen so far, so that each file is asked about once."""
+    told = {} if told is None else told
+    out: list[Frame] = []
+    for f in frames:
+        if f.origin is not None:
+            out.append(f)
+            continue
+        if f.native:
+            origin: FrameOrigin = "native"
+        else:
+            origin = told.get(f.file) or told.setdefault(f.file, origin_of(f.file, roots))
+        out.append(f.model_copy(update={"origin": origin}))
+    return out
 
 
 def label_stacks(stacks: Sequence[RankStack], roots: CodeRoots | None) -> list[RankStack]:
     """``stacks`` with every frame's origin told by ``roots`` (a merged or saved capture, whose
-    frames lost theirs on the way: only the job's roots travel)."""
+    frames lost theirs on the way: only the roots travel)."""
     if roots is None:
         return list(stacks)
-    return [s.model_copy(update={"threads": label_threads(s.threads, roots)}) for s in stacks]
+    told: dict[str, FrameOrigin] = {}
+    out: list[RankStack] = []
+    for s in stacks:
+        threads = [
+            t
+            if all(f.origin is not None for f in t.frames)
+            else t.model_copy(update={"frames": labelled(t.frames, roots, told)})
+            for t in s.threads
+        ]
+        out.append(s.model_copy(update={"threads": threads}))
+    return out
 
 
 # -- the roots, from what /proc shows of a rank --------------------------------------------------
@@ -244,7 +256,6 @@ __all__ = [
     "OWN_ROOT",
     "frame_origin",
     "label_stacks",
-    "label_threads",
     "labelled",
     "merge_roots",
     "origin_of",

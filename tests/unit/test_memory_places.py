@@ -15,7 +15,7 @@ from pathlib import Path
 from rankscope import api
 from rankscope.analysis.memory import analyze_snapshot, diagnose
 from rankscope.analysis.memory.graph import kept_graphs
-from rankscope.analysis.memory.keeper import keeping_statements
+from rankscope.analysis.memory.keeper import keeper_words, keeping_statements
 from rankscope.capabilities.memory import job_sources, read_snapshots, snapshot_files
 from rankscope.capabilities.triage import triage_logs
 from tests.paths import DATA
@@ -258,3 +258,24 @@ def test_a_forward_in_flight_is_no_kept_graph() -> None:
     assert kept_graphs([kept]) == []  # no other line
     assert kept_graphs([kept, ("model.py:19 in forward", None, 8 * GiB, 6)]) == []  # not that call
     assert kept_graphs([kept, ("model.py:19 in forward", script, 8 * GiB, 6)])[0].graph_blocks == 6
+
+
+def test_a_returned_result_quotes_the_callers_line() -> None:
+    """A function that returns its forward's output: its caller's line is what keeps it."""
+    source = "def evaluate(model, x):\n    out = model(x)\n    return out\n\n\ndef main(model, xs, outs):\n"
+    source += "    for x in xs:\n        outs.append(evaluate(model, x))\n"
+    words = keeper_words(
+        "model.py:34 in forward",
+        "train.py:2 in evaluate <- train.py:8 in main",
+        {"train.py": source},
+        graph=True,
+        every="the tensors",
+    )
+    assert words.quotes == ["train.py:3 `return out`", "train.py:8 `outs.append(evaluate(model, x))`"]
+    assert (words.fix or "").startswith(
+        "train.py:3 `return out` in evaluate keeps each output with its graph"
+    )
+    assert (
+        keeper_words("model.py:34 in forward", "train.py:2 in evaluate", {}, graph=False, every="x").fix
+        is None
+    )

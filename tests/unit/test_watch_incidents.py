@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rankscope.analysis.triage.watch_incidents import (
     deciding,
     hosts_gone,
@@ -10,6 +12,9 @@ from rankscope.analysis.triage.watch_incidents import (
     watch_lines,
     when_captured,
 )
+from rankscope.capabilities.triage import triage_logs
+from rankscope.capabilities.watch_folder import new_incident, write_look, write_watch
+from rankscope.models.look import HostLook
 from rankscope.models.watch import (
     IncidentManifest,
     IncidentPiece,
@@ -18,6 +23,7 @@ from rankscope.models.watch import (
     WatchManifest,
     WatchSettings,
 )
+from tests.paths import DATA
 
 T0 = "2026-11-28T03:00:12+00:00"
 SETTINGS = WatchSettings(interval_s=1.0, stall_s=60.0, max_incidents=5, max_incident_bytes=1 << 20)
@@ -76,3 +82,48 @@ def test_incomplete_slow_phases_and_hosts_gone_are_each_one_line() -> None:
     assert gone == ["host n3: unreachable", "host n2: missing from 002 (step ended)"]
     assert watch_lines(_w(), [], None) == ["the watch recorded no incident (state: starting)"]
     assert watch_lines(_w(), slow[:1], None)[0] == "no incident stayed stalled: every one resumed"
+
+
+# -- the real H200 night (tests/data/h200/watch_stall_nccl): NCCL, a FIFO read, the watchdog at 30 s ---------
+
+H200 = DATA / "h200" / "watch_stall_nccl"
+
+
+def test_an_nccl_watch_folder_leads_with_the_capture_and_the_logs_follow(tmp_path: Path) -> None:
+    """The look a watch keeps (taken 27 s before the watchdog fired), in a folder written by the
+    folder's own writer: triage names rank 2, its FIFO open and the guard, as the live call did."""
+    look = HostLook.model_validate_json((H200 / "a1" / "look.json").read_text())
+    folder = tmp_path / "watch"
+    m = IncidentManifest(
+        name="001-20261128T181435Z",
+        stall_suspected_at="2026-11-28T18:14:35+00:00",
+        captured_at="2026-11-28T18:14:38+00:00",
+        job_ended_at="2026-11-28T18:16:06+00:00",
+        complete=True,
+    )
+    write_look(new_incident(folder, m), look)
+    write_watch(folder, _w(state="job_ended", incidents=[m.name]))
+    r = triage_logs([str(folder), str(H200 / "torchrun.log")])
+    assert r.decided_by == "watch" and r.suspect_ranks == [2] and r.victim_ranks == [0, 1, 3]
+    assert r.summary.startswith(
+        f"From the watch's capture (incident {m.name}, captured 88 s before the job ended): "
+    )
+    assert "rank 2 is in no collective, at w_stall.py:16" in r.summary
+    assert any("w_stall.py:13" in e and "guards" in e for e in r.evidence)
+    assert any(f.kind == "collective_timeout" for f in r.findings)  # the logs' own, after the verdict
+    assert all(s.tool != "dump_stacks" for s in r.next_steps)  # nothing live to ask of a dead job
+
+
+def test_nccl_logs_with_the_collectives_stack_and_the_script_name_the_fifo_open() -> None:
+    """torch >= 2.10 prints the failed collective's Python stack under the watchdog's line: the silent
+    rank's code is read from the script given beside the log (the job ran in /workspace)."""
+    script = DATA / "h200" / "scripts" / "w_stall.py"
+    r = triage_logs([str(H200 / "torchrun.log"), str(script)])
+    assert r.suspect_ranks == [2]
+    assert r.summary.startswith(
+        "Rank 2 left no traceback while ranks 0-1,3 timed out in the collective at /workspace/w_stall.py:35 in main"
+    )
+    assert "no rank fell behind" not in r.summary
+    assert r.blocking_calls and r.blocking_calls[0].startswith(':16 `with open(shard, "rb") as f:` (via :30 ')
+    alone = triage_logs([str(H200 / "torchrun.log")])
+    assert "its code is not on this host: pass the script too" in alone.summary and not alone.blocking_calls

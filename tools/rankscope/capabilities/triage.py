@@ -420,7 +420,7 @@ def triage_logs(
         stacks.groups if stacks else None,
         memory,
     )
-    silent = _silent(findings, post, files.get("source", [])) if read_code else None
+    silent = _silent(findings, post, files.get("source", []), scanner.collective_sites) if read_code else None
     if silent is not None and (silent.calls or silent.note):
         post = with_silent(post, silent)
     if memory is not None and post.decided_by == "memory_snapshots":
@@ -438,12 +438,14 @@ MAX_SOURCE = 2 * 1024 * 1024
 """A source file larger than this is not read for the silent rank's calls (generated code, not a script)."""
 
 
-def _silent(findings: list[Finding], post: PostMortem, scripts: list[str]) -> SilentRanks | None:
+def _silent(
+    findings: list[Finding], post: PostMortem, scripts: list[str], stacks: dict[int, str]
+) -> SilentRanks | None:
     """The silent ranks' reading, when the logs lead and their tracebacks name the collective's line:
     the file as the traceback names it, or a script given by the same name (the job ran elsewhere)."""
     if post.decided_by not in (None, "logs"):
         return None
-    site = silent_site(findings, post.suspect_ranks)
+    site = silent_site(findings, post.suspect_ranks, stacks)
     if site is None:
         return None
     name = Path(site.file).name

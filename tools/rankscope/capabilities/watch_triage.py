@@ -19,7 +19,7 @@ from rankscope.analysis.ranges import merge_rank_lines
 from rankscope.analysis.triage.logs import unique_steps
 from rankscope.analysis.triage.postmortem import LIVE_ONLY_TOOLS
 from rankscope.analysis.triage.silent import beyond_timeouts
-from rankscope.analysis.triage.watch_incidents import attempt_line, deciding, lead_sentence, watch_lines
+from rankscope.analysis.triage.watch_incidents import attempt_lines, deciding, lead_sentence, watch_lines
 from rankscope.capabilities.watch_folder import incident_paths, read_incident, read_looks, read_watch
 from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import NextStep, StacksReport, Verdict
@@ -99,7 +99,7 @@ def triage_watch(
     lead_m, lead_r = judged[-1] if judged else (None, None)
     logs = _logs(read_logs, where[lead_m.name] if lead_m else None, others, max_findings, lead_r is None)
     lines = watch_lines(watch, manifests, lead_m)
-    lines += [attempt_line(m, watch, r.verdict.summary) for m, r in judged[:-1] if r is not None]
+    lines += attempt_lines([(m, r.verdict.summary) for m, r in judged[:-1] if r is not None], watch)
     lines += notes
     if lead_m is not None and lead_r is None:
         lines.append(f"incident {lead_m.name} holds no look of the job's ranks: nothing to judge")

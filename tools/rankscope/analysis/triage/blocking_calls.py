@@ -98,6 +98,16 @@ def _sleeps(call: ast.Call, in_loop: bool) -> str:
     return f"sleeps {_text(call.args[0]) if call.args else '?'} s" + (" on every pass" if in_loop else "")
 
 
+def _reads(call: ast.Call) -> bool:
+    """An ``open()`` for reading: no mode, or a literal mode without w, a, x or +."""
+    mode = call.args[1] if len(call.args) > 1 else _kw(call, "mode")
+    if mode is None:
+        return True
+    return (
+        isinstance(mode, ast.Constant) and isinstance(mode.value, str) and not set(mode.value) & set("wax+")
+    )
+
+
 def _call_wait(call: ast.Call, in_loop: bool) -> str | None:
     """What ``call`` waits for, when it can wait without end; None for a call that cannot."""
     fn = call.func
@@ -107,6 +117,8 @@ def _call_wait(call: ast.Call, in_loop: bool) -> str | None:
         return None
     if fn.id == "input":
         return "a line on stdin"
+    if fn.id == "open" and call.args and _reads(call):
+        return f"opens `{_text(call.args[0])}` to read: blocks while it is a FIFO with no writer, or on a stalled file system"
     if fn.id == "next" and call.args:
         return f"the next item of `{_text(call.args[0])}` (a data iterator)"
     if fn.id in ("check_output", "check_call") and _kw(call, "timeout") is None:

@@ -35,7 +35,7 @@ from rankscope.analysis.triage.after_scan import (
 )
 from rankscope.analysis.triage.log_rules import ALL_NEEDLES, RULES, Rule
 from rankscope.analysis.triage.torchrun_lines import TorchrunLines
-from rankscope.analysis.triage.tracebacks import ThreadEnd, Tracebacks
+from rankscope.analysis.triage.tracebacks import COLLECTIVE_STACK, ThreadEnd, Tracebacks
 from rankscope.analysis.units import size_or_none
 from rankscope.models.core import Finding, NextStep
 from rankscope.models.logs import FailureRecord
@@ -60,6 +60,8 @@ TABLE_NEEDLES: tuple[str, ...] = (
     "(most recent call first)",
     "Error",
     "Exception",
+    COLLECTIVE_STACK,
+    ".py:",  # a frame of that stack: "#2 main from /workspace/train.py:35"
 )
 NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(ALL_NEEDLES + TABLE_NEEDLES))
 """Every literal that can make a line interesting; lines without any are skipped."""
@@ -85,6 +87,9 @@ class LogScanner:
         self._tracebacks = Tracebacks()
         self.stack_sources: set[str] = self._tracebacks.stack_sources
         """Sources that hold faulthandler stacks ("most recent call first"): saved stacks as well as logs."""
+        self.collective_sites: dict[int, str] = {}
+        """Per rank, the user frame of the collective NCCL's watchdog timed out in (its "Stack trace of
+        the failed collective"), kept beside the findings: the silent rank's reading needs it."""
 
     @property
     def world_size(self) -> int | None:
@@ -114,6 +119,11 @@ class LogScanner:
         if self._torchrun.table_line(text, line_no, source):
             return
         if self._torchrun.launcher_line(text, line_no, source):
+            return
+        frame = self._tracebacks.collective_frame(text, line_no, source, rank)
+        if isinstance(frame, tuple) and frame[0] is not None:
+            self.collective_sites.setdefault(frame[0], frame[1])
+        if frame is not False:
             return
         if self._tracebacks.read(text, line_no, source, rank):
             return

@@ -13,7 +13,9 @@ Pure: findings in, models out; the shell reads the file.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from rankscope.analysis.ranges import ranks_phrase
@@ -24,8 +26,10 @@ from rankscope.models.core import Finding, NextStep
 from rankscope.models.logs import SilentRanks
 
 HANG_PLAYBOOK = "skill/communication-errors.md#collective-timeout"
-_QUIET_KINDS = frozenset({"child_failed", "launcher_stopped", "exit_without_destroy"})
-"""Findings that say nothing of where a rank was: the launcher's table, its stop, an exit warning."""
+_SAME_WORK = re.compile(r"Collectives timed out: [^.]*no rank fell behind on the CPU[^.]*\.")
+_QUIET_KINDS = frozenset({"child_failed", "launcher_stopped", "exit_without_destroy", "fr_dump_signal"})
+"""Findings that say nothing of where a rank was: the launcher's table, its stop, an exit warning,
+NCCL's note that another rank's timeout asked it for a recorder dump."""
 
 
 @dataclass(frozen=True)
@@ -53,18 +57,25 @@ def _site(call_site: str) -> tuple[str, int, str] | None:
     return (file, int(line), function) if file and line.isdigit() else None
 
 
-def silent_site(findings: list[Finding], suspects: list[int]) -> SilentSite | None:
-    """The suspects that said nothing themselves, and the line most timed-out ranks' tracebacks end in;
-    None when no suspect is silent or no timeout names a line of the user's code."""
+def silent_site(
+    findings: list[Finding], suspects: list[int], stacks: Mapping[int, str] | None = None
+) -> SilentSite | None:
+    """The suspects that said nothing themselves, and the line most timed-out ranks' tracebacks (or,
+    ``stacks``, NCCL's stacks of the failed collective, per rank) end in; None when no suspect is
+    silent or no timeout names a line of the user's code."""
     spoke = {r for f in findings if _spoke(f) for r in f.ranks}
     silent = [r for r in suspects if r not in spoke]
+    named: dict[int, str] = dict(stacks or {})
+    for f in findings:
+        if f.kind == "collective_timeout" and f.facts.get("call_site"):
+            named.update({r: str(f.facts["call_site"]) for r in f.ranks})
     sites: Counter[tuple[str, int, str]] = Counter()
     waited: dict[tuple[str, int, str], set[int]] = {}
-    for f in findings:
-        site = _site(str(f.facts.get("call_site", ""))) if f.kind == "collective_timeout" else None
+    for rank, call_site in named.items():
+        site = _site(call_site) if rank not in silent else None
         if site is not None:
-            sites[site] += len(f.ranks) or 1
-            waited.setdefault(site, set()).update(f.ranks)
+            sites[site] += 1
+            waited.setdefault(site, set()).add(rank)
     if not silent or not sites:
         return None
     (file, line, function), _ = sites.most_common(1)[0]
@@ -122,7 +133,7 @@ def beyond_timeouts(summary: str, suspects: list[int], victims: list[int]) -> st
         f"Suspect rank(s): {', '.join(map(str, suspects))}.",
         f"Victims (failed because of another rank): {', '.join(map(str, victims))}.",
     ]
-    rest = summary
+    rest = _SAME_WORK.sub("", summary)  # "no rank fell behind": the silent rank did, by not arriving
     for sentence in said:
         rest = rest.replace(sentence, "")
     return " ".join(rest.split())

@@ -21,6 +21,11 @@ _EXCEPTION_LINE = re.compile(
 )
 _TRACE_SPAN = 60
 """A user frame more than this many lines before an error is not that error's traceback."""
+COLLECTIVE_STACK = "Stack trace of the failed collective"
+"""NCCL's watchdog (torch >= 2.10) prints the timed-out collective's Python stack under this line."""
+_COLLECTIVE_FRAME = re.compile(r"^#(?P<n>\d+) (?P<func>\S+) from (?P<file>.+?\.py):(?P<line>\d+)\s*$")
+_STACK_SPAN = 16
+"""The collective's frames follow their header within this many lines."""
 
 Where = tuple[str, int | None]
 """(source, rank): one process's output, where one traceback is printed at a time."""
@@ -43,6 +48,7 @@ class Tracebacks:
     def __init__(self) -> None:
         self._frames: dict[Where, tuple[int, str]] = {}
         self._threads: dict[Where, str] = {}
+        self._collective: dict[str, tuple[int | None, int]] = {}
         self.stack_sources: set[str] = set()
         """Sources that hold faulthandler stacks ("most recent call first"): saved stacks as well as logs."""
 
@@ -60,6 +66,24 @@ class Tracebacks:
                 self._frames[(source, rank)] = (line_no, f"{fm['file']}:{fm['line']} in {fm['func']}")
             return True
         return False
+
+    def collective_frame(
+        self, text: str, line_no: int, source: str, rank: int | None
+    ) -> tuple[int | None, str] | bool:
+        """Follow NCCL's "Stack trace of the failed collective" (its frames carry no rank prefix): True
+        for its header or a frame said nothing new, (rank, call site) for its innermost user frame,
+        which the rank's timeout then names; False for any other line."""
+        if COLLECTIVE_STACK in text:
+            self._collective[source] = (rank, line_no)
+            return True
+        fm = _COLLECTIVE_FRAME.match(text.strip())
+        pending = self._collective.get(source)
+        if fm is None or pending is None or line_no - pending[1] > _STACK_SPAN:
+            return False
+        if origin_of(fm["file"]) != "user":
+            return True
+        del self._collective[source]  # the innermost user frame is the call site; the rest say less
+        return pending[0], f"{fm['file']}:{fm['line']} in {fm['func']}"
 
     def call_site(self, source: str, rank: int | None, line_no: int) -> str | None:
         """The innermost user frame of the traceback just printed on this rank, if recent enough."""

@@ -17,6 +17,10 @@ from rankscope.models.watch import IncidentManifest, WatchManifest
 
 MAX_SLOW = 3
 """Resumed incidents named one by one; more are counted."""
+MAX_HOSTS = 4
+"""Hosts gone named one by one; more are counted."""
+MAX_ATTEMPTS = 3
+"""Earlier attempts given a line each (the latest ones); more are counted."""
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
@@ -125,8 +129,16 @@ def attempt_line(m: IncidentManifest, watch: WatchManifest, verdict_summary: str
     return f"attempt {m.attempt}: incident {m.name}, {when_captured(m, watch)}: {verdict_summary}"
 
 
+def attempt_lines(earlier: list[tuple[IncidentManifest, str]], watch: WatchManifest) -> list[str]:
+    """The earlier attempts' stalls, the latest ``MAX_ATTEMPTS`` a line each, the rest counted."""
+    lines = [attempt_line(m, watch, summary) for m, summary in earlier[-MAX_ATTEMPTS:]]
+    cut = len(earlier) - MAX_ATTEMPTS
+    return ([f"{cut} earlier attempts stalled too (read_watch lists them)"] if cut > 0 else []) + lines
+
+
 __all__ = [
     "attempt_line",
+    "attempt_lines",
     "deciding",
     "hosts_gone",
     "incomplete",

@@ -118,3 +118,43 @@ def test_text_pieces_are_redacted(tmp_path: Path) -> None:
     text = (tmp_path / "logs" / "rank0.log").read_text()
     assert SECRET not in text and "step 3" in text
     assert wf.seconds_between("2026-11-28T03:00:00+00:00", "2026-11-28T03:01:30+00:00") == 90.0
+
+
+def test_a_detached_watch_is_given_flags_the_watch_command_takes(tmp_path: Path) -> None:
+    from rankscope.capabilities.watch import WatchConfig
+    from rankscope.capabilities.watch_start import detach_argv
+    from rankscope.cli import build_parser
+    from rankscope.options import DumpOptions
+
+    config = WatchConfig(
+        out=tmp_path / "w",
+        selection=WatchSelection(folder=str(tmp_path), pid=123, job_id="torchrun:x"),
+        interval_s=0.5,
+        stall_s=3,
+        busy_stall_s=9,
+        confirm_s=0.5,
+        resume_s=2,
+        job_timeout_s=30,
+        linger_s=5,
+        max_incidents=4,
+        max_incident_bytes=1 << 20,
+        options=DumpOptions(window=2, timeout=10, native=True),
+    )
+    argv = detach_argv(config)
+    assert "--detach" not in argv
+    parser, _ = build_parser("watch")
+    args = parser.parse_args(argv[3:])
+    assert (args.pid, args.job, args.stall, args.busy_stall, args.linger) == (123, "torchrun:x", 3, 9, 5)
+    assert (args.max_incident_bytes, args.window, args.native) == (1 << 20, 2, True)
+
+
+def test_bad_watch_settings_and_other_hosts_get_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rankscope.cli import main
+
+    assert main(["watch", "--out", str(tmp_path), "--interval", "0"]) == 2
+    assert "interval_s must be positive" in capsys.readouterr().err
+    assert main(["watch", "--out", str(tmp_path), "--hosts", "a,b"]) == 2
+    err = capsys.readouterr().err
+    assert "--hosts" in err and "Fix:" in err

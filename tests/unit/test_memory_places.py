@@ -175,8 +175,15 @@ def test_without_the_script_the_place_still_names_the_right_line(tmp_path: Path)
     folder = job_folder(tmp_path, [TRAIN, EVAL])
     (folder / "train.py").unlink()
     lead = api.inspect_memory(paths=[str(folder)]).findings[0]
-    assert "keeps" not in lead.facts and f"made at {line(EVAL)} <- {JOB.script}:{EVAL.caller} in main" in (
-        lead.fix or ""
+    assert "keeps" not in lead.facts and (lead.fix or "").startswith(
+        f"Run evaluate ({line(EVAL)} <- {JOB.script}:{EVAL.caller} in main) under torch.no_grad()"
+    )
+    folder = job_folder(tmp_path, [TRAIN, SAMPLE])  # no graph kept: the generic fix at the right line
+    (folder / "train.py").unlink()
+    lead = api.inspect_memory(paths=[str(folder)]).findings[0]
+    assert (
+        "keeps" not in lead.facts
+        and f"made at {line(SAMPLE)} <- {JOB.script}:{SAMPLE.caller} in main" in (lead.fix or "")
     )
 
 

@@ -235,8 +235,14 @@ def _leak_finding(
         + words.kept
     )
     made = leak.script or ""
+    func = made.split(" <- ")[0].rpartition(" in ")[2]
     fix = words.fix or (
-        f"Stop keeping {every} from {leak.site}" + (f" (made at {made})" if made else "") + f". {LEAK_FIX}"
+        f"Run {func} ({made}) under torch.no_grad() and keep only `.detach().cpu()` copies of what it "
+        "computes: its kept outputs hold their autograd graphs."
+        if graph is not None and func
+        else f"Stop keeping {every} from {leak.site}"
+        + (f" (made at {made})" if made else "")
+        + f". {LEAK_FIX}"
     )
     found = _finding(
         "leak",

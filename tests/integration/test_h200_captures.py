@@ -70,3 +70,28 @@ def test_saved_stacks_of_ranks_that_never_got_past_start_up_are_a_start_up() -> 
         assert "rank 0's store still waits for ranks of the world to connect" in v.summary
         assert "rank 0 waits in init_process_group: the store waiting" in v.evidence[0]
         assert "ranks 1-2 wait in" in v.evidence[1] and "broadcastUniqueNCCLID" in v.evidence[1]
+
+
+def test_the_real_watch_folder_of_an_nccl_job_restarted_once_names_rank_2_per_attempt(tmp_path: Path) -> None:
+    """`rankscope watch` beside the NCCL job of scripts/run2.sh (torchrun --max-restarts=1): it read
+    the 30 s timeout from the script, captured each attempt's stall 16-20 s in, before the watchdog,
+    and the morning after triage leads with that capture, when it was taken, and each attempt."""
+    folder = tmp_path / "watch"
+    shutil.copytree(H200 / "watch_folder_nccl" / "watch", folder)
+    report = triage_logs([str(folder)])
+    assert report.suspect_ranks == [2] and report.victim_ranks == [0, 1, 3]
+    assert report.summary.startswith("From the watch's capture (incident 002-")
+    assert "attempt 2 of 2, captured 74 s before the job ended" in report.summary
+    assert "rank 2 is in no collective, at w_stall.py:16" in report.summary
+    assert not any(s.skipped for s in report.sources)
+
+
+def test_the_nccl_log_alone_names_the_rank_that_never_issued_the_collective(tmp_path: Path) -> None:
+    """Ranks 0, 1, 3 time out on all_reduce #161 with the same counts; rank 2 reports no timeout and
+    its dump-signal line says its last enqueued work is #160: it fell behind. The log's verdict must
+    not also say that no rank fell behind."""
+    shutil.copy(STALL / "torchrun.log", tmp_path / "torchrun.log")
+    report = triage_logs([str(tmp_path)])
+    assert report.suspect_ranks == [2] and report.victim_ranks == [0, 1, 3]
+    assert "no rank fell behind" not in report.summary
+    assert [s.path for s in report.sources if s.skipped] == []

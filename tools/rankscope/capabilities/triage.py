@@ -306,13 +306,19 @@ def _read_stacks(files: list[str], sources: list[LogSource]) -> StacksReport | N
         return None
     from rankscope.capabilities.saved_stacks import stacks_from_files
 
+    logged = {s.path for s in sources if s.kind == "file"}
+    # a log read as a log that holds no stack dump is no skipped file: saying so again costs bytes
     try:
         report = stacks_from_files(files)
     except InvalidInput as exc:
-        sources.extend(LogSource(path=p, kind="saved_stacks", skipped=exc.message) for p in files)
+        sources.extend(
+            LogSource(path=p, kind="saved_stacks", skipped=exc.message) for p in files if p not in logged
+        )
         return None
     for p in files:
         err = next((e.message for e in report.errors if e.message.startswith(p)), None)
+        if err is not None and p in logged:
+            continue
         sources.append(
             LogSource(path=p, kind="saved_stacks", rank_hint=rank_hint(p), bytes=_size(p), skipped=err)
         )

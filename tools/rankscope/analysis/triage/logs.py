@@ -351,6 +351,11 @@ def _same_work_note(findings: list[Finding]) -> str | None:
     if len(keys) != 1:
         return None
     seq, work, enqueued, _ = next(iter(keys))
+    failing = _int(seq)
+    for r, f in _by_rank(findings, "fr_dump_signal").items():
+        behind = _int(f.facts.get("last_enqueued"))
+        if r not in timeouts and failing is not None and behind is not None and behind < failing:
+            return None  # a rank that never timed out says it never issued that work: it fell behind
     counts = f" with the same last enqueued #{enqueued}" if enqueued is not None else ""
     return (
         f"{ranks_phrase(sorted(timeouts))} timed out in the same {work} #{seq}{counts}: no rank fell behind "

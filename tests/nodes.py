@@ -61,14 +61,17 @@ class Nodes:
             timeout=timeout,
         )
 
-    def start(self, host: str, folder: Path, argv: Sequence[str], env: Mapping[str, str]) -> None:
+    def start(
+        self, host: str, folder: Path, argv: Sequence[str], env: Mapping[str, str], log: Path | None = None
+    ) -> None:
         """Start ``argv`` detached on ``host`` in ``folder`` with ``env`` added, its output in
-        ``folder/HOST.log`` (as a scheduler starts a launcher); returns once it is started."""
+        ``folder/HOST.log`` (as a scheduler starts a launcher), or appended to ``log`` (one log of
+        every node, as a batch job's); returns once it is started."""
         assigns = [f"{k}={v}" for k, v in env.items()]
-        log = folder / f"{host}.log"
+        to = f">> {shlex.quote(str(log))}" if log else f"> {shlex.quote(str(folder / f'{host}.log'))}"
         line = (
             f"cd {shlex.quote(str(folder))} && env {shlex.join(assigns)} setsid -f {shlex.join(argv)} "
-            f"> {shlex.quote(str(log))} 2>&1 < /dev/null"
+            f"{to} 2>&1 < /dev/null"
         )
         res = self.ssh(host, line)
         if res.returncode != 0:

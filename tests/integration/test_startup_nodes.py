@@ -49,11 +49,13 @@ class Case:
     agents: dict[str, int] = field(default_factory=dict)
     ranks: int = 0
     listens: bool = True
+    log_says: str = ""
+    """Words the case's shared log must hold before the case is ready (a launcher's exit)."""
 
 
-def _torchrun(nodes: Nodes, case: Case, host: str, *args: str) -> None:
+def _torchrun(nodes: Nodes, case: Case, host: str, *args: str, log: Path | None = None) -> None:
     argv = [sys.executable, "-m", "torch.distributed.run", *args, "--monitor_interval=0.2", str(PROGRAM)]
-    nodes.start(host, case.folder, [*argv, str(case.folder)], BASE_ENV)
+    nodes.start(host, case.folder, [*argv, str(case.folder)], BASE_ENV, log=log)
     case.agents[host] = case.agents.get(host, 0) + 1
 
 
@@ -80,7 +82,20 @@ def _agents_up(case: Case) -> bool:
             found += procfs.maps_mention(pid, (b"libtorch",))
     listening = any(s.listening for s in procfs.tcp_sockets(frozenset({case.port})))
     ranks = len(list((case.folder / "ready").iterdir()))
-    return found >= sum(case.agents.values()) and (listening or not case.listens) and ranks >= case.ranks
+    said = case.log_says in _read(case.folder / "job.log").lower() if case.log_says else True
+    return (
+        found >= sum(case.agents.values())
+        and (listening or not case.listens)
+        and ranks >= case.ranks
+        and said
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +117,11 @@ def cases(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     holder = f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0', {held.port})); s.listen(); time.sleep(3600)"
     nodes.start("node1", held.folder, [sys.executable, "-c", holder], {})
     wait_for(lambda: _agents_up(Case(held.folder, held.port)), 60, "the stray process on the store's port")
-    _torchrun(nodes, held, "node1", *_static(held, 0))
-    _torchrun(nodes, held, "node2", *_static(held, 1))
-    held.agents = {"node2": 1}  # node1's cannot listen: it exits
+    shared = held.folder / "job.log"  # one log for both nodes, as a batch job's
+    _torchrun(nodes, held, "node1", *_static(held, 0), log=shared)
+    _torchrun(nodes, held, "node2", *_static(held, 1), log=shared)
+    held.agents = {"node2": 1}  # node1's cannot listen: it exits, and says so in the log
+    held.log_says = "in use"
     c10d = [
         "--nnodes=2",
         "--nproc_per_node=2",
@@ -173,6 +190,8 @@ def test_the_store_port_held_by_another_process(nodes: Nodes, cases: dict[str, C
     assert f"the store's port {case.port} on node1 is held by pid " in verdict["summary"], verdict
     assert "no launcher or rank of this job" in verdict["summary"]
     assert "node1 runs no launcher of the job" in verdict["summary"]
+    said = [e for e in verdict["evidence"] if e.startswith(f"log: {case.folder / 'job.log'}: ")]
+    assert said and "in use" in said[0].lower(), verdict["evidence"]  # node1's launcher said why it left
 
 
 def test_rdzv_id_differs(nodes: Nodes, cases: dict[str, Case]) -> None:

@@ -110,9 +110,11 @@ def test_nnodes_and_rdzv_id_differ_without_a_majority() -> None:
 
 
 def test_the_store_port_held_by_another_process() -> None:
+    said = "/shared/job.log: torch.distributed.DistNetworkError: address already in use"
+    agent = _static("node2", 20, 1, 29500).model_copy(update={"log_line": said})
     facts = [
         StartupFacts(host="node1", listeners=[_store("node1", 29500, 77, of_job=False)]),
-        StartupFacts(host="node2", launchers=[_static("node2", 20, 1, 29500)]),
+        StartupFacts(host="node2", launchers=[agent]),
     ]
     verdict, _ = startup_verdict(EMPTY, facts, [], remote=True) or (None, None)
     assert verdict is not None
@@ -120,6 +122,7 @@ def test_the_store_port_held_by_another_process() -> None:
         "port 29500 on node1 is held by pid 77 (python x), no launcher or rank of this job" in verdict.summary
     )
     assert "node1 runs no launcher of the job" in verdict.summary
+    assert f"log: {said}" in verdict.evidence  # the shared log says why node1's launcher is gone
 
 
 def test_master_addr_resolved_elsewhere_on_one_node() -> None:

@@ -442,6 +442,8 @@ def _evidence(seen: _Seen, facts: Sequence[StartupFacts]) -> list[str]:
         f"{ranks_phrase(sorted(r))} {'waits' if len(r) == 1 else 'wait'} in {where}"
         for where, r in list(by_where.items())[:3]
     )
+    logs = {lf.log_line for lf in seen.launchers if lf.log_line}
+    lines.extend(f"log: {line}" for line in sorted(logs)[:2])
     return lines[:10]
 
 

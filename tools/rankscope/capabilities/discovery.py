@@ -545,6 +545,12 @@ def _error_json_message(path: Path) -> str | None:
     return _clip(lines[-1] if lines else message)
 
 
+def last_error_line(path: Path) -> str | None:
+    """The last line of a log file's last 64 KB that reads as an error; None when none does."""
+    line = _last_error_line(path)
+    return line if line is not None and _ERROR_LINE.search(line) else None
+
+
 def _last_error_line(path: Path) -> str | None:
     try:
         with open(path, "rb") as fh:

@@ -11,6 +11,7 @@ and bounded: /proc, and one name lookup per name with a timeout.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from rankscope.analysis.launcher_args import env_settings, launcher_kind, store_address, torchrun_settings
 from rankscope.analysis.redact import Redactor
@@ -89,6 +90,16 @@ def _python_listeners(host: str) -> list[Listener]:
     return out[:MAX_LISTENERS]
 
 
+def _log_line(pid: int) -> str | None:
+    """``FILE: LINE``: the last error line of the regular file the launcher's output goes to (its
+    stderr, else its stdout), where a node that exited may have said why, in a job log they share."""
+    for target in procfs.output_files(pid):
+        line = discovery.last_error_line(Path(target))
+        if line:
+            return f"{target}: {line}"
+    return None
+
+
 def _launchers(job: Job, host: str) -> list[LauncherFacts]:
     """The job's launchers here (torchrun agents, mpirun); or, for ranks started without one, the
     first rank's environment (MASTER_ADDR, MASTER_PORT, WORLD_SIZE) as this host's settings."""
@@ -104,11 +115,10 @@ def _launchers(job: Job, host: str) -> list[LauncherFacts]:
             else discovery.launcher_settings(kind, info.cmdline, info.env or {})
         )
         ranks = sum(1 for r in job.ranks if procfs.parent_of(r.pid) == pid)
-        out.append(
-            LauncherFacts(
-                host=host, pid=pid, kind=kind, settings=settings, ranks=ranks, cwd=procfs.read_cwd(pid)
-            )
+        facts = LauncherFacts(
+            host=host, pid=pid, kind=kind, settings=settings, ranks=ranks, cwd=procfs.read_cwd(pid)
         )
+        out.append(facts.model_copy(update={"log_line": _log_line(pid)}))
     if out or not job.ranks:
         return out
     first = job.ranks[0]

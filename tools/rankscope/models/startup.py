@@ -37,6 +37,9 @@ class LauncherFacts(Model):
     )
     ranks: int = Field(default=0, description="Its live ranks (0: none started yet).")
     cwd: str | None = None
+    log_line: str | None = Field(
+        default=None, description="The last error line of the file its output goes to (a shared job log too)."
+    )
 
 
 class Listener(Model):

@@ -484,6 +484,23 @@ def fd_targets(pid: int) -> tuple[tuple[str, str], ...]:
     return _once("fds", pid, read)
 
 
+def output_files(pid: int) -> list[str]:
+    """The regular files the process's stderr and stdout go to (fd 2, then fd 1; from
+    :func:`fd_targets`): a launcher's log; never a terminal, a pipe or a /proc file."""
+    targets = dict(fd_targets(pid))
+    out: list[str] = []
+    for fd in (2, 1):
+        target = targets.get(os.fspath(path(pid, f"fd/{fd}")))
+        if (
+            target
+            and target.startswith("/")
+            and not target.startswith(("/dev/", "/proc/"))
+            and target not in out
+        ):
+            out.append(target)
+    return out
+
+
 def device_fds(pid: int, prefix: str = "/dev/") -> tuple[str, ...]:
     """Targets of the process's open fds under ``prefix`` (from :func:`fd_targets`)."""
     return tuple(target for _, target in fd_targets(pid) if target.startswith(prefix))
@@ -636,6 +653,7 @@ __all__ = [
     "mapped_paths",
     "maps_mention",
     "open_files",
+    "output_files",
     "own_text",
     "parent_of",
     "parse_environ",

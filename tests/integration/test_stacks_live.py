@@ -17,7 +17,7 @@ import pytest
 
 from rankscope.analysis.hang.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
-from rankscope.capabilities.stacks import capture_job, counter_pass
+from rankscope.capabilities.stacks import SAME_DUMP_COUNTERS, capture_job, counter_pass
 from rankscope.models.core import StacksReport
 from rankscope.options import DEFAULTS, DumpOptions
 from rankscope.runtime.proctree import descendants
@@ -226,6 +226,15 @@ def test_async_collectives_lagging_counter_names_the_laggard(async_job: RunningJ
     # they name the rank the stacks already named, surely: the answer does not repeat them
     assert again.verdict.suspect_ranks == [1] and again.verdict.confidence == "high"
     assert not any("step=3" in e for e in again.verdict.evidence)
+    # a single --native look reads the same counters from its own dumps (taken with locals), no second pass
+    native = dump_stacks(job.pid, DumpOptions(native=True, window=0, timeout=60))
+    assert {s.rank: s.counters.get("hang_collectives.py:run_async:step") for s in native.stacks} == {
+        0: 11,
+        1: 3,
+        2: 11,
+    }
+    assert SAME_DUMP_COUNTERS in native.job.notes and native.verdict.suspect_ranks == [1]
+    assert all(f.locals is None for s in native.stacks for t in s.threads for f in t.frames)
 
 
 def test_counters_come_from_the_locals_already_asked_for(async_job: RunningJob, pyspy_works: str) -> None:

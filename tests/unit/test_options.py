@@ -280,11 +280,11 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Capture]:
     def start(pid: int, options: DumpOptions, exe: str | None = None) -> Proc:
         argv = pyspy.dump_argv(pid, options, exe or "py-spy")
         seen.argvs.append(argv)
+        seen.timeouts.append(options.timeout)
         return Proc(argv)
 
-    def finish(proc: Proc, pid: int, timeout: float, started: float | None = None) -> list[dict[str, Any]]:
-        seen.timeouts.append(timeout)
-        return _pyspy_json(pid, proc.argv)
+    def finish(proc: Proc) -> list[dict[str, Any]]:
+        return _pyspy_json(int(proc.argv[proc.argv.index("--pid") + 1]), proc.argv)
 
     def step(name: str, result: Any) -> Any:
         def record(*args: Any, **kwargs: Any) -> Any:
@@ -297,6 +297,7 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Capture]:
     monkeypatch.setattr(pyspy, "check_pyspy", lambda exe=None: "py-spy")
     monkeypatch.setattr(pyspy, "start_dump", start)
     monkeypatch.setattr(pyspy, "finish_dump", finish)
+    monkeypatch.setattr(pyspy, "wait_first", lambda started: started[0])
     monkeypatch.setattr(discovery, "find_job", lambda pid=None, job_id=None: job)
     monkeypatch.setattr(discovery, "proc_state", lambda pid: "sleeping")
     monkeypatch.setattr(discovery, "read_environ", lambda pid: {})
@@ -349,6 +350,22 @@ def test_every_option_reaches_the_local_capture(name: str, capture: _Capture) ->
     if name == "ras":
         assert "NCCL RAS" in capture.steps and "NCCL RAS" not in before.steps
     assert report.verdict.kind == plain.verdict.kind == "mismatched_collectives"
+
+
+def test_a_native_single_look_reads_its_counters_from_its_own_dumps(capture: _Capture) -> None:
+    """A ``--native`` dump loads libtorch's symbols (most of a second of CPU per rank); taking
+    locals in it costs almost nothing more, and spares the second round of dumps a single look
+    otherwise makes for the counters. The answer is the same, locals still dropped."""
+    one_pass = stacks.dump_stacks(None, DumpOptions(native=True, window=0))
+    assert len(capture.argvs) == 2  # one dump per rank, no second pass
+    assert all("--native" in argv and "--locals" in argv for argv in capture.argvs), capture.argvs
+    assert _counters(one_pass) == {0: {"train.py:main:step": 5}, 1: {"train.py:main:step": 5}}
+    assert stacks.SAME_DUMP_COUNTERS in one_pass.job.notes and not _kept_locals(one_pass)
+    capture.argvs = []
+    two_passes = stacks.dump_stacks(None, DumpOptions(window=0))
+    assert len(capture.argvs) == 4 and not any("--locals" in argv for argv in capture.argvs[:2])
+    assert _counters(two_passes) == _counters(one_pass)
+    assert one_pass.verdict == two_passes.verdict
 
 
 def test_a_bad_value_is_refused_where_the_options_are_built() -> None:

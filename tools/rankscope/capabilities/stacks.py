@@ -16,10 +16,10 @@ import functools
 import linecache
 import logging
 import os
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rankscope.analysis.code_origin import merge_roots
 from rankscope.analysis.hang.backend import job_backend
@@ -79,7 +79,7 @@ def _workers(n: int, native: bool) -> int:
     """How many dumps run at once: all ranks of a node, but a ``--native`` py-spy loads the
     symbols of libtorch & co. (about 100 MB resident each, or more), so those are capped by
     the cores."""
-    cap = max(2, 2 * (os.cpu_count() or 1)) if native else MAX_DUMPS
+    cap = max(2, 2 * len(os.sched_getaffinity(0))) if native else MAX_DUMPS
     return max(1, min(n, cap))
 
 
@@ -240,8 +240,7 @@ class _Dump:
     rank: RankProcess | None
     options: DumpOptions
     state: ProcState = "unknown"
-    proc: subprocess.Popen[str] | None = None
-    started: float = 0.0
+    proc: pyspy.StartedDump | None = None
     threads: list[ThreadStack] | None = None
     failure: pyspy.DumpFailed | None = None
 
@@ -251,39 +250,40 @@ def _run_dumps(dumps: list[_Dump], exe: str, meanwhile: Callable[[], None]) -> N
 
     Every py-spy is started before any is waited for (no thread per rank: starting eight
     threads costs more than the eight dumps of a small job), then ``meanwhile`` runs while
-    they work; a finished dump makes room for the next waiting one. Each dump's result or
-    failure is stored on it.
+    they work; each dump is collected as it ends, whichever ends first, and its slot goes at
+    once to the next waiting one (a slow rank never holds the others' slots idle). Each dump's
+    result or failure is stored on it.
     """
     limit = _workers(len(dumps), any(d.options.native for d in dumps))
     waiting = list(dumps)
-    running: list[_Dump] = []
+    running: dict[int, _Dump] = {}  # by id of its started py-spy
 
     def start_next() -> None:
         while waiting and len(running) < limit:
             d = waiting.pop(0)
-            d.started = time.monotonic()
             try:
                 d.proc = pyspy.start_dump(d.pid, d.options, exe)
             except pyspy.DumpFailed as exc:
                 d.failure = exc
                 continue
-            running.append(d)
+            running[id(d.proc)] = d
 
     try:
         start_next()
         meanwhile()
         while running:
-            d = running.pop(0)
-            if d.proc is None:  # pragma: no cover - only started dumps are running
-                continue
+            started = pyspy.wait_first([d.proc for d in running.values() if d.proc is not None])
+            d = running.pop(id(started))
+            raw: list[dict[str, Any]] | None = None
             try:
-                raw = pyspy.finish_dump(d.proc, d.pid, d.options.timeout, d.started)
-                d.threads = pyspy.parse_dump(raw, d.pid, procfs.code_roots(d.pid))
+                raw = pyspy.finish_dump(started)
             except pyspy.DumpFailed as exc:
                 d.failure = exc
-            start_next()
+            start_next()  # before parsing: py-spy works while this one is parsed
+            if raw is not None:
+                d.threads = pyspy.parse_dump(raw, d.pid, procfs.code_roots(d.pid))
     finally:
-        for d in running:  # only on an exception (e.g. KeyboardInterrupt): leave no py-spy behind
+        for d in running.values():  # only on an exception (e.g. KeyboardInterrupt): leave no py-spy behind
             if d.proc is not None:
                 pyspy.abandon(d.proc)
 
@@ -323,7 +323,9 @@ def _plan_dumps(
     procs: list[RankProcess], options: DumpOptions, watching: bool
 ) -> tuple[dict[int, tuple[RankStack, RankError | None]], list[_Dump]]:
     """Ranks settled by their state alone (gone, stopped: no ptrace), and the dumps to run.
-    ``watching``: the first look of a progress window, which reads locals (integers kept)."""
+    ``watching``: the first look of a progress window, which reads locals (integers kept).
+    A ``--native`` dump reads locals too: they add almost nothing to its symbol loading, and the
+    counters and send/recv peers are then read from it instead of a second round of dumps."""
     settled: dict[int, tuple[RankStack, RankError | None]] = {}
     dumps: list[_Dump] = []
     for r in procs:
@@ -336,7 +338,7 @@ def _plan_dumps(
             own = dataclasses.replace(
                 options,
                 # spawn ranks carry no RANK variable: `i` is read from _wrap's locals
-                locals=options.locals or watching or r.launcher == "mp_spawn",
+                locals=options.locals or watching or options.native or r.launcher == "mp_spawn",
                 nonblocking=options.nonblocking or state == "disk_sleep",
             )
             dumps.append(_Dump(pid=r.pid, rank=r, options=own, state=state))
@@ -353,6 +355,17 @@ def _parent_nprocs(parent: _Dump | None) -> int | None:
     return _nprocs_from(parent.threads) if parent.threads is not None else None
 
 
+def _hand_over(dumps: list[_Dump], window: Window | None, looks: dict[int, list[ThreadStack]] | None) -> None:
+    """Each rank's threads as dumped, locals not yet dropped: to the window's first look, and to
+    ``looks`` where the dump took locals (they serve the counters then, with no other pass)."""
+    for d in dumps:
+        if d.rank is not None and d.threads is not None:
+            if window is not None:
+                window.first_look(d.pid, d.threads)
+            if looks is not None and d.options.locals:
+                looks[d.pid] = d.threads
+
+
 def capture_job(
     job: Job,
     options: DumpOptions = DEFAULTS,
@@ -362,6 +375,7 @@ def capture_job(
     environs: dict[int, dict[str, str]] | None = None,
     during: Callable[[], None] | None = None,
     window: Window | None = None,
+    looks: dict[int, list[ThreadStack]] | None = None,
 ) -> tuple[Job, list[RankStack], list[RankError]]:
     """Dump the job's ranks concurrently; return the job (spawn ranks fixed), stacks and errors.
 
@@ -372,6 +386,8 @@ def capture_job(
     ``during`` runs then too (nvidia-smi), so that neither adds to the pause. ``window``, when
     given, is the first look of a progress window: the dumps take locals (only their integers are
     kept, unless ``locals``) and each rank's main thread is handed to it before anything is dropped.
+    ``looks``, when given, receives each rank's threads as dumped (pid -> threads, locals not yet
+    dropped), so that a dump taken with locals serves the counters without another pass.
     """
     exe = exe or pyspy.check_pyspy()
     procs = [r for r in job.ranks if ranks is None or r.rank in ranks]
@@ -397,10 +413,7 @@ def capture_job(
             during()
 
     _run_dumps(dumps, exe, meanwhile)
-    if window is not None:
-        for d in dumps:
-            if d.rank is not None and d.threads is not None:
-                window.first_look(d.pid, d.threads)
+    _hand_over(dumps, window, looks)
     peers = {} if options.locals else _p2p_peers(dumps, exe)
     by_pid = {d.pid: d for d in dumps if d.rank is not None}
     results = [settled[r.pid] if r.pid in settled else _result(by_pid[r.pid]) for r in procs]
@@ -618,6 +631,10 @@ def look_here(
         return _capture_or_startup(job, options, None, exe).model_copy(update={"chosen_by": chosen_by})
 
 
+SAME_DUMP_COUNTERS = "progress counters read from the capture's own dump, taken with locals (integers only)"
+"""The note of a single ``--native`` look: its dumps took locals, so no second pass was needed."""
+
+
 def capture(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -> HostLook:
     """One host's capture of ``job``, in one pass, as evidence: the window and the stacks (only
     ``ranks``, when given), the recorder asked once at each end of the window, RAS, the source lines
@@ -628,6 +645,8 @@ def capture(job: Job, options: DumpOptions, ranks: list[int] | None, exe: str) -
     moving = evidence.progress is not None and evidence.progress.motion == "moving"
     if options.counters and not options.locals and not moving:
         stacks, evidence = _locals_pass(stacks, evidence, exe, None, last)
+        if evidence.progress is None and last is not None and any(s.counters for s in stacks):
+            evidence = evidence.noting(SAME_DUMP_COUNTERS)
     job = evidence.job
     return HostLook(
         host=discovery.this_host(),
@@ -648,8 +667,10 @@ def _look(
     job: Job, options: DumpOptions, ranks: list[int] | None, exe: str
 ) -> tuple[_Evidence, list[RankStack], dict[int, list[ThreadStack]] | None]:
     """Watch ``job`` for the options' window and capture its ranks (only ``ranks``, when given):
-    the evidence, the stacks, and the window's last look (taken with locals), before any verdict."""
+    the evidence, the stacks, and the window's last look (taken with locals), before any verdict.
+    With no window, a ``--native`` capture's own dumps (taken with locals) stand for that last look."""
     environs: dict[int, dict[str, str]] = {}
+    looks: dict[int, list[ThreadStack]] | None = {} if options.native and options.window == 0 else None
     util: dict[int, int] = {}  # by pid: mp.spawn ranks may be renumbered by the capture
     pid_of = {r.rank: r.pid for r in job.ranks if r.rank is not None}
     watch = (
@@ -668,6 +689,7 @@ def _look(
                 {pid_of[r]: u for r, u in gpu_utilisation(job).items() if r in pid_of}
             ),
             window=watch,
+            looks=looks,
         )
         if errors and all(e.kind == "permission_denied" for e in errors) and len(errors) == len(stacks):
             raise PermissionDenied(errors[0].message)
@@ -678,7 +700,7 @@ def _look(
         if watch is not None:
             watch.sample(job.ranks, {s.pid: s.state for s in stacks})
         analysis = _gather(job, stacks, errors, environs, options, ranks=ranks, watching=watch is not None)
-        last: dict[int, list[ThreadStack]] | None = None
+        last = looks
         if watch is not None:
             analysis, last = _close_window(watch, analysis, stacks, exe)
     finally:

@@ -14,11 +14,13 @@ import functools
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,52 +166,114 @@ def dump_argv(pid: int, options: DumpOptions, exe: str) -> list[str]:
     return argv + [flag for name, flag in DUMP_FLAGS.items() if getattr(options, name)]
 
 
-def start_dump(pid: int, options: DumpOptions, exe: str | None = None) -> subprocess.Popen[str]:
+@dataclass
+class StartedDump:
+    """One started ``py-spy dump``: its process, what it has printed so far, and its deadline.
+
+    Its output is read as it comes (:func:`wait_first`), so a large ``--native`` JSON never fills
+    the pipe and stalls py-spy while another dump is being waited for.
+    """
+
+    proc: subprocess.Popen[bytes]
+    pid: int
+    timeout: float
+    deadline: float
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+    open: set[int] = field(default_factory=set)
+    """The pipe fds not yet at end of file: empty once py-spy has printed everything."""
+
+    @property
+    def printed(self) -> bool:
+        return not self.open
+
+
+def start_dump(pid: int, options: DumpOptions, exe: str | None = None) -> StartedDump:
     """Start ``py-spy dump --json`` on one pid without waiting; :func:`finish_dump` collects it.
 
-    Starting every rank's dump first and collecting afterwards runs them side by side
-    without a thread per rank.
+    Starting every rank's dump first and collecting each as it ends (:func:`wait_first`) runs
+    them side by side without a thread per rank. ``options.timeout`` counts from now.
     """
     argv = dump_argv(pid, options, exe or find_pyspy())
     try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     except FileNotFoundError as exc:
         raise DumpFailed("pyspy_missing", f"py-spy vanished: {exc}") from exc
     except OSError as exc:
         raise DumpFailed("failed", f"cannot run py-spy: {exc}") from exc
+    pipes = {p.fileno() for p in (proc.stdout, proc.stderr) if p is not None}
+    return StartedDump(proc, pid, options.timeout, time.monotonic() + options.timeout, open=pipes)
 
 
-def finish_dump(
-    proc: subprocess.Popen[str], pid: int, timeout: float, started: float | None = None
-) -> list[dict[str, Any]]:
+READ_CHUNK = 1 << 16
+
+
+def _read_ready(dumps: list[StartedDump], wait: float) -> None:
+    """Read whatever the dumps' pipes hold, waiting up to ``wait`` seconds for any to have some."""
+    with selectors.DefaultSelector() as sel:
+        for d in dumps:
+            for fd in d.open:
+                sel.register(fd, selectors.EVENT_READ, d)
+        for key, _ in sel.select(max(wait, 0.0)):
+            d = key.data
+            chunk = os.read(key.fd, READ_CHUNK)
+            if not chunk:
+                d.open.discard(key.fd)
+            elif d.proc.stdout is not None and key.fd == d.proc.stdout.fileno():
+                d.out += chunk
+            else:
+                d.err += chunk
+
+
+def wait_first(dumps: list[StartedDump]) -> StartedDump:
+    """The first of ``dumps`` (started, not yet finished) to have printed everything or to pass
+    its deadline; the others' output is read meanwhile. Hand it to :func:`finish_dump`."""
+    if not dumps:
+        raise ValueError("no started dump to wait for")
+    while True:
+        now = time.monotonic()
+        ready = next((d for d in dumps if d.printed or d.deadline <= now), None)
+        if ready is not None:
+            return ready
+        _read_ready(dumps, min(d.deadline for d in dumps) - now)
+
+
+def _close(d: StartedDump) -> None:
+    for pipe in (d.proc.stdout, d.proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def finish_dump(d: StartedDump) -> list[dict[str, Any]]:
     """Collect a started dump: its parsed JSON, or raise DumpFailed.
 
-    ``timeout`` counts from ``started`` (``time.monotonic()`` when the dump was started;
-    default: now), so dumps started together share one deadline however they are collected.
-    On timeout py-spy is killed and reaped (it has no children), so nothing is left behind.
+    Dumps started together are collected in the order they end (:func:`wait_first`), each within
+    its own deadline. Past it py-spy is killed and reaped (it has no children), so nothing is
+    left behind.
     """
-    left = timeout if started is None else timeout - (time.monotonic() - started)
-    try:
-        stdout, stderr = proc.communicate(timeout=max(left, 0.01))
+    while not d.printed and time.monotonic() < d.deadline:
+        _read_ready([d], d.deadline - time.monotonic())
+    if not d.printed:
+        abandon(d)
+        raise DumpFailed("timeout", f"py-spy did not finish on pid {d.pid} within {d.timeout:g}s")
+    try:  # both pipes closed: py-spy is exiting
+        d.proc.wait(timeout=max(d.deadline - time.monotonic(), ABANDON_WAIT))
     except subprocess.TimeoutExpired as exc:
-        proc.kill()
-        proc.communicate()
-        raise DumpFailed("timeout", f"py-spy did not finish on pid {pid} within {timeout:g}s") from exc
-    if proc.returncode != 0:
-        kind, message = classify_error(stderr, pid, is_alive(pid))
+        abandon(d)
+        raise DumpFailed("timeout", f"py-spy did not exit on pid {d.pid} within {d.timeout:g}s") from exc
+    _close(d)
+    stdout, stderr = d.out.decode(errors="replace"), d.err.decode(errors="replace")
+    if d.proc.returncode != 0:
+        kind, message = classify_error(stderr, d.pid, is_alive(d.pid))
         raise DumpFailed(kind, message)
     try:
-        data = json.loads(stdout)
-    except json.JSONDecodeError as exc:
-        raise DumpFailed("failed", f"py-spy printed no JSON for pid {pid}: {stdout[:200]!r}") from exc
+        data = json.loads(d.out)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpFailed("failed", f"py-spy printed no JSON for pid {d.pid}: {stdout[:200]!r}") from exc
     if not isinstance(data, list):
-        raise DumpFailed("failed", f"unexpected py-spy JSON for pid {pid}")
+        raise DumpFailed("failed", f"unexpected py-spy JSON for pid {d.pid}")
     return data
 
 
@@ -217,19 +281,20 @@ ABANDON_WAIT = 5.0
 """Seconds to wait for a killed py-spy to be reaped (it exits at once; the bound is for a stuck kernel)."""
 
 
-def abandon(proc: subprocess.Popen[str]) -> None:
-    """Kill and reap a started dump that will not be collected (the capture was cut short, e.g. by
-    Ctrl-C), so no py-spy is left attached to a rank. py-spy starts no children: killing it is
-    reaping its whole tree."""
-    if proc.poll() is None:
-        proc.kill()
+def abandon(d: StartedDump) -> None:
+    """Kill and reap a started dump that will not be collected (past its deadline, or the capture
+    was cut short, e.g. by Ctrl-C), so no py-spy is left attached to a rank. py-spy starts no
+    children: killing it is reaping its whole tree."""
+    if d.proc.poll() is None:
+        d.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=ABANDON_WAIT)
+            d.proc.wait(timeout=ABANDON_WAIT)
+    _close(d)
 
 
 def dump_raw(pid: int, options: DumpOptions, exe: str | None = None) -> list[dict[str, Any]]:
     """Run ``py-spy dump --json`` on one pid within ``options.timeout``; its parsed JSON, or raise DumpFailed."""
-    return finish_dump(start_dump(pid, options, exe), pid, options.timeout)
+    return finish_dump(start_dump(pid, options, exe))
 
 
 def dump(pid: int, options: DumpOptions, exe: str | None = None) -> list[ThreadStack]:
@@ -295,6 +360,8 @@ def stop_record(proc: subprocess.Popen[bytes], output: str, timeout: float = 5.0
 __all__ = [
     "DUMP_FLAGS",
     "DumpFailed",
+    "StartedDump",
+    "abandon",
     "check_pyspy",
     "classify_error",
     "dump",
@@ -307,4 +374,5 @@ __all__ = [
     "start_dump",
     "start_record",
     "stop_record",
+    "wait_first",
 ]

@@ -216,3 +216,45 @@ CASES: dict[str, Callable[[], tuple[Job, list[StartupFacts], list[RankStack]]]] 
     "rank_never_started": _init_case,
 }
 """Start-up cases the verdict golden file keeps word for word."""
+
+
+def test_every_hosts_facts_are_judged_together_under_the_hosts_names() -> None:
+    """The collecting host merges each host's look (a host with no launcher of the job still
+    hands its facts) and names the hosts as the call named them."""
+    from rankscope.capabilities.remote import judge_looks
+    from rankscope.models.look import HostLook
+
+    job = EMPTY.model_copy(
+        update={"launcher_pid": 10, "launcher_pids": [10], "notes": ["starting: rendezvous: x"]}
+    )
+    facts = StartupFacts(
+        host="n1.cluster",
+        launchers=[_static("n1.cluster", 10, 0, 29500)],
+        listeners=[_store("n1.cluster", 29500, 10)],
+    )
+    looks = {
+        "node1": HostLook(host="n1.cluster", job=job, chosen_by="folder", startup=[facts]),
+        "node2": HostLook(
+            host="n2.cluster", absent="No distributed PyTorch job found.", startup=[StartupFacts(host="n2")]
+        ),
+    }
+    report = judge_looks(looks, ["node1", "node2"], [])
+    assert report.verdict.kind == "startup", report.verdict
+    assert "1 of 2 nodes joined (node1); node2 (node_rank 1) runs no launcher" in report.verdict.summary
+
+
+def test_a_start_that_moves_keeps_its_progress_verdict() -> None:
+    """Ranks in init whose window saw them move (a slow filesystem, a big import under it) are not hung."""
+    from rankscope.capabilities.judge import judge_look
+    from rankscope.models.look import HostLook
+    from rankscope.models.progress import Progress, RankMotion
+
+    job, facts, stacks = _init_case()
+    moving = Progress(
+        motion="moving", window_s=2.0, looks=2, summary="every rank moved",
+        ranks=[RankMotion(rank=r, motion="moving") for r in range(3)],
+    )  # fmt: skip
+    look = HostLook(host="node1", job=job, stacks=stacks, progress=moving, startup=facts)
+    assert judge_look(look, remote=True).verdict.kind == "progressing"
+    still = look.model_copy(update={"progress": None})
+    assert judge_look(still, remote=True).verdict.kind == "startup"

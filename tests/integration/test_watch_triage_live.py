@@ -46,7 +46,7 @@ from rankscope.models.watch import (
 from rankscope.options import DumpOptions
 from rankscope.render.answer import shape_answer
 from rankscope.runtime import procfs
-from tests.jobs import PROGRAMS, JobFactory, RunningJob, run_cli, wait_for
+from tests.jobs import PROGRAMS, JobFactory, RunningJob, free_port, run_cli, torchrun_argv, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -217,3 +217,38 @@ def test_a_real_watch_then_triage_names_the_rank_its_line_and_why(
     assert any(f.kind == "collective_timeout" for f in r.findings)
     alone = triage_logs([str(job.log_path)], read_code=False)
     assert f"watch_jobs.py:{fifo}" not in alone.summary and "read_shard" not in alone.summary
+
+
+def test_a_restarted_job_gives_one_line_per_attempt(
+    jobs: JobFactory, pyspy_works: str, tmp_path: Path
+) -> None:
+    """torchrun --max-restarts=1: each attempt stalls and times out; the watch keeps an incident per
+    attempt; triage leads with the last attempt's capture and gives the first its own line."""
+    go = tmp_path / "go"
+    port = free_port()
+    argv = torchrun_argv(
+        "watch_jobs.py",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "--max-restarts=1",
+        args=["--mode", "data", "--odd", "1", "--dist-timeout", "15", "--go", str(go)],
+    )
+    job = jobs.start(argv, 2, port)
+    job.wait_ready(["up-rank0", "up-rank1"], timeout=READY_S)
+    out = tmp_path / "watch"
+    done = run_cli("watch", "--pid", str(job.pid), "--out", str(out), "--detach", "--json", *WATCH_FAST)
+    assert done.returncode == 0, done.stderr
+    watcher = int(json.loads(done.stdout)["watcher_pid"])
+    try:
+        go.touch()
+        job.proc.wait(timeout=240)
+        wait_for(lambda: read_watch(out).state != "watching", 60, "the watch to see the job end", 0.2)
+    finally:
+        if procfs.is_alive(watcher):
+            os.kill(watcher, signal.SIGTERM)
+    r = triage_logs([str(out)])
+    assert r.decided_by == "watch" and r.suspect_ranks == [1], (r.summary, r.watch)
+    assert ", attempt 2 of 2, captured " in r.summary and "rank 1 is in no collective" in r.summary
+    first = [line for line in r.watch or [] if line.startswith("attempt 1: incident 001-")]
+    assert first and "rank 1 is in no collective" in first[0], r.watch

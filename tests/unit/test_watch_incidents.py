@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rankscope.analysis.triage.watch_incidents import (
+    attempt_lines,
     deciding,
     hosts_gone,
     incomplete,
@@ -127,3 +128,15 @@ def test_nccl_logs_with_the_collectives_stack_and_the_script_name_the_fifo_open(
     assert r.blocking_calls and r.blocking_calls[0].startswith(':16 `with open(shard, "rb") as f:` (via :30 ')
     alone = triage_logs([str(H200 / "torchrun.log")])
     assert "its code is not on this host: pass the script too" in alone.summary and not alone.blocking_calls
+
+
+def test_earlier_attempts_are_timed_against_their_own_end_and_bounded() -> None:
+    ms = [
+        _m(f"00{n}", attempt=n, captured_at=T0, job_ended_at="2026-11-28T03:00:30+00:00") for n in range(1, 6)
+    ]
+    lines = attempt_lines([(m, "rank 1 is in no collective") for m in ms], _w())
+    assert lines[0] == "2 earlier attempts stalled too (read_watch lists them)" and len(lines) == 4
+    assert (
+        lines[1]
+        == "attempt 3: incident 003, captured 18 s before that attempt ended: rank 1 is in no collective"
+    )

@@ -125,8 +125,9 @@ def lead_sentence(m: IncidentManifest, watch: WatchManifest, verdict_summary: st
 
 
 def attempt_line(m: IncidentManifest, watch: WatchManifest, verdict_summary: str) -> str:
-    """One line for an earlier attempt's stall."""
-    return f"attempt {m.attempt}: incident {m.name}, {when_captured(m, watch)}: {verdict_summary}"
+    """One line for an earlier attempt's stall (its capture timed against that attempt's end)."""
+    when = when_captured(m, watch).replace("before the job ended", "before that attempt ended")
+    return f"attempt {m.attempt}: incident {m.name}, {when}: {verdict_summary}"
 
 
 def attempt_lines(earlier: list[tuple[IncidentManifest, str]], watch: WatchManifest) -> list[str]:

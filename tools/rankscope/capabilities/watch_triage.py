@@ -66,6 +66,20 @@ def _incidents(folder: Path) -> tuple[list[tuple[Path, IncidentManifest]], list[
     return read, notes
 
 
+AT_END = ".logs_at_end.log"
+"""The watcher's tail of an output file at the job's end, beside the tail taken at the incident."""
+
+
+def _tails(folder: Path) -> list[str]:
+    """The log tails of an incident: of an output file tailed twice, the tail at the job's end alone
+    (it holds the timeouts and the failures; both would say the same lines twice)."""
+    if not folder.is_dir():
+        return []
+    names = {p.name for p in folder.iterdir() if p.is_file()}
+    twins = {n[: -len(AT_END)] + ".log" for n in names if n.endswith(AT_END)}
+    return [str(folder / n) for n in sorted(names - twins)]
+
+
 ReadLogs = Callable[..., TriageReport]
 """The normal log triage (``capabilities.triage.triage_logs``), handed in by its caller."""
 
@@ -75,7 +89,7 @@ def _logs(
 ) -> TriageReport:
     """The normal log triage of the lead incident's log tails and the log paths given beside the folder
     (the code the logs point into is read only when no capture decides)."""
-    paths = [*([str(lead / "logs")] if lead is not None and (lead / "logs").is_dir() else []), *others]
+    paths = [*(_tails(lead / "logs") if lead is not None else []), *others]
     if not paths:
         return TriageReport()
     try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rankscope.analysis.hang.stall import JobSample, RankSample
 from rankscope.runtime import procfs
-from rankscope.runtime.proctree import children_map, descendants
+from rankscope.runtime.proctree import ParentLinks, descendants
 
 OUTPUT_FDS = ("1", "2")
 """The fds whose files count as a rank's output: stdout and stderr."""
@@ -50,11 +50,10 @@ def read_rank(pid: int) -> RankSample | None:
     fields = procfs.stat_fields(pid)
     if fields is None or fields[0] in ("Z", "X"):
         return None
-    cpu = procfs.cpu_seconds(pid)
     wait = procfs.kernel_wait(pid)
     return RankSample(
         pid=pid,
-        cpu_s=cpu or 0.0,
+        cpu_s=procfs.cpu_of(fields),
         state=wait[0] if wait else fields[0],
         wchan=wait[1] if wait else "",
         io=procfs.io_counters(pid),
@@ -69,6 +68,9 @@ class HostSampler:
     extra: list[int] = field(default_factory=list)
     """Other processes whose output counts (the launcher): never read for CPU."""
     files: list[str] = field(default_factory=list)
+    links: ParentLinks = field(default_factory=ParentLinks)
+    """The host's parent links, kept between samples: a sample reads the stat files of the
+    processes new since the last one, not of every process on the host."""
 
     def __post_init__(self) -> None:
         self.files = output_files([*self.pids, *self.extra])
@@ -79,7 +81,7 @@ class HostSampler:
 
     def sample(self) -> JobSample:
         """Every rank and child read now, and the output files' sizes."""
-        kids = children_map()
+        kids = self.links.children()
         ranks: dict[int, RankSample] = {}
         for pid in self.pids:
             for p in (pid, *descendants(pid, kids)):

@@ -238,6 +238,15 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def cpu_of(fields: list[str]) -> float:
+    """User + system CPU seconds from :func:`stat_fields` already read (0.0 where unreadable), so a
+    sampler that reads the state reads the stat file once."""
+    try:
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (IndexError, ValueError):
+        return 0.0
+
+
 IO_FIELDS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes")
 """The I/O counters of /proc/PID/task/TID/io kept: bytes through read/write calls, the calls, and
 the bytes that reached (or came from) storage."""

@@ -32,6 +32,40 @@ def children_map() -> dict[int, list[int]]:
     return kids
 
 
+class ParentLinks:
+    """Every process's parent, kept between calls by a loop that asks again and again (a watch's
+    samples, a launched job's idle checks). :func:`children_map` reads the stat file of every
+    process on the host, a few ms per hundred processes: on a busy node, at every sample, that is
+    most of what a sample costs. Here each call lists /proc and reads only the pids it has not seen,
+    and those whose parent is gone (an orphan is re-parented); every ``full_every`` calls it reads
+    them all again, so a pid reused in between is not kept under its old parent for long."""
+
+    def __init__(self, full_every: int = 30) -> None:
+        self.full_every = full_every
+        self.calls = 0
+        self.parent: dict[int, int] = {}
+
+    def children(self) -> dict[int, list[int]]:
+        """Map every pid to its direct children, as :func:`children_map` does."""
+        if self.calls % self.full_every == 0:
+            self.parent.clear()
+        self.calls += 1
+        now = set(procfs.pids())
+        for gone in self.parent.keys() - now:
+            del self.parent[gone]
+        stale = [p for p, pp in self.parent.items() if pp not in self.parent]
+        for pid in [*(now - self.parent.keys()), *stale]:
+            ppid = parent_of(pid)
+            if ppid is None:
+                self.parent.pop(pid, None)
+            else:
+                self.parent[pid] = ppid
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in self.parent.items():
+            kids.setdefault(ppid, []).append(pid)
+        return kids
+
+
 def descendants(pid: int, kids: dict[int, list[int]] | None = None) -> list[int]:
     """All descendants of ``pid`` (breadth first), not including ``pid``."""
     kids = children_map() if kids is None else kids

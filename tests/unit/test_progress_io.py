@@ -635,3 +635,13 @@ def test_a_loops_raise_under_a_condition_is_one_of_its_conditions() -> None:
     found = stuck_loop([spin, spin], spin, own_reprs(spin), source)
     assert found is not None and found.conditions == ("not os.path.exists(p)", "time.monotonic() > deadline")
     assert found.values == {"p": "'/x'", "deadline": "99.5"}
+
+
+def test_a_rank_runnable_in_most_looks_with_no_cpu_is_not_busy() -> None:
+    """On a loaded host a rank that sleeps between polls queues for a core on every wake-up: runnable
+    in most looks, yet it got no CPU. A starved spinner still gets a few percent."""
+    from rankscope.analysis.hang.progress import _runnable
+
+    assert not _runnable({"running": 98}, 0)
+    assert _runnable({"running": 98}, 12) and _runnable({"running": 98}, None)
+    assert not _runnable({"running": 20}, 12)

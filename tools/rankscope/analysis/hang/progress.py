@@ -222,8 +222,14 @@ RUNNABLE_PCT = 50
 which it computes, whatever CPU time it got: on a loaded host a spinning rank gets little."""
 
 
-def _runnable(kernel: Mapping[str, int]) -> bool:
-    return kernel.get("running", 0) >= RUNNABLE_PCT
+RUNNABLE_MIN_CPU_PCT = 3
+"""...and that got at least this much CPU: a starved spinner still gets its share of the cores
+(at a load of 16 on 2 cores, about 12%), while a rank that sleeps 50 ms between polls and queues
+for a core on every wake-up is runnable in most looks with no CPU at all: it waits, it is not busy."""
+
+
+def _runnable(kernel: Mapping[str, int], cpu_pct: int | None) -> bool:
+    return kernel.get("running", 0) >= RUNNABLE_PCT and (cpu_pct is None or cpu_pct >= RUNNABLE_MIN_CPU_PCT)
 
 
 def _inner_lines(weighted: list[tuple[list[Frame], int, bool]]) -> int:
@@ -270,7 +276,7 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
     elif moved:
         motion = "moving"
     elif not last_waits and (
-        (cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT) or _runnable(kernel_shares(w.kernel))
+        (cpu_pct is not None and cpu_pct >= BUSY_CPU_PCT) or _runnable(kernel_shares(w.kernel), cpu_pct)
     ):
         motion = "busy"
     else:

@@ -107,6 +107,7 @@ def test_tools_list_names_annotations_and_output_schemas() -> None:
         "progressing",
         "straggler",
         "busy",
+        "startup",
     }
     params = set(tools["dump_stacks"].input_schema["properties"])
     assert params == {

@@ -90,6 +90,9 @@ def main() -> None:
     ap.add_argument("--after", type=int, default=10)
     ap.add_argument("--step-s", type=float, default=0.2)
     ap.add_argument("--go", default=None, help="stall only once this file exists (after the warm steps)")
+    ap.add_argument(
+        "--store", choices=("file", "env"), default="file", help="env: torchrun's store (many nodes)"
+    )
     args = ap.parse_args()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     tag = f"-a{attempt}" if attempt else ""
@@ -97,7 +100,7 @@ def main() -> None:
     store = os.path.join(scratch, f"store-{os.getppid()}-{attempt}")  # each attempt meets anew
     dist.init_process_group(
         "gloo",
-        init_method=f"file://{store}",
+        init_method=f"file://{store}" if args.store == "file" else "env://",
         rank=int(os.environ["RANK"]),
         world_size=int(os.environ["WORLD_SIZE"]),
         timeout=timedelta(seconds=args.dist_timeout),

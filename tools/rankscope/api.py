@@ -42,6 +42,7 @@ EXPORTS: dict[str, str] = {
     "start_watch": "rankscope.capabilities.watch_start",
     "list_watches": "rankscope.capabilities.watch_start",
     "read_watch": "rankscope.capabilities.watch_start",
+    "host_samples": "rankscope.capabilities.watch_stream",
     "stacks_from_files": "rankscope.capabilities.saved_stacks",
     # the last capture again: more of the same answer (--last, last=true)
     "save_capture": "rankscope.capabilities.last_capture",
@@ -111,6 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.capabilities.watch_start import read_watch as read_watch
     from rankscope.capabilities.watch_start import run_watch as run_watch
     from rankscope.capabilities.watch_start import start_watch as start_watch
+    from rankscope.capabilities.watch_stream import host_samples as host_samples
     from rankscope.options import DumpOptions as DumpOptions
     from rankscope.options import StacksTarget as StacksTarget
     from rankscope.options import check_pid as check_pid

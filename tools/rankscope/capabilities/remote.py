@@ -639,6 +639,16 @@ class _FanOut:
         return parse_look(host, res.stdout)
 
 
+def host_looks(
+    target: StacksTarget, options: DumpOptions, hosts: Sequence[str], pick_for: Callable[[str], Pick]
+) -> dict[str, HostLook | RankError]:
+    """Each host's evidence, unjudged (or the error that says why there is none), all hosts at once:
+    what a watch keeps of a stall, one look per host, for triage to judge later as a live call would."""
+    if target.via in ("ssh", "kubectl", "srun"):
+        _need(target.via, target.via)
+    return _FanOut(target, options, ()).ask(hosts, pick_for)
+
+
 def _srun_all(
     job: str, hosts: list[str], remote: list[str], timeout: float, redactor: Redactor
 ) -> dict[str, HostLook | RankError]:
@@ -940,6 +950,7 @@ __all__ = [
     "classify_failure",
     "dump_stacks_remote",
     "expand_hostlist",
+    "host_looks",
     "hosts_from_environment",
     "judge_debug_server",
     "judge_looks",

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from rankscope.analysis.redact import Redactor
 from rankscope.capabilities import discovery
 from rankscope.capabilities import watch_capture as cap
 from rankscope.capabilities import watch_folder as wf
-from rankscope.capabilities.watch_sampler import HostSampler
+from rankscope.capabilities.watch_sampler import HostSampler, Sampler
 from rankscope.errors import InvalidInput, RankscopeError
 from rankscope.models.core import Job
 from rankscope.models.watch import (
@@ -193,11 +194,11 @@ class Watcher:
             started_at=wf.utc_now(),
             state="watching",
             job_id=job.job_id,
-            command=_command(job),
+            command=job_command(job),
             hosts=[WatchHost(host=cap.host_name())],
             settings=self.settings,
         )
-        self.sampler = HostSampler(_pids(job), extra=[p for p in job.launcher_pids if p])
+        self.sampler: Sampler = HostSampler(_pids(job), extra=[p for p in job.launcher_pids if p])
         self.detector = StallDetector(self.settings.stall_s, self.settings.busy_stall_s)
         self.open: OpenIncident | None = None
         self.stopping = False
@@ -280,7 +281,7 @@ class Watcher:
             reason=call.why,
             job_timeout_s=self.settings.job_timeout_s,
             job_timeout_source=self.settings.job_timeout_source,
-            motion=rank_motion(list(self.detector.samples), self.job, suspected - self.settings.stall_s),
+            motion=self._motion(suspected - self.settings.stall_s),
         )
         incident = cap.Incident(self.folder, manifest, self.config.max_incident_bytes)
         log.info("capturing incident %s", manifest.name)
@@ -290,6 +291,9 @@ class Watcher:
         dropped = wf.prune_incidents(self.folder, self.config.max_incidents)
         names = [p.name for p in wf.incident_paths(self.folder)]
         self.save(incidents=names, incidents_dropped=self.manifest.incidents_dropped + len(dropped))
+
+    def _motion(self, since: float) -> list[RankMotion]:
+        return rank_motion(list(self.detector.samples), self.job, since)
 
     def _pieces(self, incident: cap.Incident) -> None:
         alive = self.sampler.alive()
@@ -389,17 +393,18 @@ def rank_motion(samples: list[JobSample], job: Job, since: float) -> list[RankMo
     return out
 
 
-def _command(job: Job) -> list[str]:
+def job_command(job: Job) -> list[str]:
     """The launcher's command line (else a rank's), redacted, at most 64 words."""
     launcher = job.launcher_pid or (job.launcher_pids[0] if job.launcher_pids else None)
     argv = procfs.read_cmdline(launcher) if launcher else next((r.cmdline for r in job.ranks), [])
     return Redactor().argv(argv[:64])
 
 
-def watch(config: WatchConfig) -> WatchManifest:
-    """Watch the chosen job until it ends (SIGTERM or SIGINT stop the watch, never the job)."""
+def watch(config: WatchConfig, make: Callable[[WatchConfig], Watcher] | None = None) -> WatchManifest:
+    """Watch the chosen job until it ends (SIGTERM or SIGINT stop the watch, never the job);
+    ``make``: the watcher (by default this host's; every host's from a login node)."""
     log.setLevel(logging.INFO)  # its events (a line each, never one per sample) go to its log
-    watcher = Watcher(config)
+    watcher = (make or Watcher)(config)
     previous = {sig: signal.signal(sig, watcher.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         return watcher.run()

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rankscope.analysis.hang.stall import JobSample, RankSample
 from rankscope.runtime import procfs
@@ -60,6 +61,21 @@ def read_rank(pid: int) -> RankSample | None:
     )
 
 
+class Sampler(Protocol):
+    """What a watch's loop reads: this host's ranks (:class:`HostSampler`), or every host's, each
+    streamed from a sampler on that host (:class:`rankscope.capabilities.watch_hosts.HostsSampler`)."""
+
+    @property
+    def pids(self) -> list[int]: ...
+
+    @property
+    def files(self) -> list[str]: ...
+
+    def alive(self) -> list[int]: ...
+
+    def sample(self) -> JobSample: ...
+
+
 @dataclass
 class HostSampler:
     """Samples the given ranks of one host (and their children, whose CPU counts too)."""
@@ -94,4 +110,4 @@ class HostSampler:
         return JobSample(t=time.monotonic(), ranks=ranks, output=output)
 
 
-__all__ = ["HostSampler", "output_files", "read_rank"]
+__all__ = ["HostSampler", "Sampler", "output_files", "read_rank"]

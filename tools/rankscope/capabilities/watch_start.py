@@ -84,6 +84,11 @@ def run_watch(config: WatchConfig) -> WatchManifest:
     """A watch in the foreground: until the job ends, or SIGTERM/SIGINT stop it."""
     out = _check_out(config.out)
     _note(out)
+    if config.selection.hosts or config.selection.via:
+        from rankscope.capabilities.watch_hosts import HostsWatcher
+
+        logging.getLogger("rankscope.capabilities.watch_hosts").setLevel(logging.INFO)
+        return watch(_with_out(config, out), HostsWatcher)
     return watch(_with_out(config, out))
 
 
@@ -99,7 +104,9 @@ def detach_argv(config: WatchConfig) -> list[str]:
     argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(config.out)]
     pairs: list[tuple[str, object]] = [
         ("--pid", s.pid),
-        ("--job", s.job_id),
+        ("--job", s.slurm_job or s.job_id),
+        ("--hosts", ",".join(s.hosts) if s.hosts else None),
+        ("--via", s.via),
         ("--interval", config.interval_s),
         ("--stall", config.stall_s),
         ("--busy-stall", config.busy_stall_s),

@@ -4,13 +4,14 @@ the job's own timeout erases it. Exit 0 when the watch ended (the job ended, or 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rankscope import api
 from rankscope.commands.base import Command, add_json_flag, emit
 from rankscope.errors import InvalidInput
 from rankscope.models.watch import WatchSelection
-from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S, VIAS
+from rankscope.options import DEFAULT_TIMEOUT_S, DEFAULT_WINDOW_S
 
 
 class WatchCommand(Command):
@@ -28,14 +29,26 @@ class WatchCommand(Command):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--out", required=True, metavar="DIR", help="the watch folder (made 0700)")
+        parser.add_argument("--out", metavar="DIR", help="the watch folder (made 0700; required)")
         parser.add_argument("--detach", action="store_true", help="run detached; print the folder and pid")
         parser.add_argument(
             "--pid", type=int, help="a launcher or rank of the job (default: the job started here)"
         )
-        parser.add_argument("--job", help="the job id when several run here (rankscope ps lists them)")
-        parser.add_argument("--hosts", help=argparse.SUPPRESS)
-        parser.add_argument("--via", choices=VIAS, default=None, help=argparse.SUPPRESS)
+        parser.add_argument(
+            "--job",
+            help="the job id when several run here (rankscope ps lists them); with --via srun, the Slurm job",
+        )
+        parser.add_argument(
+            "--hosts", help="watch every host from here (a login node): node1,node2 or node[01-04], over ssh"
+        )
+        parser.add_argument(
+            "--via",
+            choices=("ssh", "srun"),
+            default=None,
+            help="how the hosts are reached (srun: --job ID's nodes)",
+        )
+        parser.add_argument("--sampler", action="store_true", help=argparse.SUPPRESS)
+        parser.add_argument("--here", help=argparse.SUPPRESS)
         _seconds(parser, "--interval", "seconds between two /proc samples (default 2)")
         _seconds(
             parser,
@@ -75,14 +88,13 @@ class WatchCommand(Command):
         add_json_flag(parser, brief=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        if args.hosts is not None or args.via is not None:
-            raise InvalidInput(
-                "rankscope watch watches the ranks of this host; --hosts and --via are not taken yet.",
-                fix="Start one watch on each host of the job (rankscope watch --out DIR --detach there).",
-            )
+        if args.sampler:
+            return _sample(args)
+        if not args.out:
+            raise InvalidInput("rankscope watch needs --out DIR.", fix="Pass --out DIR: the watch's folder.")
         config = api.WatchConfig(
             out=Path(args.out),
-            selection=WatchSelection(folder=str(Path.cwd()), pid=args.pid, job_id=args.job),
+            selection=_selection(args),
             interval_s=2.0 if args.interval is None else args.interval,
             stall_s=args.stall,
             busy_stall_s=args.busy_stall,
@@ -100,6 +112,44 @@ class WatchCommand(Command):
         manifest = api.run_watch(config)
         emit(api.read_watch(str(config.out.expanduser().resolve())), bool(args.json), full=bool(args.full))
         return 0 if manifest.state != "failed" else 2
+
+
+def _selection(args: argparse.Namespace) -> WatchSelection:
+    """The job as chosen: here (folder, pid, job id), or on other hosts (--hosts, --via srun --job)."""
+    folder = str(Path.cwd())
+    if args.hosts is None and args.via is None:
+        return WatchSelection(folder=folder, pid=args.pid, job_id=args.job)
+    if args.pid is not None:
+        raise InvalidInput(
+            "--pid picks a job on this host; a watch over --hosts picks it on each host.",
+            fix="Pass --job JOB_ID (rankscope stacks --hosts ... names it), or run the watch in the job's folder.",
+        )
+    via = args.via or "ssh"
+    if via == "srun" and not args.job:
+        raise InvalidInput("--via srun needs the Slurm job.", fix="Pass --job SLURM_JOB_ID (`squeue --me`).")
+    if via == "ssh" and not args.hosts:
+        raise InvalidInput("--via ssh needs the hosts.", fix="Pass --hosts node1,node2 (or node[01-04]).")
+    hosts = list(api.StacksTarget(hosts=(args.hosts,)).hosts or ()) if args.hosts else []
+    return WatchSelection(
+        folder=folder,
+        job_id=None if via == "srun" else args.job,
+        hosts=hosts,
+        via=via,
+        slurm_job=args.job if via == "srun" else None,
+    )
+
+
+def _sample(args: argparse.Namespace) -> int:
+    """One host's sampler for a watch on another host: a JSON line per interval, until the job's
+    ranks here end or the watch goes away (its pipe closes)."""
+    interval = 2.0 if args.interval is None else args.interval
+    try:
+        for sample in api.host_samples(args.pid, args.job, args.here, interval, args.job_timeout):
+            sys.stdout.write(sample.model_dump_json(exclude_defaults=True) + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return 0
+    return 0
 
 
 def _seconds(parser: argparse.ArgumentParser, flag: str, text: str) -> None:

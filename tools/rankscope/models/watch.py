@@ -204,6 +204,36 @@ class IncidentManifest(Model):
     )
 
 
+class SampledRank(Model):
+    """One process of the job on one host, as a host's sampler read it from /proc."""
+
+    pid: int
+    rank: int | None = None
+    cpu_s: float = 0.0
+    state: str = "S"
+    wchan: str = ""
+    io: dict[str, int] | None = None
+
+
+class HostSample(Model):
+    """One line a host's sampler streams to a watch on another host (``rankscope watch --sampler``):
+    its ranks' /proc counters and the size of their output, nothing that pauses them. The first
+    line also says which job it found and its timeout; the last says its ranks ended."""
+
+    host: str
+    t: float = Field(description="The sampler host's monotonic seconds.")
+    job_id: str | None = None
+    ranks: list[SampledRank] = Field(default_factory=list, description="Every process of the job read now.")
+    rank_pids: list[int] = Field(default_factory=list, description="The rank pids (their children aside).")
+    output: int = Field(default=0, description="Bytes of the job's output files on this host.")
+    files: list[str] = Field(default_factory=list, description="The output files (first line only).")
+    job_timeout_s: float | None = Field(default=None, description="The job's timeout (first line only).")
+    job_timeout_source: TimeoutSource = "default"
+    job_timeout_note: str | None = None
+    command: list[str] = Field(default_factory=list, description="The launcher's argv (first line only).")
+    ended: bool = Field(default=False, description="The job's ranks and launchers on this host are gone.")
+
+
 class WatchSummary(Model):
     """One watch as the list of watches shows it (MCP list_watches)."""
 

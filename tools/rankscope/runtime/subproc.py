@@ -103,6 +103,23 @@ exit; the child puts its stdout on the log (its stderr) and becomes the command.
 DETACH_TIMEOUT = 30.0
 
 
+def start_stream(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a long-lived helper whose stdout the caller reads line by line (a watch's sampler on
+    another host, over ssh or an ``srun --overlap`` step); its stderr piped too, stdin closed.
+
+    Not bounded here: the caller reads it with a staleness limit and reaps its tree with
+    :func:`rankscope.runtime.proctree.reap_tree` when it goes quiet or the watch ends. It runs in a
+    session of its own. Raises OSError when it cannot start."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=dict(env) if env is not None else None,
+    )
+
+
 def start_detached(
     argv: list[str], log_path: str, env: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> int:

@@ -138,14 +138,25 @@ def test_nothing_saved_says_what_to_add(
     assert "watch_consistency" in capsys.readouterr().err
 
 
+def test_the_one_checkpoint_folder_below_the_given_one_is_compared(tmp_path: Path) -> None:
+    """The job's folder given (as a person knows it), its checkpoints one level down: one call answers."""
+    new, old = trained(50), trained(30)
+    save_ranks(tmp_path / "job" / "ckpt", [new, new, old, new], "one")
+    (tmp_path / "job" / "train.py").write_text("print('hi')\n")
+    report = compare_dir(str(tmp_path / "job"))
+    assert report.causes and "rank 2" in report.causes[0]
+    assert all(r.startswith("ckpt/") for r in report.read)
+
+
 def test_per_rank_files_one_level_down_are_named(tmp_path: Path) -> None:
     model, opt = trained(1)
     save_ranks(tmp_path / "ckpt" / "step_100", [(model, opt)] * 2, "one")
+    save_ranks(tmp_path / "ckpt" / "step_200", [(model, opt)] * 2, "one")
     with pytest.raises(NothingToRead, match=r"per-rank files are in its sub-folders: .*step_100") as caught:
         compare_dir(str(tmp_path / "ckpt"))
     assert (
         caught.value.fix
-        == f"Compare one save at a time: `rankscope compare {tmp_path / 'ckpt' / 'step_100'}`."
+        == f"Compare one save at a time: `rankscope compare {tmp_path / 'ckpt' / 'step_200'}`."
     )
 
 

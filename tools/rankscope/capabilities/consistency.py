@@ -148,9 +148,20 @@ def _read_saved(found: _Found) -> dict[int, RankFingerprints]:
     return out
 
 
+def _with_rank_files(root: Path) -> list[Path]:
+    """The sub-folders of ``root`` that hold per-rank files (fingerprints or torch.save'd state)."""
+    out = []
+    for d in sorted(root.iterdir()):
+        if d.is_dir():
+            found = _scan(d)
+            if found.saved or found.fingerprints:
+                out.append(d)
+    return out
+
+
 def _nothing(root: Path, path: str, problems: list[str]) -> NothingToRead:
     """No per-rank file: say where some are (sub-folders, a DCP checkpoint), or what to add to a live job."""
-    below = [d for d in sorted(root.iterdir()) if d.is_dir() and (_scan(d).saved or _scan(d).fingerprints)]
+    below = _with_rank_files(root)
     why = "; ".join(problems[:3]) or "no fingerprints-rank<R>.json and no per-rank torch.save files"
     if below:
         names = ", ".join(str(d) for d in below[:4])
@@ -185,6 +196,11 @@ def compare_dir(path: str = ".", *, atol: float = 0.0, rtol: float = 0.0) -> Con
         )
     per_rank = fp_ranks or sd_ranks
     if not per_rank:
+        below = _with_rank_files(root)
+        if len(below) == 1:  # the job's folder given, its one checkpoint folder inside: compare that
+            report = compare_dir(str(below[0]), atol=atol, rtol=rtol)
+            report.read = [f"{below[0].name}/{r}" for r in report.read]
+            return report
         raise _nothing(root, path, problems)
     if sd_ranks and not fp_ranks:
         for r in per_rank.values():

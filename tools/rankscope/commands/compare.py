@@ -26,7 +26,7 @@ class CompareCommand(Command):
             metavar="DIR",
             nargs="?",
             default=".",
-            help="the folder the ranks saved to (default: here); with nothing saved, says what to add to the job",
+            help="the folder the ranks saved to, or the job's folder with one such folder in it (default: here); with nothing saved, says what to add to the job",
         )
         parser.add_argument(
             "--atol", type=float, default=0.0, help="absolute tolerance on sum/abs-max (default: exact bytes)"

@@ -18,7 +18,12 @@ from rankscope.models.placements import PlacementsReport
 
 @guard
 async def check_tensor_consistency(
-    path: Annotated[str, arg("The folder the ranks saved to (checkpoints, optimizer states, probe dumps).")],
+    path: Annotated[
+        str,
+        arg(
+            "The folder the ranks saved to (checkpoints, optimizer states, probe dumps), or the job's folder holding it."
+        ),
+    ],
     atol: Annotated[float, arg("Absolute tolerance (0: bitwise).")] = 0.0,
     rtol: Annotated[float, arg("Relative tolerance (0: bitwise).")] = 0.0,
     full: Full = False,

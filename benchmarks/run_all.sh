@@ -14,5 +14,6 @@ $PY benchmarks/bench_triage.py --mb 200 --out benchmarks/results/triage.md
 $PY benchmarks/bench_redact.py --out benchmarks/results/redact.md
 $PY benchmarks/bench_consistency.py            # writes benchmarks/results/consistency.md
 $PY benchmarks/bench_remote.py --out benchmarks/results/remote.md
+$PY benchmarks/bench_watch.py --repeats 5 --window 15 --out benchmarks/results/watch.md
 $PY benchmarks/bench_memory.py --sizes 50,500 --data "${RANKSCOPE_BENCH_DATA:-/tmp/rankscope-bench-memory}" --out benchmarks/results/memory.md
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

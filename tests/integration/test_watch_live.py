@@ -19,11 +19,14 @@ import anyio
 import pytest
 from mcp import Client
 
+from rankscope.analysis.sizing.bound import bound_triage
 from rankscope.capabilities import watch_folder as wf
 from rankscope.capabilities.judge import judge_look
+from rankscope.capabilities.triage import triage_logs
 from rankscope.mcp_server import build_server
 from rankscope.models.watch import WatchManifest
 from rankscope.options import DumpOptions
+from rankscope.render.answer import shape_answer
 from rankscope.runtime import procfs
 from tests.jobs import JobFactory, RunningJob, run_cli, wait_for
 
@@ -154,6 +157,23 @@ def test_a_lock_cycle_between_two_threads_is_captured_with_both_threads(
         assert Path(top.file).read_text().splitlines()[top.line - 1].strip() == wants, top
     view = _mcp("read_watch", {"dir": str(out)})
     assert view["watch"]["state"] == "job_ended" and view["incidents"][0]["manifest"]["complete"]
+    # the verdict, live and the morning after, names the cycle and both threads' lines
+    lines = [f"{Path(tops[n].file).name}:{tops[n].line}" for n in ("saver", "logger")]
+    v = judge_look(look, DumpOptions()).verdict
+    assert v.suspect_ranks == [1] and v.confidence == "high", v
+    assert "lock-order deadlock (lock cycle `a` -> `b` -> `a`)" in v.summary, v.summary
+    cycle = [e for e in v.evidence[:3] if e.startswith("rank 1 thread ")]  # after the window's line
+    assert len(cycle) == 2 and all(any(line in e for e in cycle) for line in lines), v.evidence
+    r = triage_logs([str(out), str(job.log_path)])
+    assert r.decided_by == "watch" and r.suspect_ranks == [1], r.summary
+    assert "rank 1 is in a lock-order deadlock" in r.summary, r.summary
+    text, _ = shape_answer(bound_triage(r))
+    assert all(line in text for line in lines) and len(text) < 2500, text
+    # nothing the job left says so: its log has neither the cycle nor the threads' lines
+    alone = triage_logs([str(job.log_path)], read_code=False)
+    assert "lock-order" not in alone.summary and not any(line in alone.summary for line in lines), (
+        alone.summary
+    )
 
 
 def test_a_slow_checkpoint_write_that_resumes_is_an_incident_marked_resumed(

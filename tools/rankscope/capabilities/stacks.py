@@ -27,6 +27,7 @@ from rankscope.analysis.hang.conditions import LOOK_BACK, USER_FRAMES
 from rankscope.analysis.hang.counters import int_locals, on_subgroup
 from rankscope.analysis.hang.frames import NO_PTRACE_STATES, is_internal_frame, is_user_frame
 from rankscope.analysis.hang.group_members import read_group_locals
+from rankscope.analysis.hang.locks import LOCK_LOOK_BACK, lock_frames, lock_names
 from rankscope.analysis.hang.loops import LOOP_LOOK_AHEAD, LOOP_LOOK_BACK
 from rankscope.analysis.hang.progress import RankWatch, judge, place_lines, watch_rank, with_recorder
 from rankscope.analysis.hang.stacks import op_from_source, p2p_peer, recognise_op, source_frame
@@ -150,12 +151,28 @@ def source_lines(
             end = line or 0
             start = max(1, end - max(LOOK_BACK, LOOP_LOOK_BACK))
             wanted.update((file, n) for n in range(start, end + LOOP_LOOK_AHEAD + 1))
+        wanted |= _lock_lines(stack, getline)
     lines: dict[tuple[str, int], str] = {}
     for key in sorted(wanted):
         text = getline(*key)
         if text:
             lines[key] = text.rstrip("\r\n")
     return lines
+
+
+def _lock_lines(stack: RankStack, getline: Callable[[str, int], str]) -> set[tuple[str, int]]:
+    """The lines a lock cycle is read from: for each thread blocked at a line that takes a lock
+    (``with b:``, ``b.acquire()``), the lines above it and above its callers' lines, where the locks
+    it still holds were taken. A thread at any other line costs one line read and adds none."""
+    wanted: set[tuple[str, int]] = set()
+    for thread in stack.threads:
+        frames = lock_frames(thread)
+        if not frames or frames[0].line is None or not lock_names(getline(frames[0].file, frames[0].line)):
+            continue
+        for frame in frames:
+            end = frame.line or 0
+            wanted.update((frame.file, n) for n in range(max(1, end - LOCK_LOOK_BACK), end + 1))
+    return wanted
 
 
 def _p2p_peers(dumps: list[_Dump], exe: str) -> dict[int, int]:

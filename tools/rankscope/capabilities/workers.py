@@ -15,6 +15,7 @@ from __future__ import annotations
 import linecache
 
 from rankscope.analysis.hang.frames import main_thread
+from rankscope.analysis.hang.locks import CYCLE_LINE, LOCK_ORDER
 from rankscope.analysis.hang.workers import (
     MAX_WORKERS,
     thread_busy,
@@ -126,6 +127,10 @@ def with_workers(report: StacksReport, notes: list[WorkerLine]) -> StacksReport:
     if not lines:
         return report
     v = report.verdict
+    if LOCK_ORDER in v.summary:  # the cycle says what the threads wait for: their kernel waits back it
+        cycle = max((i + 1 for i, e in enumerate(v.evidence) if CYCLE_LINE.match(e)), default=0)
+        evidence = [*v.evidence[:cycle], *lines, *v.evidence[cycle:]]
+        return report.model_copy(update={"verdict": v.model_copy(update={"evidence": evidence})})
     verdict = v.model_copy(
         update={
             "summary": f"{v.summary}; {lines[0]}",

@@ -18,6 +18,7 @@ import dataclasses
 
 from rankscope.analysis.hang.verdict_evidence import BACKWARD_OP, evidence
 from rankscope.analysis.hang.verdict_facts import Facts, Ruling
+from rankscope.analysis.hang.verdict_locks import with_lock_cycle
 from rankscope.analysis.hang.verdict_rules import GLOO_RULES, NCCL_RULES, rule_for
 from rankscope.analysis.hang.verdict_texts import RAN_OUT_EARLY, next_steps
 from rankscope.models.core import Verdict
@@ -33,7 +34,7 @@ def with_evidence(f: Facts) -> Facts:
 
 def decide(f: Facts) -> Verdict:
     """The first rule of the backend's table that matches (the last word when none does), in words."""
-    return verdict(_without_echo(rule_for(f), f))
+    return verdict(_without_echo(with_lock_cycle(rule_for(f), f), f))
 
 
 def _without_echo(ruling: Ruling, f: Facts) -> Ruling:

@@ -17,6 +17,7 @@ from rankscope.analysis.hang.counters import CounterSplit, counter_split
 from rankscope.analysis.hang.frames import STUCK_STATES, main_thread
 from rankscope.analysis.hang.gpu_busy import idle_minority
 from rankscope.analysis.hang.library_calls import LibraryCall, library_call
+from rankscope.analysis.hang.locks import LockCycle, lock_cycles
 from rankscope.analysis.hang.verdict_texts import Step
 from rankscope.analysis.hang.waits import GPU_LIKE
 from rankscope.analysis.p2p import P2P_DIRECTION, Waits
@@ -65,6 +66,8 @@ class Facts:
     """The job's source lines read around the ranks' frames (conditions, loops), by (file, line)."""
     calls: dict[int, LibraryCall] = field(default_factory=dict)
     """Each live rank's library call that is itself a collective (ZeRO's consolidate_state_dict), if any."""
+    locks: list[LockCycle] = field(default_factory=list)
+    """The lock cycles among the threads of ranks in no collective (a lock-order deadlock), if any."""
 
     @property
     def nccl(self) -> bool:
@@ -126,6 +129,7 @@ def sort_ranks(
         and (call := library_call(t.frames, f.source))
     }
     f.waits = _p2p_waits(f.live)
+    f.locks = lock_cycles(f.idle, f.source)
     f.counters = counter_split(f.live)
     f.gpu_idle = idle_minority(
         {s.rank: s.gpu_util for s in f.live if s.rank is not None and s.gpu_util is not None}

@@ -132,6 +132,7 @@ def _check(out: Path, result: subprocess.CompletedProcess[str]) -> None:
     assert incident.complete and incident.status == "stalled", incident
     assert sorted(f.name for f in path.glob("look-*.json")) == ["look-node1.json", "look-node2.json"]
     assert not incident.hosts_missing, incident.hosts_missing
+    assert "judged without the samples of node2" in incident.reason, incident.reason
     done = run_cli("triage", str(out), "--json")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)

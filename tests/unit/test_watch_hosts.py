@@ -111,3 +111,18 @@ def test_watch_over_hosts_takes_no_pid_and_srun_needs_the_slurm_job() -> None:
     assert done.returncode == 2 and "--job" in done.stderr
     done = run_cli("watch", "--out", "/tmp/unused-watch", "--via", "srun")
     assert done.returncode == 2 and "Slurm job" in done.stderr
+
+
+def test_a_detached_watch_over_hosts_is_started_with_the_same_choice() -> None:
+    from pathlib import Path
+
+    from rankscope.capabilities.watch import WatchConfig
+    from rankscope.capabilities.watch_start import detach_argv
+
+    ssh = WatchSelection(folder="/j", job_id="torchrun:a:1", hosts=["n1", "n2"], via="ssh")
+    argv = detach_argv(WatchConfig(out=Path("/w"), selection=ssh))
+    assert argv[argv.index("--job") + 1] == "torchrun:a:1" and argv[argv.index("--hosts") + 1] == "n1,n2"
+    srun = WatchSelection(folder="/j", via="srun", slurm_job="77")
+    argv = detach_argv(WatchConfig(out=Path("/w"), selection=srun))
+    assert argv[argv.index("--job") + 1] == "77" and argv[argv.index("--via") + 1] == "srun"
+    assert "--hosts" not in argv

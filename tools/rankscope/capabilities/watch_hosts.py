@@ -413,6 +413,10 @@ class HostsWatcher(Watcher):
             return remote.Pick(job_id=(got.job_id if got else None) or self.config.selection.job_id)
 
         hosts = list(self.target.hosts or ())
+        unseen = [s.host for s in self.streams if s.state in ("gone", "unreachable")]
+        if unseen:  # the detector judged the other hosts' samples only: say so beside its evidence
+            said = f"; judged without the samples of {', '.join(unseen)} (sampler gone or never reached)"
+            incident.save(reason=incident.manifest.reason + said)
         results = remote.host_looks(self.target, self.config.options, hosts, pick_for)
         missing: list[WatchHost] = []
         state = {s.host: s.state for s in self.streams}

@@ -167,7 +167,8 @@ def test_a_lock_held_by_the_caller_is_read_and_a_subscript_name_is_less_sure() -
     cycle = lock_cycle(locked(1, one, two), source(code))
     assert cycle is not None and cycle.confidence == "medium", cycle  # `locks[0]` may name another list's
     assert lock_names("    with locks[1 - i]:") == ["locks[1 - i]"]
-    assert lock_names("with open(p) as f, torch.no_grad():") == []
+    assert lock_names('with open(p, "rb") as f:') == []
+    assert lock_names("with lock_for(key):") == ["lock_for(key)"]
     assert lock_names("with self._lock, other as o:  # both") == ["self._lock", "other"]
 
 

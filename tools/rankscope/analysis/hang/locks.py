@@ -38,7 +38,9 @@ _ACQUIRE = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:\[[^\]]*\])?)\.acquire\(")
 _RELEASE = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:\[[^\]]*\])?)\.release\(")
 CYCLE_LINE = re.compile(r"^rank \d+ thread .+ holds `")
 """An evidence line of a lock cycle (:meth:`LockCycle.evidence`)."""
-_NAME = re.compile(r"^[A-Za-z_][\w.]*(?:\[[^\]]*\])?$")
+_NAME = re.compile(r"^[A-Za-z_][\w.]*(?:\[[^\]]*\]|\([^(),]*\))?$")
+"""A lock as the code spells it: ``a``, ``self._lock``, ``locks[i]``, ``lock_for(key)`` (the last two
+may name another lock at another line, so a cycle closed through them is less sure)."""
 _NATIVE_WAITS = (
     "acquire_lock",
     "acquire_timed",
@@ -56,8 +58,9 @@ other (``join``, ``Condition.wait``, ``Event.wait``) waits for something else an
 
 
 def lock_names(text: str) -> list[str]:
-    """The locks a source line takes: each plain item of ``with a, self._lock as l:`` (a call such as
-    ``open(p)`` or ``torch.no_grad()`` is no lock), or ``x`` of ``x.acquire()``."""
+    """The locks a source line takes: each item of ``with a, self._lock as l:`` that is a name, an
+    element or a call of at most one argument (``open(p, "rb")`` is no lock; ``torch.no_grad()`` is
+    counted, and never closes a cycle, since no thread waits to take it), or ``x`` of ``x.acquire()``."""
     stripped = text.strip()
     m = _WITH.match(stripped)
     if m is not None:
@@ -228,7 +231,7 @@ def lock_cycle(stack: RankStack, source: Mapping[tuple[str, int], str]) -> LockC
     locks = tuple(
         next(h for h, _, _ in t.holds if h in threads[(i - 1) % n].waits) for i, t in enumerate(threads)
     )
-    sure = all("[" not in name for name in locks)
+    sure = not any(c in name for name in locks for c in "[(")
     return LockCycle(stack.rank, threads, locks, "high" if sure else "medium")
 
 

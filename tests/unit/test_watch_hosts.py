@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from rankscope.analysis.hang.stall import StallDetector
+from rankscope.capabilities import watch_folder as wf
 from rankscope.capabilities.watch_hosts import HostsSampler, HostStream, sampler_argv, sampler_flags
 from rankscope.models.watch import HostSample, SampledRank, WatchSelection
 from tests.jobs import run_cli
@@ -114,8 +116,6 @@ def test_watch_over_hosts_takes_no_pid_and_srun_needs_the_slurm_job() -> None:
 
 
 def test_a_detached_watch_over_hosts_is_started_with_the_same_choice() -> None:
-    from pathlib import Path
-
     from rankscope.capabilities.watch import WatchConfig
     from rankscope.capabilities.watch_start import detach_argv
 
@@ -126,3 +126,33 @@ def test_a_detached_watch_over_hosts_is_started_with_the_same_choice() -> None:
     argv = detach_argv(WatchConfig(out=Path("/w"), selection=srun))
     assert argv[argv.index("--job") + 1] == "77" and argv[argv.index("--via") + 1] == "srun"
     assert "--hosts" not in argv
+
+
+def test_new_ranks_on_every_host_are_the_next_attempt(tmp_path: Path) -> None:
+    """Each host's sampler follows the job by its id across a restart; the watch counts the attempt."""
+    from rankscope.capabilities.watch_hosts import HostsWatcher
+    from rankscope.models.watch import WatchAttempt, WatchManifest, WatchSettings
+
+    a, b = _stream("node1", _sample("node1", 1, 1.0)), _stream("node2", _sample("node2", 1, 1.0))
+    watcher = HostsWatcher.__new__(HostsWatcher)
+    watcher.folder, watcher.streams, watcher.open = tmp_path, [a, b], None
+    watcher.sampler = watcher.hosts = HostsSampler([a, b], 60.0, lambda: None)
+    watcher.settings = WatchSettings(interval_s=1, stall_s=3, max_incidents=2, max_incident_bytes=4096)
+    watcher.manifest = WatchManifest(
+        watcher_pid=1,
+        watcher_host="login",
+        started_at="2026-11-28T03:00:00+00:00",
+        settings=watcher.settings,
+        attempts=[WatchAttempt(n=1, first_seen="2026-11-28T03:00:00+00:00", pids={"node1": [100, 101]})],
+    )
+    watcher._follow_restart()  # node2's ranks seen late: added to attempt 1
+    assert [x.pids for x in watcher.manifest.attempts] == [{"node1": [100, 101], "node2": [100, 101]}]
+    a.latest = _sample("node1", 2, 0.0, (200, 201))
+    watcher._follow_restart()  # node2 still shows attempt 1's ranks
+    assert len(watcher.manifest.attempts) == 1
+    b.latest = _sample("node2", 2, 0.0, (300, 301))
+    watcher._follow_restart()
+    first, second = watcher.manifest.attempts
+    assert first.ended_at is not None and second.n == 2
+    assert second.pids == {"node1": [200, 201], "node2": [300, 301]}
+    assert wf.read_watch(tmp_path).attempts[-1].n == 2

@@ -394,6 +394,38 @@ class HostsWatcher(Watcher):
         finally:
             self.close()
 
+    def _step(self) -> None:
+        self._follow_restart()
+        super()._step()
+
+    def _follow_restart(self) -> None:
+        """Every host that shows ranks shows new ones (torchelastic restarted them, Slurm requeued the
+        job; each host's sampler follows the job by its id): the next attempt of the same job. A host
+        that shows its first ranks of an attempt late is added to it."""
+        attempt = self.manifest.attempts[-1]
+        now = {
+            s.host: list(s.latest.rank_pids)
+            for s in self.streams
+            if s.state == "watching" and s.latest is not None and s.latest.rank_pids
+        }
+        known = {h: p for h, p in now.items() if attempt.pids.get(h)}
+        if not now or not known or any(set(p) & set(attempt.pids[h]) for h, p in known.items()):
+            if set(now) - set(attempt.pids):
+                pids = {**attempt.pids, **{h: p for h, p in now.items() if h not in attempt.pids}}
+                self.save(attempts=[*self.manifest.attempts[:-1], attempt.model_copy(update={"pids": pids})])
+            return
+        self._end_attempt()
+        log.info("attempt %d: new ranks on %s", attempt.n + 1, ", ".join(now))
+        self.detector = StallDetector(self.settings.stall_s, self.settings.busy_stall_s, time.monotonic())
+        self.attempt_epoch = time.time()
+        self.open = None
+        self.save(
+            attempts=[
+                *self.manifest.attempts,
+                WatchAttempt(n=attempt.n + 1, first_seen=wf.utc_now(), pids=now),
+            ]
+        )
+
     def _motion(self, since: float) -> list[RankMotion]:
         out = []
         for m in rank_motion(list(self.detector.samples), self.hosts.job(), since):

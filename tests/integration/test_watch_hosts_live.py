@@ -195,8 +195,10 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _sampler_on(node: str) -> list[int]:
-    """The pids of the watch's sampler in the Slurm step on ``node`` (this namespace sees the nodes')."""
+def _sampler_on(cluster: SlurmCluster, node: str) -> list[int]:
+    """The pids of the watch's sampler in this cluster's Slurm step on ``node`` (this namespace sees
+    the nodes'; another cluster's node2, another run's, is told apart by its SLURM_CONF)."""
+    conf = f"SLURM_CONF={cluster.env['SLURM_CONF']}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -206,7 +208,7 @@ def _sampler_on(node: str) -> list[int]:
             env = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"--sampler" in argv and f"SLURMD_NODENAME={node}".encode() in env:
+        if b"--sampler" in argv and f"SLURMD_NODENAME={node}".encode() in env and conf in env:
             found.append(int(entry.name))
     return found
 
@@ -233,7 +235,7 @@ def test_a_watch_over_srun_steps_captures_every_node_and_says_which_step_went(
     watch = Watch(lambda: cluster.run(*argv, timeout=WATCH_S, env={"PATH": bin_path}, cwd=tmp_path))
 
     def kill() -> None:
-        pids = _sampler_on("node2")
+        pids = _sampler_on(cluster, "node2")
         assert pids, "no sampler found in node2's step"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)

@@ -90,7 +90,7 @@ def test_stdio_nothing_found_in_an_empty_pid_namespace() -> None:
     text = error_text(dumped)
     assert "No distributed PyTorch job found on this host." in text
     # the fix leads with the srun call where Slurm's clients are installed (a login node)
-    assert "Fix: " in text and "Check that the job runs on this host and as a user you can inspect" in text
+    assert "Fix: " in text and "Check the host and the user first" in text
 
 
 @pytest.mark.slow

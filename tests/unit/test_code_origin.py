@@ -150,3 +150,12 @@ def test_a_frames_origin_is_told_once_and_never_serialised() -> None:
 def label_stacks_frame(frame: Frame, roots: CodeRoots) -> Frame:
     stack = RankStack(rank=0, pid=1, host="h", threads=[ThreadStack(thread_id=1, frames=[frame])])
     return label_stacks([stack], roots)[0].threads[0].frames[0]
+
+
+def test_a_site_folder_on_pythonpath_is_a_library_root_and_other_entries_stay_the_users() -> None:
+    """`pip install --target /x/site-packages pkg` with PYTHONPATH=/x/site-packages:/x/src: the
+    package is a library, the job's own src folder is the user's."""
+    env = {"PYTHONPATH": "/x/site-packages:/x/src"}
+    roots = roots_of(f"{PY}/bin/python3.12", f"{VENV}/bin/python", env, MAPPED)
+    assert origin_of("/x/site-packages/trainlib/metrics.py", roots) != "user"
+    assert origin_of("/x/src/train.py", roots) == "user"

@@ -225,6 +225,9 @@ def roots_of(
     for prefix in [base, *envs]:
         if prefix:
             site += [f"{_norm(prefix)}/lib/python{v}/site-packages" for v in versions]
+    for entry in env.get("PYTHONPATH", "").split(":"):
+        if entry and _norm(entry).rsplit("/", 1)[-1] in _SITE_DIRS:
+            site.append(_norm(entry))  # `pip install --target DIR/site-packages` put on the path
     return CodeRoots(stdlib=_unique(stdlib), site=_unique(site), torch=_unique(torch), rankscope=[own])
 
 

@@ -245,6 +245,8 @@ def launcher_jobs(procs: dict[int, ProcInfo], ranks: set[int], host: str, redact
         kind = launcher_kind(info.cmdline)
         if kind is None or any(launcher_kind(procs[a].cmdline) for a in _ancestors(info.pid, procs)):
             continue  # not a launcher, or one started by another launcher (counted there)
+        if info.env_denied and any(procs[c].env_denied for c in _descendants(info.pid, procs) if c in procs):
+            continue  # another user's job whose ranks cannot be read: not one in start-up (say denied)
         settings = launcher_settings(kind, info.cmdline, info.env or {})
         key = (
             (kind, settings.get("store", ""), settings.get("rdzv_id", ""))

@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from rankscope.mcp_server import build_server
-from tests.jobs import PROGRAMS, free_port, job_env, tail, torchrun_argv, wait_for
+from tests.jobs import free_port, job_env, tail, torchrun_argv, wait_for
 from tests.slurm import SlurmCluster, slurm_cluster
 
 BIN = Path(sys.executable).parent
@@ -65,7 +65,9 @@ def _submit(
         command = command.replace(NODE_RANK, '--node_rank="$SLURM_NODEID"')
         command = "srun --ntasks-per-node=1 sh -c " + shlex.quote(f"exec {command}")
     env = job_env({"RANKSCOPE_TEST_READY": str(ready), "MASTER_PORT": str(port)})
-    job = cluster.sbatch(command, log=log, env=env, cwd=PROGRAMS, nodes=nodes)
+    # submitted from a folder of its own: other tests' jobs start in tests/programs, and a call made in
+    # the job's folder must mean this job alone
+    job = cluster.sbatch(command, log=log, env=env, cwd=tmp, nodes=nodes)
 
     def all_ready() -> bool:
         if cluster.state_of(job) not in ("RUNNING", "PENDING", "CONFIGURING"):
@@ -91,9 +93,15 @@ def _submit(
 
 
 @pytest.fixture(scope="module")
-def hung_job(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def hung_job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the hung job is submitted from."""
+    return tmp_path_factory.mktemp("slurmjob")
+
+
+@pytest.fixture(scope="module")
+def hung_job(cluster: SlurmCluster, hung_job_dir: Path) -> Iterator[str]:
     """A 4-rank torchrun job under sbatch whose rank 2 calls barrier() while the others all_reduce."""
-    yield from _submit(cluster, tmp_path_factory.mktemp("slurmjob"), ["--nproc_per_node=4"], odd=2)
+    yield from _submit(cluster, hung_job_dir, ["--nproc_per_node=4"], odd=2)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +158,11 @@ def test_unknown_and_finished_jobs_say_what_to_do(cluster: SlurmCluster, tmp_pat
 
 
 @pytest.mark.slow
-def test_plain_call_in_the_jobs_folder_on_a_login_node(cluster: SlurmCluster, hung_job: str) -> None:
+def test_plain_call_in_the_jobs_folder_on_a_login_node(
+    cluster: SlurmCluster, hung_job: str, hung_job_dir: Path
+) -> None:
     """A plain `rankscope stacks` in the folder the job was submitted from means that Slurm job."""
-    res = _rankscope(cluster, "stacks", "--brief", "--window", "0.5", cwd=PROGRAMS)
+    res = _rankscope(cluster, "stacks", "--brief", "--window", "0.5", cwd=hung_job_dir)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("verdict: mismatched_collectives, confidence high; suspects: rank 2"), (
         res.stdout

@@ -106,6 +106,23 @@ def night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Night]:
         factory.cleanup()
 
 
+def _watched_to_its_end(job: RunningJob, tmp_path: Path, go: Path, job_s: float) -> Path:
+    """A detached watch started beside ``job`` before its stall (``go`` lets the job stall); the
+    watch folder once the job ended and the watch saw it end. The watcher never outlives the test."""
+    out = tmp_path / "watch"
+    done = run_cli("watch", "--pid", str(job.pid), "--out", str(out), "--detach", "--json", *WATCH_FAST)
+    assert done.returncode == 0, done.stderr
+    watcher = int(json.loads(done.stdout)["watcher_pid"])
+    try:
+        go.touch()
+        job.proc.wait(timeout=job_s)
+        wait_for(lambda: read_watch(out).state != "watching", 60, "the watch to see the job end", 0.2)
+    finally:
+        if procfs.is_alive(watcher):
+            os.kill(watcher, signal.SIGTERM)
+    return out
+
+
 def _watch(night: Night, **update: object) -> WatchManifest:
     watch = WatchManifest(
         watcher_pid=1,
@@ -195,17 +212,7 @@ def test_a_real_watch_then_triage_names_the_rank_its_line_and_why(
         args=["--mode", "data", "--odd", "2", "--dist-timeout", "30", "--go", str(go)],
     )
     job.wait_ready([f"up-rank{r}" for r in range(4)], timeout=READY_S)
-    out = tmp_path / "watch"
-    done = run_cli("watch", "--pid", str(job.pid), "--out", str(out), "--detach", "--json", *WATCH_FAST)
-    assert done.returncode == 0, done.stderr
-    watcher = int(json.loads(done.stdout)["watcher_pid"])
-    try:
-        go.touch()
-        job.proc.wait(timeout=150)
-        wait_for(lambda: read_watch(out).state != "watching", 60, "the watch to see the job end", 0.2)
-    finally:
-        if procfs.is_alive(watcher):
-            os.kill(watcher, signal.SIGTERM)
+    out = _watched_to_its_end(job, tmp_path, go, 150)
     r = triage_logs([str(out), str(job.log_path)])
     fifo = next(
         n
@@ -236,17 +243,7 @@ def test_a_restarted_job_gives_one_line_per_attempt(
     )
     job = jobs.start(argv, 2, port)
     job.wait_ready(["up-rank0", "up-rank1"], timeout=READY_S)
-    out = tmp_path / "watch"
-    done = run_cli("watch", "--pid", str(job.pid), "--out", str(out), "--detach", "--json", *WATCH_FAST)
-    assert done.returncode == 0, done.stderr
-    watcher = int(json.loads(done.stdout)["watcher_pid"])
-    try:
-        go.touch()
-        job.proc.wait(timeout=240)
-        wait_for(lambda: read_watch(out).state != "watching", 60, "the watch to see the job end", 0.2)
-    finally:
-        if procfs.is_alive(watcher):
-            os.kill(watcher, signal.SIGTERM)
+    out = _watched_to_its_end(job, tmp_path, go, 240)
     r = triage_logs([str(out)])
     assert r.decided_by == "watch" and r.suspect_ranks == [1], (r.summary, r.watch)
     assert ", attempt 2 of 2, captured " in r.summary and "rank 1 is in no collective" in r.summary

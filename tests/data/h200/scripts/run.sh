@@ -44,7 +44,7 @@ done
 
 # --- O: OOM with memory snapshots, the eval outputs kept with their graph ---
 if [ "$BACKEND" = nccl ]; then
-  O=$R/oom_eval_kept; mkdir -p $O; cp $G/oom/*.py $O/
+  O=$R/oom_eval_kept; mkdir -p $O; cp $G/../oom_eval_kept/*.py $O/
   ( cd $O && OUTDIR=$O timeout 150 python3 train.py > $O/train.log 2>&1; echo "rc=$?" >> $O/train.log )
   bash $G/rs.sh $O triage triage --json $O
   rm -f $O/*.pyc; rm -rf $O/__pycache__

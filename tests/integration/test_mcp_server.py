@@ -314,7 +314,14 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
         assert not again.is_error, again.content
         full = await c.call_tool("dump_stacks", {"pid": ranks[0], "full_ranks": [1]})
         assert not full.is_error, full.content
-        only = await c.call_tool("dump_stacks", {"pid": job.pid, "ranks": [1], "full_ranks": [1]})
+        only_seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_only(progress: float, total: float | None, message: str | None) -> None:
+            only_seen.append((progress, total, message))
+
+        only = await c.call_tool(
+            "dump_stacks", {"pid": job.pid, "ranks": [1], "full_ranks": [1]}, progress_callback=on_only
+        )
         assert not only.is_error, only.content
         return {
             "again": again.structured_content,
@@ -324,6 +331,7 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
             # the job's own files and interpreter lie in the checkout: its path's length is not the answer's
             "size": len(json.dumps(report).replace(str(ROOT), "<checkout>")),
             "progress": list(seen),
+            "only_progress": list(only_seen),
             "full": full.structured_content,
         }
 
@@ -365,6 +373,8 @@ def test_list_jobs_and_dump_stacks_on_a_hung_job(jobs: JobFactory, pyspy_works: 
     assert any("only ranks [1] were captured" in n for n in only["job"]["notes"])
     assert only["verdict"]["summary"].startswith("this verdict covers only rank 1 (captured alone)")
     assert only["only_ranks"] == [1]
+    # the progress line a client shows says as much: never "verdict: <kind>" for one rank's capture
+    assert out["only_progress"][-1][2].startswith("verdict on rank 1 alone: "), out["only_progress"]
     assert (
         "the last capture of every rank said divergent_ranks, suspects: rank(s) 1"
         in only["verdict"]["summary"]

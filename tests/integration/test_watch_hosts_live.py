@@ -3,7 +3,7 @@ over ``srun --overlap`` steps of a real Slurm (tests/slurm.py).
 
 The same hang each time: a 4-rank job over two namespaced nodes (ranks 0-1 on node1, 2-3 on node2)
 trains until the test says go, then rank 3, on node2, blocks in a data read (no collective, nothing
-in any log) while the others wait in all_reduce until the job's own 45 s timeout ends them. The
+in any log) while the others wait in all_reduce until the job's own 30 s timeout ends them. The
 watch runs on the login side, which sees no rank. Before the stall, node2's sampler is killed: the
 watch must say so (host gone, in its manifest and in triage's answer) and go on; at the stall it still
 asks every node, so the incident holds both nodes' looks, and triage names rank 3 and its line.
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 
 TOOLS = Path(rankscope.__file__).resolve().parents[1]
 FAST = ["--interval", "0.5", "--stall", "3", "--confirm", "0.5", "--json"]
-JOB_ARGS = ["--mode", "data", "--odd", "3", "--dist-timeout", "45", "--store", "env"]
+JOB_ARGS = ["--mode", "data", "--odd", "3", "--dist-timeout", "30", "--store", "env"]
 WATCH_S = 300.0
 
 

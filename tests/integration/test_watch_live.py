@@ -1,5 +1,6 @@
 """`rankscope watch` beside real 4- and 2-rank gloo jobs (tests/programs/watch_jobs.py), started
-after the job and before its stall, detached, reading the folder it leaves once the job is gone.
+after the job and before its stall, detached, reading the folder it leaves once the job is gone, and
+`triage` of that folder the morning after (the folder's other nights: test_watch_triage_live.py).
 
 Thresholds are short (options), the jobs' own collective timeouts too; every job is reaped by the
 ``jobs`` fixture and every watcher is stopped by pid at the end, pass or fail.
@@ -28,7 +29,7 @@ from rankscope.models.watch import WatchManifest
 from rankscope.options import DumpOptions
 from rankscope.render.answer import shape_answer
 from rankscope.runtime import procfs
-from tests.jobs import JobFactory, RunningJob, run_cli, wait_for
+from tests.jobs import PROGRAMS, JobFactory, RunningJob, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +99,12 @@ def _job(
     return job
 
 
+def _line(code: str) -> int:
+    """The line of watch_jobs.py that holds ``code``."""
+    lines = (PROGRAMS / "watch_jobs.py").read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if code in text)
+
+
 def _go(tmp_path: Path) -> None:
     (tmp_path / "go").touch()
 
@@ -105,14 +112,14 @@ def _go(tmp_path: Path) -> None:
 def test_a_watch_captures_a_rank_stuck_in_a_data_read_before_the_timeout_ends_the_job(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path, watchers: list[int]
 ) -> None:
-    job = _job(jobs, tmp_path, 4, "--mode", "data", "--odd", "2", "--dist-timeout", "30")
+    job = _job(jobs, tmp_path, 4, "--mode", "data", "--odd", "2", "--dist-timeout", "20")
     out = tmp_path / "watch"
     started = _start(job, out, watchers)
     assert started["dir"] == str(out) and "watching job" in started["summary"]
     _go(tmp_path)
     manifest = _ended(out, job)
     assert manifest.state == "job_ended" and manifest.job_ended_at is not None
-    assert manifest.settings.job_timeout_s == 30 and manifest.settings.job_timeout_source == "args"
+    assert manifest.settings.job_timeout_s == 20 and manifest.settings.job_timeout_source == "args"
     assert len(manifest.incidents) == 1, manifest.incidents
     path = wf.incident_paths(out)[0]
     incident = wf.read_incident(path)
@@ -125,6 +132,14 @@ def test_a_watch_captures_a_rank_stuck_in_a_data_read_before_the_timeout_ends_th
     assert "read_shard" in json.dumps(looks[0].model_dump(mode="json"))
     # the job's log alone shows only the waiting ranks' timeouts, never where rank 2 was
     assert "read_shard" not in job.output()
+    # the morning after: triage of the folder (and the log) names rank 2's FIFO read
+    r = triage_logs([str(out), str(job.log_path)])
+    fifo = _line('with open(path, "rb")')
+    assert r.decided_by == "watch" and r.suspect_ranks == [2], r.summary
+    assert "s before the job ended): rank 2" in r.summary and f"watch_jobs.py:{fifo}" in r.summary, r.summary
+    assert any(f.kind == "collective_timeout" for f in r.findings)
+    alone = triage_logs([str(job.log_path)], read_code=False)
+    assert f"watch_jobs.py:{fifo}" not in alone.summary and "read_shard" not in alone.summary
     assert stat.S_IMODE(out.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in path.rglob("*") if f.is_file())
 
@@ -132,7 +147,7 @@ def test_a_watch_captures_a_rank_stuck_in_a_data_read_before_the_timeout_ends_th
 def test_a_lock_cycle_between_two_threads_is_captured_with_both_threads(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path, watchers: list[int]
 ) -> None:
-    job = _job(jobs, tmp_path, 2, "--mode", "locks", "--odd", "1", "--dist-timeout", "30")
+    job = _job(jobs, tmp_path, 2, "--mode", "locks", "--odd", "1", "--dist-timeout", "20")
     out = tmp_path / "watch"
     started = _mcp(
         "start_watch",
@@ -190,7 +205,7 @@ def test_a_slow_checkpoint_write_that_resumes_is_an_incident_marked_resumed(
         "--pause",
         "12",
         "--after",
-        "30",
+        "15",
         "--dist-timeout",
         "300",
     )
@@ -232,6 +247,12 @@ def test_a_hang_in_each_attempt_of_a_restarted_job_is_an_incident_each(
     incidents = [wf.read_incident(p) for p in wf.incident_paths(out)]
     assert [i.attempt for i in incidents] == [1, 2], [i.name for i in incidents]
     assert all(i.complete and i.job_ended_at for i in incidents)
+    # triage leads with the last attempt's capture and gives the first its own line
+    r = triage_logs([str(out)])
+    assert r.decided_by == "watch" and r.suspect_ranks == [1], (r.summary, r.watch)
+    assert ", attempt 2 of 2, captured " in r.summary and "rank 1 is in no collective" in r.summary
+    first = [line for line in r.watch or [] if line.startswith("attempt 1: incident 001-")]
+    assert first and "rank 1 is in no collective" in first[0], r.watch
 
 
 def test_a_watcher_killed_mid_incident_leaves_a_folder_that_reads_incomplete(

@@ -68,6 +68,7 @@ EXPORTS: dict[str, str] = {
     "answer": "rankscope.render.answer",
     "render_answer": "rankscope.render.answer",
     "shape_answer": "rankscope.render.answer",
+    "verdict_label": "rankscope.render.stacks",
     # the bundled skill files (MCP resources) and one section of them at a time
     "read_skill": "rankscope.capabilities.skill",
     "all_sections": "rankscope.capabilities.skill",
@@ -120,6 +121,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rankscope.render.answer import answer as answer
     from rankscope.render.answer import render_answer as render_answer
     from rankscope.render.answer import shape_answer as shape_answer
+    from rankscope.render.stacks import verdict_label as verdict_label
     from rankscope.resources import playbooks_dir as playbooks_dir
     from rankscope.resources import skill_md as skill_md
     from rankscope.validate import check_repro_call as check_repro_call

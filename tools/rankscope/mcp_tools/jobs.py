@@ -157,7 +157,7 @@ async def _answer(
     if saved:  # a live capture was kept by the call itself (api.live_stacks)
         await in_thread(api.save_capture, report, partial=True)
     LAST_ANSWERS.stacks = report
-    await progress(ctx, 3, 3, f"verdict: {report.verdict.kind}")
+    await progress(ctx, 3, 3, f"{api.verdict_label(report)}: {report.verdict.kind}")
     return api.answer(report, full=full, full_ranks=full_ranks)
 
 

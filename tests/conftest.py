@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,18 @@ import pytest
 
 from tests.jobs import JobFactory
 from tests.nodes import Nodes, nodes_up
+from tests.order import CostRecorder, longest_files_first
+from tests.paths import ROOT
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("RANKSCOPE_FILE_COSTS") == "write":
+        config.pluginmanager.register(CostRecorder(ROOT), "rankscope-file-costs")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first (tests/order.py): the test processes end together."""
+    longest_files_first(items, ROOT)
 
 
 @pytest.fixture

@@ -193,7 +193,9 @@ def test_answers_validate_against_the_slimmed_output_schemas() -> None:
     assert '"title"' not in schema.replace('"title": {', "")
 
 
-@pytest.mark.parametrize("case", sorted(p.name for p in (DATA / "flight").iterdir() if p.is_dir()))
+@pytest.mark.parametrize(
+    "case", sorted(p.name for p in (DATA / "flight").iterdir() if p.is_dir() and p.name != "__pycache__")
+)
 def test_flight_recorder_answers_in_4_kb_without_repeats(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from rankscope import api
     from rankscope.analysis.sizing.bound import bound_flight

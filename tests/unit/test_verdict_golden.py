@@ -88,7 +88,7 @@ def _variants(job: Job, stacks: list[RankStack]) -> Iterator[tuple[str, Job, lis
 def _flights() -> dict[str, FlightReport]:
     out = {}
     for path in sorted((DATA / "flight").iterdir()):
-        if path.is_dir():
+        if path.is_dir() and path.name != "__pycache__":  # the folder's build script may leave one
             dumps, errors = read_dumps([str(path)])
             out[path.name] = analyze_flight(dumps, errors)
     return out

@@ -57,7 +57,7 @@ from rankscope.models.core import StacksReport
 from rankscope.models.run import RankOutput, RunOutcome, RunReport
 from rankscope.options import DumpOptions
 from rankscope.runtime import net, procfs, subproc
-from rankscope.runtime.proctree import children_map, descendants, kill_survivors, reap_tree
+from rankscope.runtime.proctree import ParentLinks, descendants, kill_survivors, reap_tree
 
 log = logging.getLogger("rankscope.capabilities.launch")
 
@@ -180,10 +180,13 @@ class _Watch:
     detector: StallDetector | None = None  # None: hang detection off
     seen: dict[int, int] = field(default_factory=dict)  # pid -> start time: for the final sweep
     rank_pids: dict[int, int] = field(default_factory=dict)  # rank -> pid
+    links: ParentLinks = field(default_factory=ParentLinks)  # parents kept between samples
 
     def sample(self, now: float, output: int) -> None:
-        """Every process under the launcher read once; ``output``: the lines the ranks printed so far."""
-        kids = children_map()
+        """Every process under the launcher read once; ``output``: the lines the ranks printed so far.
+        The host's other processes are not read again at each sample (``links``): a run sits beside
+        other jobs, and reading every process's stat file five times a second is most of its cost."""
+        kids = self.links.children()
         ranks: dict[int, RankSample] = {}
         for pid in descendants(self.root, kids):
             got = read_rank(pid)

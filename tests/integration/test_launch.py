@@ -191,6 +191,11 @@ def test_timeout_terminates_the_whole_tree() -> None:
     _assert_nothing_left(tag, report.launcher_pid)
 
 
+HEARS_CTRL_C = "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); runpy.run_module('rankscope', run_name='__main__')"
+"""``python -m rankscope`` with SIGINT as a terminal's rankscope has it: a suite started in the
+background (``cmd &`` in a script) inherits SIGINT ignored, and so would rankscope."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_reaps_everything_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
@@ -200,7 +205,7 @@ def test_ctrl_c_reaps_everything_and_exits_130(tmp_path: Path, sig: signal.Signa
     log = tmp_path / "rankscope.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rankscope", "run", "--nproc", "2", "--hang-timeout", "0", "--", SCRIPT, "quiet"],
+            [sys.executable, "-c", HEARS_CTRL_C, "run", "--nproc", "2", "--hang-timeout", "0", "--", SCRIPT, "quiet"],
             stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, MARKER: tag, "RANKSCOPE_TEST_READY": str(ready)},
         )  # fmt: skip

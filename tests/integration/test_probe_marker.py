@@ -30,7 +30,13 @@ def test_a_broken_marker_is_no_probe(tmp_path: Path) -> None:
 
 
 def test_caught_signals_reads_the_handlers_installed() -> None:
-    assert signal.SIGINT in procfs.caught_signals(os.getpid())  # Python's own KeyboardInterrupt handler
+    # Python's own KeyboardInterrupt handler, set here: a suite started in the background
+    # (``cmd &`` in a script) inherits SIGINT ignored, and Python then leaves it so
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert signal.SIGINT in procfs.caught_signals(os.getpid())
+    finally:
+        signal.signal(signal.SIGINT, before if before is not None else signal.SIG_DFL)
     previous = signal.signal(signal.SIGUSR2, lambda s, f: None)
     try:
         assert signal.SIGUSR2 in procfs.caught_signals(os.getpid())

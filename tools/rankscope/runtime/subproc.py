@@ -47,14 +47,7 @@ def run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -
     environment when given. On timeout, the output printed so far is kept.
     """
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=dict(env) if env is not None else None,
-    )
+    proc = start_stream(argv, env)  # the same start; bounded here by the wait below
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

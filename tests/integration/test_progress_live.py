@@ -7,16 +7,24 @@ captured on a GPU (tests/data/progress_nccl) and are replayed in tests/unit/test
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import get_args
 
 import pytest
 
+from rankscope.analysis.hang.progress import STRAGGLER_GAP_PCT
 from rankscope.analysis.hang.progress_verdict import PROGRESS_KINDS
 from rankscope.api import dump_stacks
 from rankscope.models.core import StacksReport, VerdictKind
 from rankscope.options import DumpOptions
-from tests.jobs import JobFactory, run_cli, wait_for
+from rankscope.runtime import procfs
+from tests.jobs import JobFactory, RunningJob, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -59,15 +67,69 @@ def test_a_healthy_job_is_never_called_hung(jobs: JobFactory, pyspy_works: str) 
     assert 0.5 <= data["progress"]["window_s"] < 5
     text = run_cli("stacks", "--pid", str(job.pid))
     assert "progress over" in text.stdout and "verdict: progressing" in text.stdout
-
-
-def test_one_look_is_what_window_zero_asks_for(jobs: JobFactory, pyspy_works: str) -> None:
-    job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy"])
-    job.wait_ready(timeout=READY_S)
-    report = dump_stacks(job.pid, DumpOptions(window=0))
-    assert report.progress is None
+    # one look is what a window of zero asks for; a negative window is refused
+    assert dump_stacks(job.pid, DumpOptions(window=0)).progress is None
     bad = run_cli("stacks", "--pid", str(job.pid), "--window", "-1")
     assert bad.returncode == 2 and "--window" in bad.stderr
+
+
+@contextlib.contextmanager
+def _starving(slow: int, fast: int) -> Iterator[None]:
+    """Pin process ``slow`` to a core that a spinning process shares with it, weighted ten to one
+    against the job (the job's scheduler group at nice 10), and ``fast`` to a core of its own:
+    ``slow`` queues for its core, as a rank does on a host whose cores other work takes."""
+    cpus = sorted(os.sched_getaffinity(0))
+    group = Path(f"/proc/{slow}/autogroup")
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpus[0]}}})\nwhile True: pass"],
+        start_new_session=True,
+    )
+    try:
+        for pid, cpu in ((slow, cpus[0]), (fast, cpus[-1])):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), {cpu})
+                if not group.exists():  # no scheduler groups: each thread's own weight
+                    os.setpriority(os.PRIO_PROCESS, int(tid), 10)
+        if group.exists():
+            group.write_text("10")
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait(timeout=30)
+        if group.exists():
+            group.write_text("0")
+
+
+def _rank_pid(job: RunningJob, rank: int) -> int:
+    for pid in job.rank_pids():
+        environ = procfs.read_environ(pid) or {}
+        if environ.get("RANK") == str(rank) and any("progress_jobs" in w for w in procfs.read_cmdline(pid)):
+            return pid
+    raise AssertionError(f"no rank {rank} among {job.rank_pids()}")
+
+
+def test_a_rank_the_host_starves_of_cpu_is_not_a_straggler(jobs: JobFactory, pyspy_works: str) -> None:
+    """Both ranks do the same work; rank 0 shares its core with other work that outweighs it, rank 1
+    has a core of its own. Rank 0 waits less in all_reduce only because it queues for its core: the
+    job is progressing, nobody is named, and the summary says the lag is the host's."""
+    job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy", "--side", "256"])
+    job.wait_ready(timeout=READY_S)
+    seen: list[StacksReport] = []
+
+    def lagging() -> bool:
+        seen.append(dump_stacks(job.pid))
+        progress = seen[-1].progress
+        assert seen[-1].verdict.kind == "progressing" and progress is not None, seen[-1].verdict.summary
+        waits = {r.rank: r.waiting_pct or 0 for r in progress.ranks}
+        return waits.get(1, 0) - waits.get(0, 100) >= STRAGGLER_GAP_PCT
+
+    with _starving(_rank_pid(job, 0), _rank_pid(job, 1)):
+        wait_for(lagging, 90, "rank 0 to wait less than rank 1", interval=0.2)
+    progress = seen[-1].progress
+    assert progress is not None and progress.straggler is None and seen[-1].verdict.suspect_ranks == []
+    starved = next(r for r in progress.ranks if r.rank == 0)
+    assert starved.queued_pct is not None and starved.queued_pct >= 30, progress.ranks
+    assert "rank 0 waits less" in progress.summary and "queued for a CPU" in progress.summary
 
 
 def test_a_straggler_is_named_with_where_its_time_goes(jobs: JobFactory, pyspy_works: str) -> None:

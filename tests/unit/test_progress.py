@@ -10,6 +10,7 @@ from rankscope.analysis.hang.progress import (
     judge,
     merge_progress,
     parse_record,
+    summarize,
     watch_rank,
 )
 from rankscope.analysis.hang.progress_verdict import progress_verdict
@@ -136,6 +137,58 @@ def test_the_straggler_is_the_one_rank_the_others_wait_for() -> None:
     assert find_straggler([_motion(0, 90), _motion(1, 10), _motion(2, 12), _motion(3, 90)]) is None
     # too few samples say nothing
     assert find_straggler([_motion(0, 90, 2), _motion(1, 0, 2)]) is None
+
+
+def test_a_rank_that_lags_only_while_queued_for_a_core_is_not_a_straggler() -> None:
+    """On an oversubscribed host the rank the scheduler ran least waits least, though it does the same
+    work: it queued for a core for most of its lag and used no more CPU than the others."""
+
+    def m(rank: int, waiting: int, cpu: int | None, queued: int | None) -> RankMotion:
+        return RankMotion(
+            rank=rank, motion="moving", samples=50, waiting_pct=waiting, cpu_pct=cpu, queued_pct=queued
+        )
+
+    starved = [m(0, 66, 30, 25), m(1, 100, 32, 2)]
+    assert find_straggler(starved) is None
+    progress = summarize(starved, window_s=2.0, backend="gloo")
+    assert progress.straggler is None
+    assert "rank 0 waits less (66%) only because it queued for a CPU 25% of the window" in progress.summary
+    # a rank that lags from its own work uses more CPU than the others, queued or not (a loaded host)
+    assert find_straggler([m(0, 0, 35, 60), m(1, 95, 4, 1), m(2, 96, 5, 0)]) == 0
+    # a lag the queue explains less than half of is the rank's own
+    assert find_straggler([m(0, 40, 30, 10), m(1, 100, 30, 1)]) == 0
+    # no run-queue or CPU reading (another kernel, an older capture): the rule stands as it was
+    assert find_straggler([m(0, 66, 30, None), m(1, 100, 32, None)]) == 0
+    assert find_straggler([m(0, 66, None, 25), m(1, 100, None, 2)]) == 0
+    assert (
+        "queued"
+        not in summarize([m(0, 66, 30, None), m(1, 100, 32, None)], window_s=2.0, backend="gloo").summary
+    )
+    # a rank that stands still in its own code while it queued most of the window says so
+    busy = summarize(
+        [
+            m(0, 0, 3, 95).model_copy(update={"motion": "busy"}),
+            m(1, 100, 0, 0).model_copy(update={"motion": "blocked"}),
+        ],
+        window_s=1.2,
+        backend="gloo",
+    )
+    assert "rank 0 is busy (CPU 3%, queued for a core 95%)" in busy.summary
+    assert (
+        "rank 0 is busy (CPU 3%, queued"
+        not in summarize(
+            [
+                m(0, 0, 3, 10).model_copy(update={"motion": "busy"}),
+                m(1, 100, 0, 0).model_copy(update={"motion": "blocked"}),
+            ],
+            window_s=1.2,
+            backend="gloo",
+        ).summary
+    )
+    # the share is of the window the rank was watched over (/proc/PID/schedstat's run delay)
+    w = straggling(2, slow=0)[0]
+    w.cpu_s, w.queued_s, w.wall_s = 0.6, 0.5, 2.0
+    assert watch_rank(w, backend="gloo", source={}).queued_pct == 25
 
 
 def test_straggler_verdict_names_its_hot_lines() -> None:

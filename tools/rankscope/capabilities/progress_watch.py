@@ -53,6 +53,7 @@ class Window:
     procs: list[RankProcess] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     cpu: dict[int, float | None] = field(default_factory=dict)
+    queued: dict[int, float | None] = field(default_factory=dict)
     samplers: dict[int, tuple[subprocess.Popen[bytes], str]] = field(default_factory=dict)
     folder: str = ""
     first: dict[int, tuple[list[Frame], dict[str, int]]] = field(default_factory=dict)
@@ -62,10 +63,12 @@ class Window:
 
     @classmethod
     def open(cls, pids: list[int], exe: str) -> Window:
-        """Note the time and each rank's CPU time and I/O counters, just before the first dump."""
+        """Note the time and each rank's CPU time, run-queue time and I/O counters, just before the first
+        dump."""
         return cls(
             exe=exe,
             cpu={pid: procfs.cpu_seconds(pid) for pid in pids},
+            queued={pid: procfs.queued_seconds(pid) for pid in pids},
             io={pid: procfs.io_counters(pid) for pid in pids},
         )
 
@@ -158,6 +161,9 @@ class Window:
         before, after = self.cpu.get(proc.pid), procfs.cpu_seconds(proc.pid)
         if before is not None and after is not None:
             watch.cpu_s = max(0.0, after - before)
+        queued_before, queued_after = self.queued.get(proc.pid), procfs.queued_seconds(proc.pid)
+        if queued_before is not None and queued_after is not None:
+            watch.queued_s = max(0.0, queued_after - queued_before)
         io_before, io_after = self.io.get(proc.pid), procfs.io_counters(proc.pid)
         if io_before is not None and io_after is not None:
             watch.io = [io_before, io_after]

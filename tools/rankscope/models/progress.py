@@ -42,6 +42,11 @@ class RankMotion(Model):
         description="CPU time it used over the window, % of one core (/proc/PID/stat). On NCCL a CPU that waits "
         "for the GPU spins, so this says nothing about progress there.",
     )
+    queued_pct: int | None = Field(
+        default=None,
+        description="Time its main thread was runnable but waited for a core, % of the window "
+        "(/proc/PID/schedstat): high on a host whose cores are oversubscribed.",
+    )
     samples: int = Field(default=0, description="Looks at its main thread (dumps and samples).")
     waiting_pct: int | None = Field(
         default=None,

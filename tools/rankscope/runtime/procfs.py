@@ -252,6 +252,18 @@ IO_FIELDS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes")
 the bytes that reached (or came from) storage."""
 
 
+def queued_seconds(pid: int) -> float | None:
+    """Seconds the main thread has spent runnable but waiting for a core (/proc/PID/schedstat, its
+    second field, in ns): a rank that lags only because the host's cores are oversubscribed queues
+    there, while one that lags from its own work runs. None where the kernel keeps no schedstat."""
+    raw = read_text(pid, "schedstat")
+    fields = raw.split() if raw else []
+    try:
+        return int(fields[1]) / 1e9
+    except (IndexError, ValueError):
+        return None
+
+
 def _io_fields(raw: str | None, prefix: str = "") -> dict[str, int]:
     out: dict[str, int] = {}
     for line in (raw or "").splitlines():
@@ -670,6 +682,7 @@ __all__ = [
     "pids",
     "proc_state",
     "process_signs",
+    "queued_seconds",
     "read_cmdline",
     "read_environ",
     "read_exe",

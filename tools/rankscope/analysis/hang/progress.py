@@ -40,7 +40,13 @@ from rankscope.analysis.code_origin import origin_of
 from rankscope.analysis.hang.counters import KNOWN_COUNTERS
 from rankscope.analysis.hang.frames import is_internal_frame
 from rankscope.analysis.hang.loops import LOOP_LOOK_BACK
-from rankscope.analysis.hang.progress_signals import io_moved, io_progress, kernel_shares, locals_moved
+from rankscope.analysis.hang.progress_signals import (
+    io_moved,
+    io_progress,
+    kernel_shares,
+    locals_moved,
+    queued_words,
+)
 from rankscope.analysis.hang.progress_stuck import lines_around, stuck_loop
 from rankscope.analysis.hang.progress_verdict import BUSY_CPU_PCT
 from rankscope.analysis.hang.stacks import recognise_op
@@ -70,6 +76,7 @@ class RankWatch:
     the functions its time goes to): they say nothing about motion;
     ``samples``: the main thread's stacks py-spy's sampler saw, with how often;
     ``cpu_s``/``wall_s``: CPU time it used and wall time between its first and last look;
+    ``queued_s``: time its main thread was runnable but waiting for a core, over the same span;
     ``io``: its main thread's I/O counters at both ends; ``kernel``: its main thread's state and
     wchan, read several times during the window; ``reprs``: the locals of its own frames at the first
     and the last look (``file:function:name`` -> repr, kept in memory: see ``progress_signals``).
@@ -81,6 +88,7 @@ class RankWatch:
     later: list[dict[str, int]] = field(default_factory=list)
     samples: list[tuple[list[Frame], int]] = field(default_factory=list)
     cpu_s: float | None = None
+    queued_s: float | None = None
     wall_s: float = 0.0
     io: list[dict[str, int]] = field(default_factory=list)
     kernel: list[tuple[str, str]] = field(default_factory=list)
@@ -267,6 +275,7 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
     places.discard(None)
     counters = _moved_counters(w.counters)
     cpu_pct = None if w.cpu_s is None or w.wall_s <= 0 else round(100 * w.cpu_s / w.wall_s)
+    queued_pct = None if w.queued_s is None or w.wall_s <= 0 else min(100, round(100 * w.queued_s / w.wall_s))
     last_waits = bool(w.looks) and _waiting(w.looks[-1], backend, source)
     waits = 2 * waited >= total if total else last_waits  # most of its window, not its last instant
     moved = _signals(w, counters, len(places), waits)
@@ -290,6 +299,7 @@ def watch_rank(w: RankWatch, *, backend: Backend | None, source: Mapping[tuple[s
         counters=counters,
         moved_lines=len(places),
         cpu_pct=cpu_pct,
+        queued_pct=queued_pct,
         samples=total,
         waiting_pct=100 * waited // total if total else None,
         hot=_hot(own, total),
@@ -362,23 +372,62 @@ def _share_phrase(ranks: list[RankMotion], backend: Backend | None) -> str | Non
     return f"waiting {wait_words(backend)} {span} of the samples, the rest in their own code"
 
 
-def find_straggler(ranks: list[RankMotion]) -> int | None:
-    """The one rank that rarely waits while the others mostly wait (for it), or None.
+STARVED_CPU_RATIO = 1.5
+"""A lagging rank that used at most this many times the CPU of the others did no more work than they did."""
 
-    It must wait at least :data:`STRAGGLER_GAP_PCT` points less than every other rank, and
-    the others must wait more than :data:`STRAGGLER_OTHERS_WAIT_PCT` % (median): a job whose
-    ranks all compute most of the time has no straggler, whatever their small differences.
-    """
+
+def _lag(ranks: Sequence[RankMotion]) -> tuple[RankMotion, int] | None:
+    """The rank that waits least, and by how many points less than every other rank, where it waits
+    at least :data:`STRAGGLER_GAP_PCT` points less and the others wait more than
+    :data:`STRAGGLER_OTHERS_WAIT_PCT` % (median): a job whose ranks all compute most of the time
+    has no straggler, whatever their small differences."""
     measured = [r for r in ranks if r.waiting_pct is not None and r.samples >= 3]
     if len(measured) < 2:
         return None
     low = min(measured, key=lambda r: (r.waiting_pct or 0, r.rank))
     others = [r.waiting_pct or 0 for r in measured if r.rank != low.rank]
-    if min(others) - (low.waiting_pct or 0) < STRAGGLER_GAP_PCT:
+    gap = min(others) - (low.waiting_pct or 0)
+    if gap < STRAGGLER_GAP_PCT or statistics.median(others) < STRAGGLER_OTHERS_WAIT_PCT:
         return None
-    if statistics.median(others) < STRAGGLER_OTHERS_WAIT_PCT:
+    return low, gap
+
+
+def _starved(low: RankMotion, gap: int, ranks: Sequence[RankMotion]) -> bool:
+    """Whether the lag is the host's scheduler's, not the rank's work: it queued for a core for at
+    least half its lag and used no more CPU than the others (on an oversubscribed host the rank
+    that lags changes from window to window). Unknown run-queue or CPU time is never starvation."""
+    cpus = [r.cpu_pct for r in ranks if r.rank != low.rank and r.cpu_pct is not None]
+    if low.queued_pct is None or low.cpu_pct is None or not cpus:
+        return False
+    return 2 * low.queued_pct >= gap and low.cpu_pct <= STARVED_CPU_RATIO * max(cpus)
+
+
+def find_straggler(ranks: Sequence[RankMotion]) -> int | None:
+    """The one rank that rarely waits while the others mostly wait (for it), or None; None too when
+    it lagged only while waiting for a core (:func:`_starved`)."""
+    lag = _lag(ranks)
+    if lag is None or _starved(*lag, ranks):
         return None
-    return low.rank
+    return lag[0].rank
+
+
+def starved_phrase(ranks: Sequence[RankMotion]) -> str | None:
+    """``rank 0 lagged only while it queued for a CPU …`` where the rank that waits least lagged
+    from the host's oversubscribed cores (:func:`_starved`); None otherwise."""
+    lag = _lag(ranks)
+    if lag is None or not _starved(*lag, ranks):
+        return None
+    low = lag[0]
+    return (
+        f"rank {low.rank} waits less ({low.waiting_pct}%) only because it queued for a CPU "
+        f"{low.queued_pct}% of the window, with no more CPU than the others: the host's cores are "
+        "oversubscribed, its code is not slower"
+    )
+
+
+def cpu_words(r: RankMotion) -> str:
+    """`` (CPU 3%, queued for a core 95%)``; empty where its CPU is unknown."""
+    return f" (CPU {r.cpu_pct}%{queued_words(r)})" if r.cpu_pct is not None else ""
 
 
 def _no_progress_phrase(ranks: list[RankMotion], window_s: float) -> str:
@@ -390,7 +439,7 @@ def _no_progress_phrase(ranks: list[RankMotion], window_s: float) -> str:
         text += f", CPU {max(cpus)}% at most" if max(cpus) < BUSY_CPU_PCT else ", CPU spinning in a wait"
     for r in active:
         text += f"; rank {r.rank} {'moves' if r.motion == 'moving' else 'is busy'}"
-        text += f" (CPU {r.cpu_pct}%)" if r.cpu_pct is not None else ""
+        text += cpu_words(r)
         if r.hot:
             text += f" in {r.hot[0]}"
     return text
@@ -421,11 +470,11 @@ def summarize(ranks: Sequence[RankMotion], *, window_s: float, backend: Backend 
         if any("lines" not in r.moved for r in ranks if r.motion == "moving"):
             signals = sorted({s for r in ranks for s in r.moved})
             lines = f"every rank moved ({', '.join(signals)}) in {window_s:.1f} s"
-        summary = "; ".join(p for p in (moved or lines, _share_phrase(ranks, backend)) if p)
+        starved = None if straggler is not None else starved_phrase(ranks)
+        summary = "; ".join(p for p in (moved or lines, _share_phrase(ranks, backend), starved) if p)
     elif motion == "busy":
         summary = f"no counter moved in {window_s:.1f} s, but no rank is blocked: " + "; ".join(
-            f"rank {r.rank} {r.motion}" + (f" (CPU {r.cpu_pct}%)" if r.cpu_pct is not None else "")
-            for r in ranks
+            f"rank {r.rank} {r.motion}{cpu_words(r)}" for r in ranks
         )
     elif motion == "no_progress":
         summary = _no_progress_phrase(ranks, window_s)
@@ -494,6 +543,7 @@ __all__ = [
     "BUSY_CPU_PCT",
     "RankWatch",
     "counters_phrase",
+    "cpu_words",
     "find_straggler",
     "judge",
     "merge_progress",
@@ -501,6 +551,7 @@ __all__ = [
     "parse_record",
     "place_lines",
     "recorder_completed",
+    "starved_phrase",
     "summarize",
     "watch_rank",
     "with_recorder",

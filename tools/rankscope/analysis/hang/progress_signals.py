@@ -23,6 +23,7 @@ from rankscope.analysis.hang.counters import counter_key
 from rankscope.analysis.hang.frames import is_internal_frame
 from rankscope.analysis.units import fmt_bytes
 from rankscope.models.core import Frame
+from rankscope.models.progress import RankMotion
 
 IO_MIN_BYTES = 32 * 1024
 """Bytes a rank's main thread must move over the window (read or written) for its I/O to count as
@@ -178,9 +179,22 @@ def frame_values(reprs: Mapping[str, str], file: str, function: str) -> dict[str
     return {k[len(head) :]: v for k, v in reprs.items() if k.startswith(head)}
 
 
+QUEUED_NOTE_PCT = 50
+"""A rank that queued for a core this much of the window is said to: its slowness is the host's."""
+
+
+def queued_words(r: RankMotion) -> str:
+    """``, queued for a core 95%`` where its run-queue wait was most of the window (a rank that
+    computes slowly on an oversubscribed host); empty otherwise."""
+    if r.queued_pct is None or r.queued_pct < QUEUED_NOTE_PCT:
+        return ""
+    return f", queued for a core {r.queued_pct}%"
+
+
 __all__ = [
     "IO_MIN_BYTES",
     "KERNEL_WORDS",
+    "QUEUED_NOTE_PCT",
     "frame_values",
     "io_bytes",
     "io_moved",
@@ -191,4 +205,5 @@ __all__ = [
     "kernel_shares",
     "locals_moved",
     "own_reprs",
+    "queued_words",
 ]

@@ -12,7 +12,7 @@ the window saw added to their evidence.
 from __future__ import annotations
 
 from rankscope.analysis.hang.frames import short_site
-from rankscope.analysis.hang.progress_signals import io_phrase, kernel_phrase
+from rankscope.analysis.hang.progress_signals import io_phrase, kernel_phrase, queued_words
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase, value_span
 from rankscope.models.core import Confidence, NextStep, RankStack, Verdict
@@ -86,7 +86,7 @@ def _rank_line(r: RankMotion, told: bool = False, window_s: float | None = None)
     if r.waiting_pct is not None:
         parts.append(f"waiting {r.waiting_pct}% of {r.samples} samples")
     if r.cpu_pct is not None:
-        parts.append(f"CPU {r.cpu_pct}%")
+        parts.append(f"CPU {r.cpu_pct}%{queued_words(r)}")
     kernel = kernel_phrase(r.kernel) if window_s is not None and r.kernel.get("running", 0) < 100 else None
     if kernel:
         parts.append(f"kernel: {kernel}")
@@ -203,7 +203,7 @@ def _waits(stack: RankStack) -> bool:
 
 
 def _busy_phrase(r: RankMotion) -> str:
-    cpu = f", CPU {r.cpu_pct}%" if r.cpu_pct is not None else ""
+    cpu = f", CPU {r.cpu_pct}%{queued_words(r)}" if r.cpu_pct is not None else ""
     where = f" in {r.hot[0]}" if r.hot else " in its own code"
     return f"rank {r.rank} is busy{where}{cpu}"
 

@@ -5,6 +5,10 @@ The same real gloo jobs, their program copied into a folder named ``rankscope``,
 healthy loop is progressing (its counters read), a hung one is named with its guard. Frames are
 told apart by where the rank imports its code from, never by a word in their path. Jobs are
 reaped by the ``jobs`` fixture, pass or fail.
+
+The neutral folder's verdicts are asserted where those jobs run from tests/programs:
+test_progress_live.py's healthy job and test_stacks_live.py's even split (with its call sites'
+file). A neutral copy here would start two more jobs to assert nothing new.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from tests.jobs import PROGRAMS, JobFactory, RunningJob, free_port, wait_for
 pytestmark = pytest.mark.slow
 
 READY_S = 180.0
-FOLDERS = ("neutral", "rankscope", "torch", "site-packages-notes")
+FOLDERS = ("rankscope", "torch", "site-packages-notes")
 
 
 def start_in(jobs: JobFactory, folder: Path, program: str, args: list[str]) -> RunningJob:

@@ -47,9 +47,11 @@ def _hinted(hints: list[str], rank: int) -> list[list[str]]:
     return calls
 
 
-@pytest.fixture
-def hung(jobs: JobFactory, pyspy_works: str) -> RunningJob:
-    job = jobs.torchrun("mcp_hang.py", nproc=2, args=["--mode", "divergent"])
+@pytest.fixture(scope="module")
+def hung(module_jobs: JobFactory, pyspy_works: str) -> RunningJob:
+    """One hung job for the module: the tests only read it, and each keeps its own captures
+    (``--last``) apart through conftest's per-test cache folder."""
+    job = module_jobs.torchrun("mcp_hang.py", nproc=2, args=["--mode", "divergent"])
     job.wait_ready(["rank0", "rank1"])
     return job
 

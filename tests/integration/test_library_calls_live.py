@@ -1,4 +1,6 @@
-"""A library call that is itself a collective, made on rank 0 alone, on live 4-rank gloo jobs.
+"""A library call that is itself a collective, made on rank 0 alone, on live 3-rank gloo jobs: rank
+0 against a majority of two waiting in the next all_reduce (with one other rank the split would be
+even, which another rule judges).
 
 One program (tests/programs/hang_libcall.py) with a mode per library: ZeRO's
 consolidate_state_dict, FSDP2's full state dict, DCP's save, and an installed metrics package's
@@ -64,7 +66,7 @@ def test_a_library_collective_called_on_rank_0_alone_is_named(
     site = _install_trainlib(tmp_path)
     env = {"PYTHONPATH": f"{site}{os.pathsep}{PROGRAMS}"}
     started = {
-        mode: jobs.torchrun("hang_libcall.py", nproc=4, args=["--mode", mode], env=env) for mode in MODES
+        mode: jobs.torchrun("hang_libcall.py", nproc=3, args=["--mode", mode], env=env) for mode in MODES
     }
     for mode, job in started.items():
         job.wait_ready(timeout=READY_S)

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
-from tests.jobs import JobFactory
+from tests.jobs import JobFactory, RunningJob
 
 T = TypeVar("T")
 
@@ -48,18 +48,24 @@ def error_text(result: CallToolResult) -> str:
     return block.text
 
 
-@pytest.mark.slow
-def test_stdio_server_diagnoses_a_live_hang(jobs: JobFactory, pyspy_works: str) -> None:
-    job = jobs.torchrun("mcp_hang.py", nproc=2, args=["--mode", "mismatch"])
+@pytest.fixture(scope="module")
+def hung(module_jobs: JobFactory) -> RunningJob:
+    """One hung job for the module (rank 1 in barrier, rank 0 in all_reduce): the tests only read
+    it, and the permission test needs no more than some job's launcher and rank pids."""
+    job = module_jobs.torchrun("mcp_hang.py", nproc=2, args=["--mode", "mismatch"])
     job.wait_ready(["rank0", "rank1"])
+    return job
 
+
+@pytest.mark.slow
+def test_stdio_server_diagnoses_a_live_hang(hung: RunningJob, pyspy_works: str) -> None:
     async def session(c: Client) -> tuple[list[str], dict[str, Any]]:
         names = [t.name for t in (await c.list_tools()).tools]
         report: dict[str, Any] = {}
         # rank 0 marks itself ready just before all_reduce: poll until both ranks are inside
         with anyio.fail_after(60):
             while report.get("verdict", {}).get("kind") != "mismatched_collectives":
-                res = await c.call_tool("dump_stacks", {"pid": job.pid})
+                res = await c.call_tool("dump_stacks", {"pid": hung.pid})
                 assert not res.is_error, res.content
                 report = res.structured_content or {}
         return names, report
@@ -72,7 +78,7 @@ def test_stdio_server_diagnoses_a_live_hang(jobs: JobFactory, pyspy_works: str) 
     groups = {g["op"]: g["ranks"] for g in report["groups"]}
     assert groups == {"all_reduce": [0], "barrier": [1]}
     assert any(s["skill_section"] == "skill/hangs.md#mismatched-collectives" for s in verdict["next_steps"])
-    assert report["job"]["launcher_pid"] == job.pid
+    assert report["job"]["launcher_pid"] == hung.pid
 
 
 def test_stdio_nothing_found_in_an_empty_pid_namespace() -> None:
@@ -94,17 +100,15 @@ def test_stdio_nothing_found_in_an_empty_pid_namespace() -> None:
 
 
 @pytest.mark.slow
-def test_stdio_permission_denied_for_another_users_job(jobs: JobFactory) -> None:
+def test_stdio_permission_denied_for_another_users_job(hung: RunningJob) -> None:
     setpriv = shutil.which("setpriv")
     assert setpriv, "util-linux setpriv is needed for this test"
-    job = jobs.torchrun("mcp_hang.py", nproc=2, args=["--mode", "divergent"])
-    job.wait_ready(["rank0", "rank1"])
-    rank_pid = job.rank_pids()[0]
+    rank_pid = hung.rank_pids()[0]
     command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", RANKSCOPE, "mcp"]
 
     async def session(c: Client) -> tuple[CallToolResult, CallToolResult]:
         return await c.call_tool("list_jobs", {"pid": rank_pid}), await c.call_tool(
-            "dump_stacks", {"pid": job.pid}
+            "dump_stacks", {"pid": hung.pid}
         )
 
     listed, dumped = over_stdio(command, session)

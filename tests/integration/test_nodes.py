@@ -6,7 +6,7 @@ cluster's login node makes it. Two 4-rank jobs run over both nodes (ranks 0-1 on
 node2): job A, a DDP loop whose rank 3 takes a guarded ``continue`` past the gradient all-reduce
 (tests/programs/hang_ddp.py), and job B, whose rank 0 waits in a checkpoint's barrier under
 ``if rank == 0:`` (tests/programs/checkpoint_rank0.py). The last test adds a third job for itself
-alone, whose rank 3 on node2 waits on a DataLoader worker stuck on a FIFO.
+alone, one rank per node, whose rank 1 on node2 waits on a DataLoader worker stuck on a FIFO.
 
 Slow: the jobs take about 15 s to start on two cores, so they start once for the module and every
 test only reads them (each call takes a few seconds).
@@ -193,23 +193,23 @@ def test_rankscope_from_the_jobs_interpreter_when_the_callers_path_is_not_there(
 
 @pytest.fixture
 def loader_job(nodes: Nodes, two_jobs: TwoJobs) -> Iterator[Path]:
-    """A third job over both nodes, for one test (the others count two jobs): rank 3, on node2,
-    waits in its DataLoader, whose worker opens a shard that is a FIFO with no writer. Stopped at
-    the end by its launchers' process groups on each node."""
+    """A third job over both nodes, for one test (the others count two jobs): rank 0 on node1
+    all-reduces while rank 1, on node2, waits in its DataLoader, whose worker opens a shard that is
+    a FIFO with no writer. One rank per node: a rank in no collective is named without a majority
+    of peers. Stopped at the end by its launchers' process groups on each node."""
     folder = two_jobs.root / "job-c"
     shards = folder / "shards"
     (folder / "ready").mkdir(parents=True)
     shards.mkdir()
-    for r in (0, 1, 2):
-        (shards / f"shard{r}").write_bytes(b"abcd")
-    os.mkfifo(shards / "shard3")
-    args = ["--shards", str(shards), "--odd", "3"]
-    torchrun_on_nodes(nodes, folder, PROGRAMS / "hang_loader_fifo.py", args, nproc=2, ready=folder / "ready")
+    (shards / "shard0").write_bytes(b"abcd")
+    os.mkfifo(shards / "shard1")
+    args = ["--shards", str(shards), "--odd", "1"]
+    torchrun_on_nodes(nodes, folder, PROGRAMS / "hang_loader_fifo.py", args, nproc=1, ready=folder / "ready")
     try:
         wait_for(
-            lambda: len(list((folder / "ready").iterdir())) == 3,
+            lambda: len(list((folder / "ready").iterdir())) == 1,
             180,
-            "ranks 0-2 of the loader job to mark themselves ready",
+            "rank 0 of the loader job to mark itself ready",
             detail=lambda: job_progress(folder),
         )
         yield folder
@@ -225,13 +225,13 @@ def test_a_rank_on_another_host_is_followed_into_its_dataloader_worker(
     nodes: Nodes, loader_job: Path
 ) -> None:
     """node2's own call dumps the worker of the rank that waits on it; the verdict, made on the
-    login node, names rank 3 and quotes that worker's line and the FIFO it waits on."""
+    login node, names rank 1 and quotes that worker's line and the FIFO it waits on."""
     report = _stacks(nodes, loader_job)
     v = report["verdict"]
-    assert v["suspect_ranks"] == [3] and _hosts(report)[3] == "node2"
-    assert "rank 3's DataLoader worker (pid " in v["summary"], v["summary"]
+    assert v["suspect_ranks"] == [1] and _hosts(report)[1] == "node2"
+    assert "rank 1's DataLoader worker (pid " in v["summary"], v["summary"]
     assert "in ShardDataset.__getitem__ (`with open(self.path" in v["summary"]
-    assert "a FIFO (named pipe)" in v["summary"] and str(loader_job / "shards" / "shard3") in v["summary"]
+    assert "a FIFO (named pipe)" in v["summary"] and str(loader_job / "shards" / "shard1") in v["summary"]
     assert v["next_steps"][0]["action"].startswith(
         "Fix what the worker (or thread) the evidence names waits on"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,16 +18,27 @@ pytestmark = pytest.mark.slow
 READY_S = 180.0
 
 
-def _two_agents(jobs: JobFactory, odd: int, cwd: Path | None = None) -> tuple[RunningJob, RunningJob]:
-    """A 4-rank job as two agents of 2 ranks (--nnodes=2 on one host), both started in ``cwd``;
-    rank ``odd`` skips an all_reduce."""
+@dataclass
+class TwoAgents:
+    """The two agents of one job and the folder both were started in."""
+
+    node0: RunningJob
+    node1: RunningJob
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def two_agents(module_jobs: JobFactory, tmp_path_factory: pytest.TempPathFactory) -> TwoAgents:
+    """A 4-rank job as two agents of 2 ranks (--nnodes=2 on one host), both started in a folder of
+    their own; rank 3 skips an all_reduce. The module's tests only read it."""
+    folder = tmp_path_factory.mktemp("two-agents")
     port = free_port()
-    args = ["--mode", "mismatch", "--odd", str(odd)]
-    node0 = jobs.torchrun_node("hang_collectives.py", 0, 2, port, args=args, cwd=cwd)
-    node1 = jobs.torchrun_node("hang_collectives.py", 1, 2, port, args=args, cwd=cwd)
+    args = ["--mode", "mismatch", "--odd", "3"]
+    node0 = module_jobs.torchrun_node("hang_collectives.py", 0, 2, port, args=args, cwd=folder)
+    node1 = module_jobs.torchrun_node("hang_collectives.py", 1, 2, port, args=args, cwd=folder)
     node0.wait_ready(["rank0", "rank1"], timeout=READY_S)
     node1.wait_ready(["rank2", "rank3"], timeout=READY_S)
-    return node0, node1
+    return TwoAgents(node0, node1, folder)
 
 
 def _settled(pid: int | None, want: list[int], job_id: str | None = None) -> object:
@@ -42,12 +54,10 @@ def _settled(pid: int | None, want: list[int], job_id: str | None = None) -> obj
 
 
 def test_two_agents_of_one_job_are_one_job(
-    jobs: JobFactory, pyspy_works: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_agents: TwoAgents, pyspy_works: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    folder = tmp_path / "job"
-    folder.mkdir()
-    node0, node1 = _two_agents(jobs, odd=3, cwd=folder)
-    monkeypatch.chdir(folder)  # no pid: the job started here, whatever else runs on the host
+    node0, node1 = two_agents.node0, two_agents.node1
+    monkeypatch.chdir(two_agents.folder)  # no pid: the job started here, whatever else runs on the host
     listed = [j for j in list_jobs().jobs if node0.pid in j.launcher_pids]
     assert len(listed) == 1
     job = listed[0]
@@ -67,20 +77,22 @@ def test_two_agents_of_one_job_are_one_job(
 
 
 def test_several_jobs_error_lists_them_and_job_id_picks_one(
-    jobs: JobFactory, pyspy_works: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_agents: TwoAgents, jobs: JobFactory, pyspy_works: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = jobs.torchrun("hang_collectives.py", nproc=3, args=["--mode", "mismatch", "--odd", "2"])
+    """The two-agent job and an idle 2-rank one: asked for no job in particular, the error lists
+    both (the first with both its agents); its id picks it, and the verdict is on it alone."""
     second = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
-    first.wait_ready(timeout=READY_S)
     second.wait_ready(timeout=READY_S)
     monkeypatch.chdir(tmp_path)  # a folder no job was started in (another test's job may run in the repo's)
     with pytest.raises(NotADistributedJob) as err:
         find_job()
     text = str(err.value)
-    assert f"launcher pid(s) {first.pid}" in text and f"launcher pid(s) {second.pid}" in text
-    assert "world size 3" in text and "world size 2" in text and "--job" in (err.value.fix or "")
-    one = find_job(first.pid)
-    report = _settled(None, [2], job_id=one.job_id)
+    one = find_job(two_agents.node0.pid)
+    assert sorted(one.launcher_pids) == sorted([two_agents.node0.pid, two_agents.node1.pid])
+    agents = ", ".join(map(str, one.launcher_pids))
+    assert f"launcher pid(s) {agents}" in text and f"launcher pid(s) {second.pid}" in text
+    assert "world size 4" in text and "world size 2" in text and "--job" in (err.value.fix or "")
+    report = _settled(None, [3], job_id=one.job_id)
     assert report.job.job_id == one.job_id  # type: ignore[attr-defined]
     with pytest.raises(ProcessNotFound):
         find_job(job_id="torchrun:no-such-job")

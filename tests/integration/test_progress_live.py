@@ -48,7 +48,8 @@ def _until(pid: int, kind: str, timeout: float = 90.0) -> StacksReport:
 
 
 def test_a_healthy_job_is_never_called_hung(jobs: JobFactory, pyspy_works: str) -> None:
-    job = jobs.torchrun("progress_jobs.py", nproc=4, args=["--mode", "healthy"])
+    """Two ranks train flat out: every look says progressing, with counters moving on both."""
+    job = jobs.torchrun("progress_jobs.py", nproc=2, args=["--mode", "healthy"])
     job.wait_ready(timeout=READY_S)
     for _ in range(3):
         report = dump_stacks(job.pid)
@@ -57,7 +58,7 @@ def test_a_healthy_job_is_never_called_hung(jobs: JobFactory, pyspy_works: str) 
         progress = report.progress
         assert progress is not None and progress.motion == "moving" and progress.straggler is None
         assert "step" in progress.summary and "on every rank" in progress.summary
-        assert {r.rank for r in progress.ranks} == {0, 1, 2, 3}
+        assert {r.rank for r in progress.ranks} == {0, 1}
         assert all(r.counters and r.cpu_pct is not None and r.samples > 0 for r in progress.ranks)
     # the CLI: --window sets how long, the answer leads with the progress verdict
     code_out = run_cli("stacks", "--pid", str(job.pid), "--window", "0.5", "--json")
@@ -133,8 +134,9 @@ def test_a_rank_the_host_starves_of_cpu_is_not_a_straggler(jobs: JobFactory, pys
 
 
 def test_a_straggler_is_named_with_where_its_time_goes(jobs: JobFactory, pyspy_works: str) -> None:
-    """Rank 2's images are 16x wider: each step it decodes while the others wait in all_reduce."""
-    job = jobs.torchrun("progress_jobs.py", nproc=4, args=["--mode", "straggler", "--odd", "2"])
+    """Rank 2's images are 16x wider: each step it decodes while ranks 0 and 1 wait in all_reduce
+    (two others, so the straggler is told from more than one peer)."""
+    job = jobs.torchrun("progress_jobs.py", nproc=3, args=["--mode", "straggler", "--odd", "2"])
     job.wait_ready(timeout=READY_S)
     report = _until(job.pid, "straggler")
     assert report.verdict.suspect_ranks == [2]
@@ -150,13 +152,13 @@ def test_a_straggler_is_named_with_where_its_time_goes(jobs: JobFactory, pyspy_w
 
 
 def test_a_long_evaluation_on_one_rank_is_busy_not_hung(jobs: JobFactory, pyspy_works: str) -> None:
-    """Rank 0 evaluates for an hour in its own code while ranks 1-3 wait in barrier()."""
-    job = jobs.torchrun("progress_jobs.py", nproc=4, args=["--mode", "busy", "--odd", "0"])
+    """Rank 0 evaluates for an hour in its own code while ranks 1-2 wait in barrier()."""
+    job = jobs.torchrun("progress_jobs.py", nproc=3, args=["--mode", "busy", "--odd", "0"])
     job.wait_ready(timeout=READY_S)
     report = _until(job.pid, "busy")
     verdict = report.verdict
     assert verdict.suspect_ranks == [0] and verdict.confidence == "medium"
-    assert "ranks 1-3 wait in barrier" in verdict.summary and "evaluate" in verdict.summary
+    assert "ranks 1-2 wait in barrier" in verdict.summary and "evaluate" in verdict.summary
     assert "deadlock" in verdict.summary  # "not a deadlock as far as this window shows"
     assert report.progress is not None and report.progress.motion == "no_progress"
     look_again = verdict.next_steps[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from rankscope.capabilities.remote import dump_stacks_remote
 from rankscope.options import DumpOptions, StacksTarget
 from rankscope.runtime.proctree import reap_tree
 from tests.jobs import JobFactory, free_port, wait_for
+from tests.live_stacks import run_cli
 
 BIN = Path(sys.executable).parent
 
@@ -178,7 +180,12 @@ def test_timeout_is_reported_and_reaped(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_debug_server_collects_every_rank_without_ssh(jobs: JobFactory) -> None:
+def test_debug_server_collects_every_rank_without_ssh(
+    jobs: JobFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API, given the job's store as a host, and the CLI, finding the store from MASTER_ADDR and
+    MASTER_PORT without --hosts, ask the same hung job: both only read it (stack dumps and recorder
+    traces over each rank's debug server), and one job is most of what either check costs."""
     job = jobs.torchrun("debug_server_hang.py", nproc=2, args=[str(free_port())])
     job.wait_ready(["rank0", "rank1"], timeout=90)
     report = dump_stacks_remote(
@@ -194,3 +201,11 @@ def test_debug_server_collects_every_rank_without_ssh(jobs: JobFactory) -> None:
         "flight recorder (divergent_ranks): rank 1 never entered gloo:all_reduce #2" in e
         for e in report.verdict.evidence
     )
+    # the CLI without --hosts: the store's address from the environment a job's shell has
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(job.port))
+    code, out, err = run_cli("stacks", "--via", "debug-server", "--timeout", "30", "--json")
+    assert code == 0, err
+    cli = json.loads(out)
+    assert cli["job"]["world_size"] == 2 and cli["errors"] == []
+    assert cli["verdict"]["kind"] == "divergent_ranks" and cli["verdict"]["suspect_ranks"] == [1]

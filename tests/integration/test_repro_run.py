@@ -109,7 +109,9 @@ def test_round_trip_a_hang_its_report_and_the_repro_chosen_from_it(
     run = run_job(str(job), nproc=3, hang_timeout=HANG_TIMEOUT, timeout=RUN_TIMEOUT)
     assert run.outcome == "hung" and run.stacks is not None, run.summary
     assert run.stacks.verdict.suspect_ranks == [suspect], run.stacks.verdict
-    assert run.stacks.verdict.kind == next(t.symptom for t in list_templates().templates if t.name == template)
+    assert run.stacks.verdict.kind == next(
+        t.symptom for t in list_templates().templates if t.name == template
+    )
     again = repro_from_report(run, out=str(tmp_path / "repro.py"))
     assert again.template == template, again.reasons
     assert {k: again.params[k] for k in params} == params, again.params

@@ -1,9 +1,11 @@
-"""Slow or stuck, decided over time, on real 4-rank gloo jobs (tests/programs/slow_or_stuck.py).
+"""Slow or stuck, decided over time, on real 3-rank gloo jobs (tests/programs/slow_or_stuck.py):
+the odd rank always stands against a majority of two.
 
-One job writes a checkpoint slowly on rank 0 (low CPU, chunks, fsyncs, short sleeps) while the others
+One job writes a checkpoint slowly on rank 0 (low CPU, chunks, fsyncs, short sleeps) while ranks 1-2
 wait in a barrier: call after call, never a hang kind. One job spins forever on rank 1 polling for a
-file that never appears: the window the first answer asks for concludes it is stuck, naming the loop
-and the path. The jobs are reaped by the ``jobs`` fixture, pass or fail.
+file that never appears while ranks 0 and 2 wait in all_reduce: the window the first answer asks for
+concludes it is stuck, naming the loop and the path. The jobs are reaped by the ``jobs`` fixture,
+pass or fail.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def test_a_slow_checkpoint_write_is_never_called_hung(
 ) -> None:
     job = jobs.torchrun(
         "slow_or_stuck.py",
-        nproc=4,
+        nproc=3,
         args=["--mode", "ckpt", "--odd", "0", "--every", "5", "--ckpt-s", "3", "--dir", str(tmp_path)],
     )
     job.wait_ready(timeout=READY_S)
@@ -55,7 +57,7 @@ def test_a_rank_polling_forever_is_concluded_stuck_over_the_window_asked_for(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path, mode: str
 ) -> None:
     job = jobs.torchrun(
-        "slow_or_stuck.py", nproc=4, args=["--mode", mode, "--odd", "1", "--dir", str(tmp_path)]
+        "slow_or_stuck.py", nproc=3, args=["--mode", mode, "--odd", "1", "--dir", str(tmp_path)]
     )
     job.wait_ready(timeout=READY_S)
     first = dump_stacks(job.pid).verdict

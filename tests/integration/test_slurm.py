@@ -1,7 +1,7 @@
 """`rankscope stacks --via srun` against a real Slurm (tests/slurm.py), collected from outside the
 allocation as from a login node (no SLURM_* in the caller's environment).
 
-- One node, this machine: a hung 4-rank gloo job submitted with ``sbatch --wrap "torchrun ..."``.
+- One node, this machine: a hung 3-rank gloo job submitted with ``sbatch --wrap "torchrun ..."``.
   Other jobs run on this host beside it (other tests, other people's): the answer must be about
   the Slurm job's ranks only, and rankscope's own srun step is never one of them.
 - Two namespaced nodes (each slurmd in its own PID and UTS namespace): a 2-node torchrun job
@@ -46,10 +46,16 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster
 
 
 def _submit(
-    cluster: SlurmCluster, tmp: Path, launcher: list[str], odd: int, nodes: int = 1, srun: bool = False
+    cluster: SlurmCluster,
+    tmp: Path,
+    launcher: list[str],
+    odd: int,
+    ranks: int,
+    nodes: int = 1,
+    srun: bool = False,
 ) -> Iterator[str]:
     """Submit ``torchrun LAUNCHER hang_collectives.py --mode mismatch --odd ODD`` (under ``srun``, one
-    agent per node, when ``srun``), yield its id once its 4 ranks are ready, cancel it after."""
+    agent per node, when ``srun``), yield its id once its ``ranks`` ranks are ready, cancel it after."""
     ready, log = tmp / "ready", tmp / "job.log"
     ready.mkdir()
     port = free_port()
@@ -74,13 +80,13 @@ def _submit(
             raise RuntimeError(
                 f"job {job} ended before its ranks were ready:\n{_read(log)}\n{cluster.logs()}"
             )
-        return len(list(ready.iterdir())) >= 4
+        return len(list(ready.iterdir())) >= ranks
 
     try:
         wait_for(
             all_ready,
             60,
-            f"the 4 ranks of Slurm job {job} to mark themselves ready",
+            f"the {ranks} ranks of Slurm job {job} to mark themselves ready",
             0.1,
             lambda: (
                 f"marked: {sorted(p.name for p in ready.iterdir())}; state {cluster.state_of(job)!r}; "
@@ -100,15 +106,18 @@ def hung_job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hung_job(cluster: SlurmCluster, hung_job_dir: Path) -> Iterator[str]:
-    """A 4-rank torchrun job under sbatch whose rank 2 calls barrier() while the others all_reduce."""
-    yield from _submit(cluster, hung_job_dir, ["--nproc_per_node=4"], odd=2)
+    """A 3-rank torchrun job under sbatch whose rank 2 calls barrier() while ranks 0-1 all_reduce: a
+    majority of two against it."""
+    yield from _submit(cluster, hung_job_dir, ["--nproc_per_node=3"], odd=2, ranks=3)
 
 
 @pytest.fixture(scope="module")
 def two_node_job(two_nodes: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """2 nodes x 2 ranks; rank 3 (on node2) calls barrier() while the others all_reduce."""
     launcher = ["--nnodes=2", NODE_RANK, "--nproc_per_node=2"]
-    yield from _submit(two_nodes, tmp_path_factory.mktemp("slurmjob2"), launcher, odd=3, nodes=2, srun=True)
+    yield from _submit(
+        two_nodes, tmp_path_factory.mktemp("slurmjob2"), launcher, odd=3, ranks=4, nodes=2, srun=True
+    )
 
 
 def _read(path: Path) -> str:
@@ -136,7 +145,7 @@ def test_via_srun_names_the_culprit_of_a_hung_sbatch_job(cluster: SlurmCluster, 
     assert verdict["suspect_ranks"] == [2]
     assert "hang_collectives.py:53" in json.dumps(verdict)  # the line rank 2 waits at (barrier)
     [node] = cluster.nodes
-    assert f"ranks 0-3 on {node}" in " ".join(report["job"]["notes"]), report["job"]
+    assert f"ranks 0-2 on {node}" in " ".join(report["job"]["notes"]), report["job"]
     assert {r["host"] for r in report["job"]["ranks"]} == {node}
     # rankscope's own srun step is not a job of the host, and the Slurm job's ranks were chosen
     text = json.dumps(report)

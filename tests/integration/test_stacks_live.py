@@ -3,6 +3,7 @@
 Every job is started through the ``jobs`` fixture (reaped at teardown, pass or fail).
 A readiness file is written just before a rank enters its blocking call, so each test
 polls the stacks until the expected verdict shows instead of assuming it (tests/live_stacks.py).
+A job several tests only read is started once for the module (``module_jobs``).
 Subgroup hangs and a loop in an installed library are in test_stacks_subgroups_live.py.
 """
 
@@ -12,18 +13,20 @@ import contextlib
 import json
 import os
 import signal
+from collections import Counter
 
 import pytest
 
 from rankscope.analysis.hang.stacks import analyze
 from rankscope.api import dump_stacks, find_job, list_jobs
-from rankscope.capabilities.stacks import SAME_DUMP_COUNTERS, capture_job, counter_pass
+from rankscope.capabilities.stacks import SAME_DUMP_COUNTERS, capture_job, counter_pass, look_here
 from rankscope.models.core import StacksReport
 from rankscope.options import DEFAULTS, DumpOptions
 from rankscope.runtime.proctree import descendants
 from rankscope.runtime.pyspy import check_pyspy
-from tests.jobs import JobFactory, RunningJob, wait_for
+from tests.jobs import PROGRAMS, JobFactory, RunningJob, wait_for
 from tests.live_stacks import READY_S, run_cli, settle
+from tests.unit.test_procfs_once import count_reads
 
 pytestmark = pytest.mark.slow
 
@@ -182,15 +185,52 @@ def test_all_in_same_collective_and_ranks_that_never_came(jobs: JobFactory, pysp
     assert code == 0 and out.startswith("verdict: startup, confidence medium; suspects: rank 2\n"), out
 
 
-def test_no_collective(jobs: JobFactory, pyspy_works: str) -> None:
-    job = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
+@pytest.fixture(scope="module")
+def idle_job(module_jobs: JobFactory) -> RunningJob:
+    """Two ranks that never communicate, each waiting on an Event for good once ready. The tests
+    below only read it (stacks, /proc, a native dump that pauses the ranks for a moment), so either
+    may run first."""
+    job = module_jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "idle"])
     job.wait_ready(timeout=READY_S)
+    return job
+
+
+def test_no_collective(idle_job: RunningJob, pyspy_works: str) -> None:
+    job = idle_job
     report = settle(job.pid, lambda r: all(s.threads for s in r.stacks) and r.verdict.kind == "no_collective")
     assert "Event.wait" in report.verdict.summary
     # with native frames: the same reading, and C frames under the Python ones
     native = dump_stacks(job.pid, DumpOptions(native=True, timeout=60))
     assert native.verdict.kind == "no_collective"
     assert all(any(f.native for t in s.threads for f in t.frames) for s in native.stacks)
+
+
+def test_one_capture_lists_each_ranks_fds_and_reads_its_environ_once(
+    idle_job: RunningJob, pyspy_works: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One host's capture (the local call, a host's ``--local``), inside ``procfs.reading_once()``,
+    reads each rank's stable /proc facts once: discovery, the redactor, the backend and GPU readers,
+    the recorder pickup and the debug-server check all ask, and each rank's fd folder is listed once
+    and its environ read once. Nothing is kept outside the scope, so an earlier capture of the same
+    job (another test's) does not change the count."""
+    job = idle_job
+    wait_for(lambda: len(job.rank_pids()) >= 2, READY_S, "2 ranks")
+    reads = count_reads(monkeypatch)
+    report = dump_stacks(job.pid, DumpOptions(window=0))  # the local call opens the scope itself
+    ranks = sorted(s.pid for s in report.stacks)
+    assert len(ranks) == 2 and all(s.threads for s in report.stacks), report.errors
+    _read_once(reads, ranks)
+    reads.clear()
+    look = look_here(job.pid, DumpOptions(window=0))  # and so does a host's --local
+    assert sorted(s.pid for s in look.stacks) == ranks
+    _read_once(reads, ranks)
+
+
+def _read_once(reads: Counter[tuple[int, str]], ranks: list[int]) -> None:
+    for pid in ranks:
+        assert reads[(pid, "fd")] == 1, (pid, reads[(pid, "fd")])
+        assert reads[(pid, "environ")] == 1, (pid, reads[(pid, "environ")])
+        assert reads[(pid, "stat")] >= 1  # the facts of a moment are read as often as asked
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +288,9 @@ def test_counters_come_from_the_locals_already_asked_for(async_job: RunningJob, 
 def test_even_split_is_decided_by_the_rank_condition_above_the_call(
     jobs: JobFactory, pyspy_works: str
 ) -> None:
-    """Two ranks, two collectives: no majority, but rank 1's barrier sits under `if ... rank == a.odd:`."""
+    """Two ranks, two collectives: no majority, but rank 1's barrier sits under `if ... rank == a.odd:`.
+    Started from tests/programs, a neutral folder: test_folder_names_live.py starts the same job from
+    folders named like rankscope's or torch's and expects what this test asserts."""
     job = jobs.torchrun("hang_collectives.py", nproc=2, args=["--mode", "mismatch", "--odd", "1"])
     job.wait_ready(timeout=READY_S)
     report = settle(
@@ -259,3 +301,6 @@ def test_even_split_is_decided_by_the_rank_condition_above_the_call(
     assert (
         '`if a.mode == "mismatch" and rank == a.odd:` guards the barrier at hang_collectives.py:' in v.summary
     )
+    sites = {s.rank: s.call_site for s in report.stacks}
+    program = str(PROGRAMS / "hang_collectives.py")
+    assert all(site is not None and site.file == program for site in sites.values()), sites

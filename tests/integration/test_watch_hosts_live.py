@@ -1,12 +1,14 @@
 """One `rankscope watch` from a login node over every node of a job: over ssh (tests/nodes.py) and
 over ``srun --overlap`` steps of a real Slurm (tests/slurm.py).
 
-The same hang each time: a 4-rank job over two namespaced nodes (ranks 0-1 on node1, 2-3 on node2)
-trains until the test says go, then rank 3, on node2, blocks in a data read (no collective, nothing
-in any log) while the others wait in all_reduce until the job's own 30 s timeout ends them. The
-watch runs on the login side, which sees no rank. Before the stall, node2's sampler is killed: the
-watch must say so (host gone, in its manifest and in triage's answer) and go on; at the stall it still
-asks every node, so the incident holds both nodes' looks, and triage names rank 3 and its line.
+The same hang each time: a 2-rank job over two namespaced nodes (rank 0 on node1, rank 1 on node2)
+trains until the test says go, then rank 1, on node2, blocks in a data read (no collective, nothing
+in any log) while rank 0 waits in all_reduce until the job's own 30 s timeout ends it. One rank per
+node is enough: a rank in no collective while another waits in one is named without a majority,
+and each node still holds a rank the watch must sample. The watch runs on the login side, which
+sees no rank. Before the stall, node2's sampler is killed: the watch must say so (host gone, in its
+manifest and in triage's answer) and go on; at the stall it still asks every node, so the incident
+holds both nodes' looks, and triage names rank 1 and its line.
 
 Thresholds are short (options); each node's rankscope is the one these tests import (a wrapper on
 the ssh nodes' PATH; the Slurm steps inherit the caller's environment).
@@ -37,15 +39,15 @@ pytestmark = pytest.mark.slow
 
 TOOLS = Path(rankscope.__file__).resolve().parents[1]
 FAST = ["--interval", "0.5", "--stall", "3", "--confirm", "0.5", "--json"]
-JOB_ARGS = ["--mode", "data", "--odd", "3", "--dist-timeout", "30", "--store", "env"]
+JOB_ARGS = ["--mode", "data", "--odd", "1", "--dist-timeout", "30", "--store", "env"]
 WATCH_S = 300.0
 
 
 def _ready(folder: Path, nodes_log: Callable[[], str]) -> None:
     wait_for(
-        lambda: len(list((folder / "ready").glob("up-rank*"))) == 4,
+        lambda: len(list((folder / "ready").glob("up-rank*"))) == 2,
         180,
-        "the job's 4 ranks on node1 and node2 to start",
+        "the job's 2 ranks on node1 and node2 to start",
         0.2,
         nodes_log,
     )
@@ -62,7 +64,7 @@ def ssh_job(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     folder = tmp_path_factory.mktemp("watched-ssh")
     (folder / "ready").mkdir()
     args = [*JOB_ARGS, "--go", str(folder / "go")]
-    torchrun_on_nodes(nodes, folder, PROGRAMS / "watch_jobs.py", args, nproc=2, ready=folder / "ready")
+    torchrun_on_nodes(nodes, folder, PROGRAMS / "watch_jobs.py", args, nproc=1, ready=folder / "ready")
     try:
         _ready(folder, lambda: job_progress(folder))
         yield folder
@@ -101,7 +103,7 @@ def _host_state(out: Path, host: str) -> str | None:
 
 def _watch_and_hang(out: Path, folder: Path, watch: Watch, kill_node2_sampler: Callable[[], None]) -> None:
     """Once both nodes are watched, kill node2's sampler, wait for the watch to say it is gone, then
-    let rank 3 hang; return once the watch ended with the job."""
+    let rank 1 hang; return once the watch ended with the job."""
 
     def watching() -> bool:
         if watch.result is not None:
@@ -136,11 +138,11 @@ def _check(out: Path, result: subprocess.CompletedProcess[str]) -> None:
     done = run_cli("triage", str(out), "--json")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
-    assert answer["suspect_ranks"] == [3], answer["summary"]
+    assert answer["suspect_ranks"] == [1], answer["summary"]
     text = json.dumps(answer)
     line = _line('with open(path, "rb")')  # read_shard's open of the FIFO
-    assert f"rank 3 is in no collective, at watch_jobs.py:{line}" in answer["summary"], answer["summary"]
-    assert "read_shard" in (path / "look-node2.json").read_text()  # rank 3's own frames, from node2
+    assert f"rank 1 is in no collective, at watch_jobs.py:{line}" in answer["summary"], answer["summary"]
+    assert "read_shard" in (path / "look-node2.json").read_text()  # rank 1's own frames, from node2
     assert any(line.startswith("host node2: gone") for line in answer["watch"]), answer["watch"]
     assert "node1" in text
 
@@ -174,7 +176,7 @@ def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmC
             "watch_jobs.py",
             "--nnodes=2",
             "--node_rank=SLURM_NODEID",
-            "--nproc_per_node=2",
+            "--nproc_per_node=1",
             "--master_addr=127.0.0.1",
             f"--master_port={port}",
             args=[*JOB_ARGS, "--go", str(folder / "go")],

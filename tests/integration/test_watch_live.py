@@ -1,4 +1,4 @@
-"""`rankscope watch` beside real 4- and 2-rank gloo jobs (tests/programs/watch_jobs.py), started
+"""`rankscope watch` beside real 3- and 2-rank gloo jobs (tests/programs/watch_jobs.py), started
 after the job and before its stall, detached, reading the folder it leaves once the job is gone, and
 `triage` of that folder the morning after (the folder's other nights: test_watch_triage_live.py).
 
@@ -112,7 +112,7 @@ def _go(tmp_path: Path) -> None:
 def test_a_watch_captures_a_rank_stuck_in_a_data_read_before_the_timeout_ends_the_job(
     jobs: JobFactory, pyspy_works: str, tmp_path: Path, watchers: list[int]
 ) -> None:
-    job = _job(jobs, tmp_path, 4, "--mode", "data", "--odd", "2", "--dist-timeout", "20")
+    job = _job(jobs, tmp_path, 3, "--mode", "data", "--odd", "2", "--dist-timeout", "20")
     out = tmp_path / "watch"
     started = _start(job, out, watchers)
     assert started["dir"] == str(out) and "watching job" in started["summary"]

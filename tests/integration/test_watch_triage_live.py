@@ -1,13 +1,20 @@
-"""The morning after in one call: `rankscope triage <watch folder>` on a real job's capture.
+"""A dead job whose one rank left no traceback, triaged after the fact from its logs and script,
+and the morning after in one call: `rankscope triage <watch folder>` on a real job's capture.
 
-A 4-rank gloo job trains until one rank stops in a queue read, outside any collective, and the
-job's own init_process_group(timeout=20 s) ends every rank. While it hangs, the host's look is
-taken as a watch takes it (`stacks --local`'s capture), and written into a watch folder by the
-folder's own writer; after the job is gone, triage of the folder names the rank, its line and
-why, where the job's logs alone show only the timeouts of the ranks that waited. The same look
-then fills the folders a watch leaves in harder nights: a restart (one line per attempt), a
-watcher killed mid-incident (incomplete), a slow phase that resumed, a host that went away. A real
-watcher's folder, triaged the same way, is test_watch_live.py's.
+A 4-rank gloo job (``silent_rank.py queue``) trains until one rank stops in a queue read, outside
+any collective, and the job's own init_process_group(timeout=20 s) ends every rank. While it
+hangs, the host's look is taken as a watch takes it (`stacks --local`'s capture), and written into
+a watch folder by the folder's own writer; after the job is gone, triage of the folder names the
+rank, its line and why, where the job's logs alone show only the timeouts of the ranks that
+waited. The same look then fills the folders a watch leaves in harder nights: a restart (one line
+per attempt), a watcher killed mid-incident (incomplete), a slow phase that resumed, a host that
+went away. A real watcher's folder, triaged the same way, is test_watch_live.py's.
+
+The same dead job's logs alone, with the script read beside them, name the silent rank, the
+collective the others timed out in, and the blocking call the code has the silent rank pass before
+it; a second job (``short``, 2 ranks: the silent one and one that waits) is triaged from a copy of
+its logs that names paths this host lacks. Both jobs serve every test of the module: each start
+of a torch job costs seconds of CPU on a small machine, and the tests only read them.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = PROGRAMS / "silent_rank.py"
 READY_S = 180.0
+QUEUE_TIMEOUT_S = "20"
+"""Long enough for the live look (a few looks of a 1 s window on a loaded host) before the job dies."""
+SHORT_TIMEOUT_S = "12"
 SETTINGS = WatchSettings(
     interval_s=1.0,
     stall_s=5.0,
@@ -59,18 +69,27 @@ SETTINGS = WatchSettings(
 
 
 def _line(text: str) -> int:
+    """The line of silent_rank.py that holds ``text`` (the tests never hard-code line numbers)."""
     return next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
+
+
+def _collective(function: str) -> int:
+    lines = SCRIPT.read_text().splitlines()
+    start = next(n for n, line in enumerate(lines, 1) if line.startswith(f"def {function}("))
+    return next(n for n, line in enumerate(lines, 1) if n > start and "dist.all_reduce(total)" in line)
 
 
 @dataclass
 class Night:
-    """The job's capture at the stall, when it was taken and when the job ended, and its log."""
+    """The queue job's capture at the stall, when it was taken and when the job ended, the job
+    itself (its log), and the dead ``short`` job."""
 
     look: HostLook
     stalled_at: str
     captured_at: str
     ended_at: str
     job: RunningJob
+    short: RunningJob
 
 
 def _stalled_look(job: RunningJob) -> tuple[HostLook, str]:
@@ -90,16 +109,34 @@ def _stalled_look(job: RunningJob) -> tuple[HostLook, str]:
 
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Night]:
+    """The queue job, looked at while it hangs, and the short job, started once that look is taken
+    (its start then overlaps the queue job's wait for its timeout, not the look); both dead."""
     factory = JobFactory(tmp_path_factory.mktemp("watch-triage"))
     try:
-        job = factory.torchrun("silent_rank.py", nproc=4, args=["queue"], env={"JOB_TIMEOUT_S": "20"})
+        env = {"JOB_TIMEOUT_S": QUEUE_TIMEOUT_S, "SILENT_RANK": "1"}
+        job = factory.torchrun("silent_rank.py", nproc=4, args=["queue"], env=env)
         job.wait_ready(timeout=READY_S)
         look, stalled_at = _stalled_look(job)
         captured_at = utc_now()
-        wait_for(lambda: job.proc.poll() is not None, 120, "the job to die by its own timeout")
-        yield Night(look, stalled_at, captured_at, utc_now(), job)
+        short = factory.torchrun(
+            "silent_rank.py", nproc=2, args=["short"], env={**env, "JOB_TIMEOUT_S": SHORT_TIMEOUT_S}
+        )
+        job.wait_exit(120, "the job to die by its own timeout")
+        ended_at = utc_now()
+        short.wait_exit(240, "the short job to die by its own timeout")
+        yield Night(look, stalled_at, captured_at, ended_at, job, short)
     finally:
         factory.cleanup()
+
+
+def _log_dir(job: RunningJob, tmp: Path, text_from: str = "", text_to: str = "") -> Path:
+    """The job's log alone in a folder, as the scheduler leaves it (paths in it rewritten when asked)."""
+    assert job.proc.returncode not in (None, 0), job.output()
+    folder = tmp / job.log_path.stem
+    folder.mkdir()
+    log = job.output().replace(text_from, text_to) if text_from else job.output()
+    (folder / "torchrun.log").write_text(log)
+    return folder
 
 
 def _watch(night: Night, **update: object) -> WatchManifest:
@@ -172,3 +209,41 @@ def test_restart_incomplete_slow_phase_and_a_host_gone_are_each_said(night: Nigh
     assert f"slow phases (the job moved again: not hangs): {slow.name} after 95 s" in said
     assert "host node2: missing from" in said and "its srun step ended" in said
     assert f"attempt 1: incident {first.name}, captured " in said and "rank 1 is in no collective" in said
+
+
+def test_queue_never_filled_names_the_rank_and_its_get(night: Night, tmp_path: Path) -> None:
+    folder = _log_dir(night.job, tmp_path)
+    r = triage_logs([str(folder)])
+    assert r.suspect_ranks == [1] and r.victim_ranks == [0, 2, 3]
+    where = f"{SCRIPT}:{_collective('train_queue')} in train_queue"
+    assert r.summary.startswith(
+        f"Rank 1 left no traceback while ranks 0,2-3 timed out in the collective at {where}"
+    )
+    get = _line("batch = batches.get()")
+    assert r.blocking_calls and r.blocking_calls[0].startswith(f":{get} `batch = batches.get()`")
+    said = r.blocking_calls[0]
+    assert "no timeout" in said and "filled by thread read_source" in said
+    assert f"after its own wait at :{_line('source.wait()')} `source.wait()`" in said
+    # the logs alone name the silent rank, but neither the line nor what it waits on
+    alone = triage_logs([str(folder)], read_code=False)
+    assert alone.suspect_ranks == [1] and not alone.blocking_calls and str(get) not in alone.summary
+    text, _ = shape_answer(bound_triage(r))
+    assert text.startswith("verdict: Rank 1 left no traceback") and f":{get} `batch = batches.get()`" in text
+
+
+def test_short_shard_names_the_get_behind_the_helper(night: Night, tmp_path: Path) -> None:
+    """The job ran elsewhere (its traceback names a path this host lacks): the script given beside
+    the logs is read in its place, and without it the answer says to pass it."""
+    elsewhere = "/srv/jobs/train-42/silent_rank.py"
+    folder = _log_dir(night.short, tmp_path, str(SCRIPT), elsewhere)
+    missing = triage_logs([str(folder)])
+    assert missing.suspect_ranks == [1] and not missing.blocking_calls
+    assert "its code is not on this host: pass the script too" in missing.summary
+    r = triage_logs([str(folder), str(SCRIPT)])
+    assert r.suspect_ranks == [1]
+    assert f"at {elsewhere}:{_collective('train_short')} in train_short" in r.summary
+    get, via = _line("return q.get()"), _line("total += next_batch(ready)")
+    (said,) = r.blocking_calls
+    assert said.startswith(f":{get} `return q.get()` (via :{via} `total += next_batch(ready)`)")
+    assert "filled by thread prefetch" in said and "no more once `shard` ends" in said
+    assert any(s.kind == "source" and s.path == str(SCRIPT) for s in r.sources)

@@ -119,8 +119,13 @@ def test_a_rank_the_host_starves_of_cpu_is_not_a_straggler(jobs: JobFactory, pys
 
     def lagging() -> bool:
         seen.append(dump_stacks(job.pid))
-        progress = seen[-1].progress
-        assert seen[-1].verdict.kind == "progressing" and progress is not None, seen[-1].verdict.summary
+        verdict, progress = seen[-1].verdict, seen[-1].progress
+        # never hung and never a straggler; a step longer than the window (a core shared with the
+        # rest of a loaded host too) may read as busy, which says the rank queued for its core
+        assert verdict.kind in ("progressing", "busy") and progress is not None, verdict.summary
+        if verdict.kind == "busy":
+            assert verdict.suspect_ranks in ([], [0]), verdict  # only the rank that computes
+            return False
         waits = {r.rank: r.waiting_pct or 0 for r in progress.ranks}
         return waits.get(1, 0) - waits.get(0, 100) >= STRAGGLER_GAP_PCT
 

@@ -135,7 +135,7 @@ def test_a_rank_the_host_starves_of_cpu_is_not_a_straggler(jobs: JobFactory, pys
     assert progress is not None and progress.straggler is None and seen[-1].verdict.suspect_ranks == []
     starved = next(r for r in progress.ranks if r.rank == 0)
     assert starved.queued_pct is not None and starved.queued_pct >= 30, progress.ranks
-    assert "rank 0 waits less" in progress.summary and "queued for a CPU" in progress.summary
+    assert "rank 0 waits less" in progress.summary and "queued for a core" in progress.summary
 
 
 def test_a_straggler_is_named_with_where_its_time_goes(jobs: JobFactory, pyspy_works: str) -> None:

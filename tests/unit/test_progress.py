@@ -152,7 +152,7 @@ def test_a_rank_that_lags_only_while_queued_for_a_core_is_not_a_straggler() -> N
     assert find_straggler(starved) is None
     progress = summarize(starved, window_s=2.0, backend="gloo")
     assert progress.straggler is None
-    assert "rank 0 waits less (66%) only because it queued for a CPU 25% of the window" in progress.summary
+    assert "rank 0 waits less (66%) only because it queued for a core 25% of the window" in progress.summary
     # a rank that lags from its own work uses more CPU than the others, queued or not (a loaded host)
     assert find_straggler([m(0, 0, 35, 60), m(1, 95, 4, 1), m(2, 96, 5, 0)]) == 0
     # a lag the queue explains less than half of is the rank's own

@@ -412,14 +412,14 @@ def find_straggler(ranks: Sequence[RankMotion]) -> int | None:
 
 
 def starved_phrase(ranks: Sequence[RankMotion]) -> str | None:
-    """``rank 0 lagged only while it queued for a CPU …`` where the rank that waits least lagged
-    from the host's oversubscribed cores (:func:`_starved`); None otherwise."""
+    """``rank 0 waits less (66%) only because it queued for a core …`` where the rank that waits
+    least lagged from the host's oversubscribed cores (:func:`_starved`); None otherwise."""
     lag = _lag(ranks)
     if lag is None or not _starved(*lag, ranks):
         return None
     low = lag[0]
     return (
-        f"rank {low.rank} waits less ({low.waiting_pct}%) only because it queued for a CPU "
+        f"rank {low.rank} waits less ({low.waiting_pct}%) only because it queued for a core "
         f"{low.queued_pct}% of the window, with no more CPU than the others: the host's cores are "
         "oversubscribed, its code is not slower"
     )

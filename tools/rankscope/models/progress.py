@@ -44,8 +44,7 @@ class RankMotion(Model):
     )
     queued_pct: int | None = Field(
         default=None,
-        description="Time its main thread was runnable but waited for a core, % of the window "
-        "(/proc/PID/schedstat): high on a host whose cores are oversubscribed.",
+        description="% of the window its main thread waited for a core: high on oversubscribed cores.",
     )
     samples: int = Field(default=0, description="Looks at its main thread (dumps and samples).")
     waiting_pct: int | None = Field(

@@ -185,6 +185,20 @@ def test_a_rank_that_lags_only_while_queued_for_a_core_is_not_a_straggler() -> N
             backend="gloo",
         ).summary
     )
+    # the verdict's first step is the host's cores, for a progressing job and a busy one alike
+    verdict = progress_verdict(progress, [])
+    assert verdict is not None and verdict.kind == "progressing" and verdict.suspect_ranks == []
+    assert "queued for a core" not in verdict.next_steps[0].action  # 25% is not most of the window
+    heavy = summarize([m(0, 40, 30, 70), m(1, 100, 32, 2)], window_s=2.0, backend="gloo")
+    first = progress_verdict(heavy, [])
+    assert first is not None and first.kind == "progressing", first
+    assert first.next_steps[0].action.startswith(
+        "rank 0 queued for a core 70% of the window: the host's cores"
+    )
+    assert not any(s.action.startswith("Nothing to fix") for s in first.next_steps)
+    slow = progress_verdict(busy, [])
+    assert slow is not None and slow.kind == "busy" and slow.suspect_ranks == [0], slow
+    assert slow.next_steps[0].action.startswith("rank 0 queued for a core 95% of the window")
     # the share is of the window the rank was watched over (/proc/PID/schedstat's run delay)
     w = straggling(2, slow=0)[0]
     w.cpu_s, w.queued_s, w.wall_s = 0.6, 0.5, 2.0

@@ -12,7 +12,7 @@ the window saw added to their evidence.
 from __future__ import annotations
 
 from rankscope.analysis.hang.frames import short_site
-from rankscope.analysis.hang.progress_signals import io_phrase, kernel_phrase, queued_words
+from rankscope.analysis.hang.progress_signals import QUEUED_NOTE_PCT, io_phrase, kernel_phrase, queued_words
 from rankscope.analysis.hang.waits import GPU_LIKE, wait_phrase
 from rankscope.analysis.ranges import ranks_phrase, value_span
 from rankscope.models.core import Confidence, NextStep, RankStack, Verdict
@@ -41,6 +41,28 @@ def _step(
     section: str, action: str, tool: str | None = None, args: dict[str, object] | None = None
 ) -> NextStep:
     return NextStep(action=action, tool=tool, args=args, skill_section=_SECTION + section)
+
+
+def _oversubscribed(progress: Progress, section: str) -> list[NextStep]:
+    """A step on the host's cores where a rank that does not mostly wait queued for a core most of
+    the window: its slowness is the scheduler's, and the fix is on the host, not in its code."""
+    queued = [
+        r
+        for r in progress.ranks
+        if r.queued_pct is not None and r.queued_pct >= QUEUED_NOTE_PCT and (r.waiting_pct or 0) < 50
+    ]
+    if not queued:
+        return []
+    who = ranks_phrase([r.rank for r in queued])
+    share = value_span([r.queued_pct or 0 for r in queued], "%")
+    return [
+        _step(
+            section,
+            f"{who} queued for a core {share} of the window: the host's cores are oversubscribed. Count what "
+            "runs there (other jobs, `top -H`), each rank's threads (OMP_NUM_THREADS, torch.get_num_threads()) "
+            "and DataLoader workers against the cores.",
+        )
+    ]
 
 
 def locals_phrase(r: RankMotion) -> str:
@@ -136,6 +158,13 @@ def _own_time(progress: Progress) -> str:
 
 def _progressing(progress: Progress) -> Verdict:
     counted = all(r.counters for r in progress.ranks if r.motion != "unknown")
+    first = _oversubscribed(progress, "progressing") or [
+        _step(
+            "progressing",
+            "Nothing to fix here. If it is slower than expected, profile a few steps (torch.profiler) and compare "
+            "the time per step with the last good run; if it stops later, call dump_stacks again then.",
+        )
+    ]
     return Verdict(
         kind="progressing",
         confidence="high" if counted else "medium",
@@ -143,11 +172,7 @@ def _progressing(progress: Progress) -> Verdict:
         "the others back",
         evidence=evidence(progress),
         next_steps=[
-            _step(
-                "progressing",
-                "Nothing to fix here. If it is slower than expected, profile a few steps (torch.profiler) and compare "
-                "the time per step with the last good run; if it stops later, call dump_stacks again then.",
-            ),
+            *first,
             _step(
                 "progressing",
                 "A step longer than the window can hide a stall: watch longer.",
@@ -194,6 +219,7 @@ def _straggler(progress: Progress) -> Verdict:
                     "full_ranks": [rank, next(m.rank for m in progress.ranks if m.rank != rank)],
                 },
             ),
+            *_oversubscribed(progress, "straggler"),
         ],
     )
 
@@ -315,6 +341,7 @@ def _busy_verdict(
         summary=summary,
         evidence=evidence(progress, [r.rank for r in active]),
         next_steps=[
+            *_oversubscribed(progress, "busy"),
             _step(
                 "busy",
                 f"Look again over {wide} s: if {who} reach{'es' if len(active) == 1 else ''} the collective and the "

@@ -5,7 +5,7 @@ spins) is suspected only after the longer threshold."""
 from __future__ import annotations
 
 from rankscope.analysis.hang import job_timeout as jt
-from rankscope.analysis.hang.stall import JobSample, RankSample, judge_stall, moved
+from rankscope.analysis.hang.stall import JobSample, RankSample, every_rank_ran, judge_stall, moved
 from rankscope.models.watch import IncidentManifest, IncidentView, WatchManifest, WatchSettings, WatchView
 from rankscope.render.watch import render_watch
 
@@ -30,6 +30,24 @@ def test_idle_and_silent_is_suspected_after_the_threshold_not_before() -> None:
     call = judge_stall(samples, stall_s=5)
     assert call.state == "suspect" and call.idle and call.quiet_s == 15
     assert "no output" in call.why
+
+
+def test_a_job_moves_again_only_when_every_rank_runs() -> None:
+    """A stall that resumes moves every rank; one that ends by its collective timeout prints from the
+    ranks that waited while the rank stuck in its read uses no CPU at all."""
+    resumed = _samples(6, cpu_per_s=0.1, output_until=6)
+    assert every_rank_ran(resumed, [10, 11], since=2.0)
+    timing_out = [
+        JobSample(
+            t=s.t,
+            ranks={**s.ranks, 11: RankSample(pid=11, cpu_s=0.5, state="S", io=s.ranks[11].io)},
+            output=s.output,
+        )
+        for s in resumed
+    ]
+    assert not every_rank_ran(timing_out, [10, 11], since=2.0)
+    assert not every_rank_ran(resumed, [10, 11, 12], since=2.0)  # a rank never sampled did not run
+    assert not every_rank_ran(resumed, [10, 11], since=7.0)  # nothing sampled since then
 
 
 def test_output_or_io_is_progress() -> None:

@@ -25,7 +25,7 @@ from types import FrameType
 
 from rankscope.analysis.hang import job_timeout as jt
 from rankscope.analysis.hang.progress_signals import io_bytes, io_moved
-from rankscope.analysis.hang.stall import JobSample, StallCall, StallDetector, moved
+from rankscope.analysis.hang.stall import JobSample, StallCall, StallDetector, every_rank_ran, moved
 from rankscope.analysis.redact import Redactor
 from rankscope.capabilities import discovery
 from rankscope.capabilities import watch_capture as cap
@@ -301,8 +301,9 @@ class Watcher:
         cap.capture_pieces(incident, job, self.config.options, self.exe, self.sampler.files)
 
     def _follow_open(self) -> None:
-        """After an incident: the job moving again for ``resume_s`` with every rank alive is a slow
-        phase that resumed; a rank that ended (the watchdog, a crash) is not."""
+        """After an incident: the job moving again for ``resume_s`` with every rank alive and running
+        is a slow phase that resumed; a rank that ended (the watchdog, a crash) is not, nor a job whose
+        waiting ranks print their timeout while the rank that stalled stands still."""
         if self.open is None:
             return
         samples = self.detector.samples
@@ -313,6 +314,8 @@ class Watcher:
             self.open.moving_since = last.t
             return
         if last.t - self.open.moving_since < self.config.resume_s or self.sampler.alive() != self.open.pids:
+            return
+        if not every_rank_ran(samples, self.open.pids, self.open.moving_since):
             return
         m = self.open.incident.manifest
         resumed_at = wall(self.open.moving_since)

@@ -341,7 +341,6 @@ def _busy_verdict(
         summary=summary,
         evidence=evidence(progress, [r.rank for r in active]),
         next_steps=[
-            *_oversubscribed(progress, "busy"),
             _step(
                 "busy",
                 f"Look again over {wide} s: if {who} reach{'es' if len(active) == 1 else ''} the collective and the "
@@ -350,6 +349,7 @@ def _busy_verdict(
                 "dump_stacks",
                 {"window_s": wide},
             ),
+            *_oversubscribed(progress, "busy"),
             _step(
                 "busy",
                 f"Read {who}'s hot lines: an evaluation, checkpoint save or data preparation that only "

@@ -97,6 +97,20 @@ def moved(before: JobSample, after: JobSample) -> list[str]:
     return signs
 
 
+def every_rank_ran(samples: Sequence[JobSample], pids: Sequence[int], since: float) -> bool:
+    """Whether each of ``pids`` used CPU between the first sample at or after ``since`` and the last:
+    a job that moves again moves on every rank, while one ending by its collective timeout prints from
+    the ranks that waited (under load for seconds) and never from the one stuck in its read or lock."""
+    first = next((s for s in samples if s.t >= since), None)
+    if first is None or not samples:
+        return False
+    last = samples[-1]
+    return all(
+        pid in first.ranks and pid in last.ranks and last.ranks[pid].cpu_s > first.ranks[pid].cpu_s
+        for pid in pids
+    )
+
+
 def last_progress(samples: Sequence[JobSample]) -> float | None:
     """The time of the latest sample that showed progress over the one before (None: none did)."""
     for before, after in zip(reversed(samples[:-1]), reversed(samples[1:]), strict=True):
@@ -204,6 +218,7 @@ __all__ = [
     "RankSample",
     "StallCall",
     "StallDetector",
+    "every_rank_ran",
     "idle_over",
     "judge_stall",
     "last_progress",

@@ -155,6 +155,9 @@ def test_a_rank_that_lags_only_while_queued_for_a_core_is_not_a_straggler() -> N
     assert "rank 0 waits less (66%) only because it queued for a core 25% of the window" in progress.summary
     # a rank that lags from its own work uses more CPU than the others, queued or not (a loaded host)
     assert find_straggler([m(0, 0, 35, 60), m(1, 95, 4, 1), m(2, 96, 5, 0)]) == 0
+    # a few % of a core read a tick or two apart is the same work; five times the others' is not
+    assert find_straggler([m(0, 55, 6, 60), m(1, 100, 3, 4)]) is None
+    assert find_straggler([m(0, 9, 5, 93), m(1, 100, 0, 0)]) == 0
     # a lag the queue explains less than half of is the rank's own
     assert find_straggler([m(0, 40, 30, 10), m(1, 100, 30, 1)]) == 0
     # no run-queue or CPU reading (another kernel, an older capture): the rule stands as it was

@@ -375,6 +375,10 @@ def _share_phrase(ranks: list[RankMotion], backend: Backend | None) -> str | Non
 STARVED_CPU_RATIO = 1.5
 """A lagging rank that used at most this many times the CPU of the others did no more work than they did."""
 
+STARVED_CPU_SLACK_PCT = 3
+"""...give or take this many points: CPU time is counted in 10 ms ticks, so over a window of about a
+second a rank starved to a few % of a core reads a point or two either way."""
+
 
 def _lag(ranks: Sequence[RankMotion]) -> tuple[RankMotion, int] | None:
     """The rank that waits least, and by how many points less than every other rank, where it waits
@@ -399,7 +403,7 @@ def _starved(low: RankMotion, gap: int, ranks: Sequence[RankMotion]) -> bool:
     cpus = [r.cpu_pct for r in ranks if r.rank != low.rank and r.cpu_pct is not None]
     if low.queued_pct is None or low.cpu_pct is None or not cpus:
         return False
-    return 2 * low.queued_pct >= gap and low.cpu_pct <= STARVED_CPU_RATIO * max(cpus)
+    return 2 * low.queued_pct >= gap and low.cpu_pct <= STARVED_CPU_RATIO * max(cpus) + STARVED_CPU_SLACK_PCT
 
 
 def find_straggler(ranks: Sequence[RankMotion]) -> int | None:

@@ -49,7 +49,9 @@ def _oversubscribed(progress: Progress, section: str) -> list[NextStep]:
     queued = [
         r
         for r in progress.ranks
-        if r.queued_pct is not None and r.queued_pct >= QUEUED_NOTE_PCT and (r.waiting_pct or 0) < 50
+        if r.queued_pct is not None
+        and r.queued_pct >= QUEUED_NOTE_PCT
+        and (r.waiting_pct or 0) < OWN_TIME_PCT
     ]
     if not queued:
         return []

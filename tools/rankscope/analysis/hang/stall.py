@@ -102,7 +102,7 @@ def every_rank_ran(samples: Sequence[JobSample], pids: Sequence[int], since: flo
     a job that moves again moves on every rank, while one ending by its collective timeout prints from
     the ranks that waited (under load for seconds) and never from the one stuck in its read or lock."""
     first = next((s for s in samples if s.t >= since), None)
-    if first is None or not samples:
+    if first is None:
         return False
     last = samples[-1]
     return all(

@@ -406,30 +406,30 @@ def _starved(low: RankMotion, gap: int, ranks: Sequence[RankMotion]) -> bool:
     return 2 * low.queued_pct >= gap and low.cpu_pct <= STARVED_CPU_RATIO * max(cpus) + STARVED_CPU_SLACK_PCT
 
 
-def find_straggler(ranks: Sequence[RankMotion]) -> int | None:
-    """The one rank that rarely waits while the others mostly wait (for it), or None; None too when
-    it lagged only while waiting for a core (:func:`_starved`)."""
+def _lag_reading(ranks: Sequence[RankMotion]) -> tuple[int | None, str | None]:
+    """The straggler, or else the phrase ``rank 0 waits less (66%) only because it queued for a core …``
+    where the rank that waits least lagged from the host's oversubscribed cores (:func:`_starved`);
+    (None, None) where no rank lags."""
     lag = _lag(ranks)
-    if lag is None or _starved(*lag, ranks):
-        return None
-    return lag[0].rank
-
-
-def starved_phrase(ranks: Sequence[RankMotion]) -> str | None:
-    """``rank 0 waits less (66%) only because it queued for a core …`` where the rank that waits
-    least lagged from the host's oversubscribed cores (:func:`_starved`); None otherwise."""
-    lag = _lag(ranks)
-    if lag is None or not _starved(*lag, ranks):
-        return None
-    low = lag[0]
-    return (
+    if lag is None:
+        return None, None
+    low, gap = lag
+    if not _starved(low, gap, ranks):
+        return low.rank, None
+    return None, (
         f"rank {low.rank} waits less ({low.waiting_pct}%) only because it queued for a core "
         f"{low.queued_pct}% of the window, with no more CPU than the others: the host's cores are "
         "oversubscribed, its code is not slower"
     )
 
 
-def cpu_words(r: RankMotion) -> str:
+def find_straggler(ranks: Sequence[RankMotion]) -> int | None:
+    """The one rank that rarely waits while the others mostly wait (for it), or None; None too when
+    it lagged only while waiting for a core (:func:`_starved`)."""
+    return _lag_reading(ranks)[0]
+
+
+def _cpu_words(r: RankMotion) -> str:
     """`` (CPU 3%, queued for a core 95%)``; empty where its CPU is unknown."""
     return f" (CPU {r.cpu_pct}%{queued_words(r)})" if r.cpu_pct is not None else ""
 
@@ -443,7 +443,7 @@ def _no_progress_phrase(ranks: list[RankMotion], window_s: float) -> str:
         text += f", CPU {max(cpus)}% at most" if max(cpus) < BUSY_CPU_PCT else ", CPU spinning in a wait"
     for r in active:
         text += f"; rank {r.rank} {'moves' if r.motion == 'moving' else 'is busy'}"
-        text += cpu_words(r)
+        text += _cpu_words(r)
         if r.hot:
             text += f" in {r.hot[0]}"
     return text
@@ -467,18 +467,17 @@ def summarize(ranks: Sequence[RankMotion], *, window_s: float, backend: Backend 
     ranks = sorted(ranks, key=lambda r: r.rank)
     motion = _job_motion(ranks)
     looks = max((r.samples for r in ranks), default=0)
-    straggler = find_straggler(ranks) if motion == "moving" else None
+    straggler, starved = _lag_reading(ranks) if motion == "moving" else (None, None)
     if motion == "moving":
         moved = counters_phrase(ranks, window_s)
         lines = f"the lines of their own code changed on every rank in {window_s:.1f} s"
         if any("lines" not in r.moved for r in ranks if r.motion == "moving"):
             signals = sorted({s for r in ranks for s in r.moved})
             lines = f"every rank moved ({', '.join(signals)}) in {window_s:.1f} s"
-        starved = None if straggler is not None else starved_phrase(ranks)
         summary = "; ".join(p for p in (moved or lines, _share_phrase(ranks, backend), starved) if p)
     elif motion == "busy":
         summary = f"no counter moved in {window_s:.1f} s, but no rank is blocked: " + "; ".join(
-            f"rank {r.rank} {r.motion}{cpu_words(r)}" for r in ranks
+            f"rank {r.rank} {r.motion}{_cpu_words(r)}" for r in ranks
         )
     elif motion == "no_progress":
         summary = _no_progress_phrase(ranks, window_s)
@@ -547,7 +546,6 @@ __all__ = [
     "BUSY_CPU_PCT",
     "RankWatch",
     "counters_phrase",
-    "cpu_words",
     "find_straggler",
     "judge",
     "merge_progress",
@@ -555,7 +553,6 @@ __all__ = [
     "parse_record",
     "place_lines",
     "recorder_completed",
-    "starved_phrase",
     "summarize",
     "watch_rank",
     "with_recorder",

@@ -363,11 +363,12 @@ def slim_schema(schema: dict[str, Any], *, keep_descriptions: bool) -> dict[str,
     Every tool's output schema carries the definitions of its models; ``tools/list`` sends
     them all at every session start. Titles are generated from field names and say nothing;
     the field descriptions of an output schema are for people (a model reads the answer, and
-    SKILL.md explains it), so they go too, except the top-level description of the answer.
+    SKILL.md explains it), so they go too, except the top-level description of the answer; so do
+    an output's defaults, which a validator never reads (an answer carries every field).
     """
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key == "title" or (key == "description" and not keep_descriptions):
+        if key == "title" or (key in ("description", "default") and not keep_descriptions):
             continue
         if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
             out[key] = {k: _slim_sub(v, keep_descriptions) for k, v in value.items()}

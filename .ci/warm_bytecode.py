@@ -1,4 +1,4 @@
-"""Write bytecode once for what the suite's processes import.
+"""Write bytecode once for what the suite's processes import from torch and its dependencies.
 
 pip installs with --no-compile: compiling every file of torch, sympy and the rest takes about half of
 pip's time, and most of those files are never imported. Importing what the suite's ranks, launchers
@@ -13,7 +13,8 @@ import importlib
 import sys
 
 MODULES = (
-    # what torchrun, the ranks and the repro templates import, and what they import later while running
+    # what torchrun, the ranks and the repro templates import, and what they import later while running;
+    # the smaller packages are compiled whole by .ci/setup
     "torch",
     "torch.distributed.run",
     "torch.distributed.elastic.agent.server.local_elastic_agent",
@@ -39,16 +40,11 @@ MODULES = (
     "torch.utils.data",
     "torch.cuda.nccl",
     "numpy",
-    # the test tools
-    "pytest",
-    "xdist",
-    "hypothesis",
-    "mcp",
-    "mcp.client.stdio",
-    "mcp.server.fastmcp",
-    "jinja2",
-    "pydantic",
-    "build",
+    "torch.distributed.checkpoint._fsspec_filesystem",
+    "torch.distributed.debug._debug_handlers",
+    "torch.backends.xnnpack",
+    "torch.profiler",
+    "torch.utils.serialization",
 )
 
 

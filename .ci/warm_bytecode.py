@@ -41,7 +41,6 @@ MODULES = (
     "torch.cuda.nccl",
     "numpy",
     "torch.distributed.checkpoint._fsspec_filesystem",
-    "torch.distributed.debug._debug_handlers",
     "torch.backends.xnnpack",
     "torch.profiler",
     "torch.utils.serialization",

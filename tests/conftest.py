@@ -18,6 +18,10 @@ from tests.paths import ROOT
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist hands out files by their number of tests unless told not to, which undoes the
+    # longest-first order below (tests/order.py)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if os.environ.get("RANKSCOPE_FILE_COSTS") == "write":
         config.pluginmanager.register(CostRecorder(ROOT), "rankscope-file-costs")
 

@@ -1,9 +1,10 @@
 """The order the suite's files are handed to its test processes: the longest first.
 
 With ``-n 3 --dist loadfile`` each process takes the next file as it finishes one, in collection
-order. In name order the long live files (test_watch_*, the repro runs) came last, and the suite
-ended with one process running them alone while the others sat idle. Longest first (the classic
-longest-processing-time rule) lets the short files fill the end instead.
+order, once pytest-xdist's own reordering (the files with the most tests first) is off, as
+tests/conftest.py sets. In name order, or xdist's, the long live files (test_watch_*, the repro
+runs) came late, and the suite ended with one process running them alone while the others sat
+idle. Longest first (the classic longest-processing-time rule) lets the short files fill the end.
 
 The seconds per file are measured, not guessed: ``RANKSCOPE_FILE_COSTS=write`` rewrites
 tests/file_costs.json from the run's own durations. A file not in it counts as a short one.

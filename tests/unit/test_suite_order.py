@@ -33,3 +33,9 @@ def test_long_files_go_first_and_keep_their_tests_in_order() -> None:
         (short, 0),
         (short, 2),
     ]
+
+
+def test_the_test_processes_take_the_files_in_that_order(pytestconfig: pytest.Config) -> None:
+    """pytest-xdist's loadfile would hand out the files with the most tests first (its
+    --loadscope-reorder default); tests/conftest.py turns that off so the order above holds."""
+    assert pytestconfig.option.loadscopereorder is False

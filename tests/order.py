@@ -56,7 +56,7 @@ class CostRecorder:
         self.seconds[report.nodeid.split("::")[0]] += report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if os.environ.get("PYTEST_XDIST_WORKER"):
+        if os.environ.get("PYTEST_XDIST_WORKER") or not self.seconds:  # a worker, or nothing ran
             return
         costs = {k: round(v, 1) for k, v in sorted(self.seconds.items()) if v >= 0.5}
         COSTS.write_text(json.dumps(costs, indent=1) + "\n")

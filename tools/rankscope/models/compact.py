@@ -11,12 +11,23 @@ because only fields at their default are dropped.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 _EMPTY: tuple[Any, ...] = (None, "", [], {}, False, 0)
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""Types that are their own JSON form (float is not: NaN and infinity have their own rules)."""
+_NOT_EMPTY = object()
+"""A field whose default is not empty (or that has none): it is always kept."""
+
+
+class _Field(NamedTuple):
+    name: str
+    key: str
+    empty_default: Any
 
 
 def compact(value: Any, *, top: bool = True) -> Any:
@@ -25,20 +36,18 @@ def compact(value: Any, *, top: bool = True) -> Any:
     At the top an empty list still says something ("jobs": [] is the answer "no job here"),
     so only nulls and an empty ``left_out`` are dropped there.
     """
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, BaseModel):
         out: dict[str, Any] = {}
-        for name, field in type(value).model_fields.items():
-            if field.exclude:  # never serialised (a frame's origin): the JSON dump leaves it out too
-                continue
-            item = getattr(value, name)
+        for field in _fields(type(value)):
+            item = getattr(value, field.name)
             if top:
-                if item is None or (name == "left_out" and not item):
+                if item is None or (field.name == "left_out" and not item):
                     continue
-            elif not field.is_required() and _at_empty_default(
-                item, field.get_default(call_default_factory=True)
-            ):
+            elif field.empty_default is not _NOT_EMPTY and _is_default(item, field.empty_default):
                 continue
-            out[field.alias or name] = compact(item, top=False)
+            out[field.key] = compact(item, top=False)
         return out
     if isinstance(value, (list, tuple)):
         return [compact(v, top=False) for v in value]
@@ -47,10 +56,26 @@ def compact(value: Any, *, top: bool = True) -> Any:
     return to_jsonable_python(value)
 
 
-def _at_empty_default(item: Any, default: Any) -> bool:
-    """True when ``item`` is its field's default and that default is empty or false."""
-    return (
-        any(item == e and type(item) is type(e) for e in _EMPTY)
-        and item == default
-        and type(item) is type(default)
-    )
+@cache
+def _fields(cls: type[BaseModel]) -> tuple[_Field, ...]:
+    """A model class's serialised fields, each with its default where that default is empty.
+
+    Read once per class: asking pydantic for a factory's default inspects the factory's
+    signature, which cost most of the time of compacting an answer of thousands of items.
+    """
+    fields = []
+    for name, info in cls.model_fields.items():
+        if info.exclude:  # never serialised (a frame's origin): the JSON dump leaves it out too
+            continue
+        empty: Any = _NOT_EMPTY
+        if not info.is_required():
+            default = info.get_default(call_default_factory=True)
+            if any(_is_default(default, e) for e in _EMPTY):
+                empty = default
+        fields.append(_Field(name, info.alias or name, empty))
+    return tuple(fields)
+
+
+def _is_default(item: Any, default: Any) -> bool:
+    """True when ``item`` is the (empty or false) ``default``, value and type alike."""
+    return type(item) is type(default) and item == default
